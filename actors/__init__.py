@@ -1,0 +1,1 @@
+"""What does the work: stateful workers that load a model once and process batches."""

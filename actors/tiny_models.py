@@ -1,0 +1,112 @@
+"""Build small BERT-style classifiers from scratch in seconds on a CPU, with no hub download.
+
+A WordPiece tokenizer is trained on the corpus with `tokenizers`, a few-layer BERT is trained on
+the labels, and both are saved with `save_pretrained`, so the result loads through exactly the same
+hub-id-or-directory path (`AutoTokenizer` / `AutoModelForSequenceClassification`) as a hub model.
+Tests and the quickstart use these; nothing here is a stand-in for the loading code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections.abc import Sequence
+from pathlib import Path
+
+from redline.errors import RedlineError
+
+log = logging.getLogger(__name__)
+
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def train_wordpiece_tokenizer(texts: Sequence[str], vocab_size: int = 4000, model_max_length: int = 128):
+    """A lower-casing BERT-style WordPiece tokenizer trained on `texts`, as a transformers tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, min_frequency=1)
+    tok.train_from_iterator(texts, trainer=trainer)
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]", model_max_length=model_max_length,
+    )
+
+
+def build_tiny_classifier(
+    texts: Sequence[str],
+    labels: Sequence[int] | Sequence[Sequence[int]],
+    out_dir: str | Path,
+    *,
+    label_names: Sequence[str] = ("benign", "toxic"),
+    multi_label: bool = False,
+    vocab_size: int = 4000,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 2,
+    max_length: int = 64,
+    epochs: int = 4,
+    batch_size: int = 32,
+    learning_rate: float = 2e-3,
+    seed: int = 0,
+) -> Path:
+    """Train and save a tiny BERT sequence classifier; returns the directory.
+
+    `labels` are class indices into `label_names`, or for `multi_label` one 0/1 vector per text.
+    """
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+    if len(texts) != len(labels) or not texts:
+        raise RedlineError("tiny classifier: need the same, non-zero number of texts and labels")
+    random.seed(seed)
+    torch.manual_seed(seed)
+    out = Path(out_dir)
+    tokenizer = train_wordpiece_tokenizer(texts, vocab_size=vocab_size, model_max_length=max_length)
+    id2label = dict(enumerate(label_names))
+    config = BertConfig(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=num_layers,
+        num_attention_heads=num_heads, intermediate_size=hidden_size * 4, max_position_embeddings=max_length + 2,
+        num_labels=len(label_names), id2label=id2label, label2id={v: k for k, v in id2label.items()},
+        problem_type="multi_label_classification" if multi_label else "single_label_classification",
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = BertForSequenceClassification(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.01)
+    order = list(range(len(texts)))
+    model.train()
+    for epoch in range(epochs):
+        random.shuffle(order)
+        total = 0.0
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            enc = tokenizer([texts[i] for i in idx], padding=True, truncation=True, max_length=max_length,
+                            return_tensors="pt")
+            target = torch.tensor([labels[i] for i in idx], dtype=torch.float32 if multi_label else torch.long)
+            loss = model(**enc, labels=target).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * len(idx)
+        log.info("tiny classifier epoch %d: loss %.4f", epoch + 1, total / len(order))
+    model.eval()
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / "redline_build.json").write_text(json.dumps(
+        {"builder": "tiny_classifier", "rows": len(texts), "labels": list(label_names), "epochs": epochs,
+         "hidden_size": hidden_size, "num_layers": num_layers, "vocab_size": len(tokenizer)}, indent=2))
+    return out

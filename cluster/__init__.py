@@ -1,0 +1,1 @@
+"""Where and how things run: CLI, configuration, Ray runtime, job submission, storage."""

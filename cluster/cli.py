@@ -1,0 +1,329 @@
+"""`redline`: the command line. Heavy imports (ray, torch) happen inside commands so --help is instant.
+
+User mistakes raise RedlineError anywhere below; `main()` prints them as one line and exits with 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import click
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from redline.errors import RedlineError, unwrap_user_error
+
+# Wide enough for the metrics tables when output goes to a pipe or a file (rich assumes 80 columns).
+console = Console(width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+app = typer.Typer(
+    name="redline",
+    help="Distributed safety evaluation of toxicity detectors and conversational models on Ray.\n\n"
+    "Runs locally on an embedded Ray by default; set RAY_ADDRESS to use a running cluster, or "
+    "`redline submit` to send a pipeline to one through the Ray Jobs API.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+list_app = typer.Typer(help="Show the registered components.", no_args_is_help=True)
+run_app = typer.Typer(help="Run a pipeline from a YAML config (see examples/).", no_args_is_help=True)
+train_app = typer.Typer(help="Train models used by the pipelines.", no_args_is_help=True)
+app.add_typer(list_app, name="list")
+app.add_typer(run_app, name="run")
+app.add_typer(train_app, name="train")
+
+PIPELINES = ("score",)
+
+
+@app.callback()
+def _global(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details.")] = False) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("REDLINE_VERBOSE", "1" if verbose else "0")
+
+
+def _verbose() -> bool:
+    return os.environ.get("REDLINE_VERBOSE") == "1"
+
+
+# --------------------------------------------------------------------------------------------
+# list
+
+
+@list_app.command("detectors")
+def list_detectors() -> None:
+    """Detector kinds usable as `kind:` in a config, with their own options."""
+    from redline.actors.registry import detector_kinds
+
+    table = Table(title="detector kinds", show_lines=False)
+    table.add_column("kind", style="bold")
+    table.add_column("what it is")
+    table.add_column("options")
+    for kind, cls in sorted(detector_kinds().items()):
+        fields = cls.Options.model_fields
+        opts = ", ".join(f"{n}{'' if f.is_required() else '?'}" for n, f in fields.items()) or "–"
+        table.add_row(kind, cls.description, opts)
+    console.print(table)
+    console.print("Common fields: name, kind, threshold, rule (auto|score|argmax), batch_size, actors, num_cpus, num_gpus.")
+
+
+# --------------------------------------------------------------------------------------------
+# run
+
+
+def _parse_sets(sets: list[str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in sets or []:
+        if "=" not in item:
+            raise RedlineError(f"--set expects key=value, got {item!r}")
+        key, raw = item.split("=", 1)
+        try:
+            out[key.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            out[key.strip()] = raw
+    return out
+
+
+ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="Pipeline config YAML (see examples/).")]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override any config field: --set corpus.limit=500 (repeatable).")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Redo a finished or partial run from scratch instead of reusing or resuming it.")]
+
+
+@run_app.command("score")
+def run_score_cmd(
+    config: ConfigOpt,
+    corpus: Annotated[Optional[str], typer.Option(help="Override corpus.path (local path or s3:// URI).")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="Score at most this many rows (a seeded random sample).")] = None,
+    output: Annotated[Optional[str], typer.Option(help="Override output: a directory or s3:// URI for run directories.")] = None,
+    run_name: Annotated[Optional[str], typer.Option(help="Name of the run directory (default score-<config hash>).")] = None,
+    actors: Annotated[Optional[int], typer.Option(help="Actor pool size for every detector.")] = None,
+    set_: SetOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Score a labelled corpus with several detectors across Ray actors and report how each does.
+
+    Writes a run directory with per-row predictions (Parquet shards), manifest.json, and a report
+    (report.md, report.html with plots, metrics.csv). Rerunning the same config reuses a finished
+    run and resumes an interrupted one.
+    """
+    from redline.cluster.config import ScoreConfig, load_config, load_yaml
+
+    overrides: dict[str, Any] = {"output": output, "run_name": run_name}
+    raw = load_yaml(config)
+    if corpus is not None or limit is not None:
+        if isinstance(raw.get("corpus"), list):
+            raise RedlineError("--corpus/--limit apply to a single corpus; this config lists several (use --set corpus.0.limit=...)")
+        overrides.update({"corpus.path": corpus, "corpus.limit": limit})
+    if actors is not None:
+        for i, _ in enumerate(raw.get("detectors") or []):
+            overrides[f"detectors.{i}.actors"] = actors
+    overrides.update(_parse_sets(set_))
+    cfg = load_config(ScoreConfig, config, overrides)
+    _run_and_show(cfg, force=force)
+
+
+def _run_and_show(cfg: Any, force: bool) -> None:
+    from redline.pipelines.score import run_score
+
+    result = run_score(cfg, force=force, verbose=_verbose())
+    if result.reused:
+        err_console.print(f"[dim]config already scored in {result.run_uri}; reusing it (pass --force to redo)[/dim]")
+    show_metrics(result.metrics)
+    console.print(f"report: [bold]{result.report_html}[/bold]")
+
+
+def show_metrics(metrics: list[dict[str, Any]]) -> None:
+    from redline.pipelines.report import METRIC_COLUMNS, format_value
+
+    keys = ["detector", "dataset", "n", "accuracy", "f1_toxic", "f1_macro", "roc_auc", "fnr", "fpr", "rows_per_s", "not_scored"]
+    cols = [c for c in METRIC_COLUMNS if c[0] in keys]
+    if all(m["dataset"] == "all" for m in metrics):
+        cols = [c for c in cols if c[0] != "dataset"]
+    table = Table(title="detectors (toxic = positive class)")
+    for _, title, fmt in cols:
+        table.add_column(title, justify="left" if fmt == "s" else "right")
+    for m in metrics:
+        table.add_row(*(format_value(m.get(k), f) for k, _, f in cols))
+    console.print(table)
+
+
+# --------------------------------------------------------------------------------------------
+# train
+
+
+@train_app.command("tiny-classifier")
+def train_tiny(
+    corpus: Annotated[str, typer.Option(help="Labelled corpus (CSV/JSONL/JSON/Parquet, local or s3://).")],
+    out: Annotated[Path, typer.Option(help="Directory to save the model and tokenizer in (save_pretrained).")],
+    preset: Annotated[Optional[str], typer.Option(help="Column mapping preset: davidson, jigsaw or diasafety.")] = None,
+    text_column: Annotated[Optional[str], typer.Option(help="Text column (without a preset).")] = None,
+    label_column: Annotated[Optional[str], typer.Option(help="Label column (without a preset).")] = None,
+    toxic_values: Annotated[Optional[list[str]], typer.Option(help="Label values meaning toxic (repeatable).")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="Train on at most this many rows.")] = None,
+    epochs: Annotated[int, typer.Option(help="Training epochs.")] = 4,
+    hidden_size: Annotated[int, typer.Option(help="Hidden size of the tiny BERT.")] = 64,
+    layers: Annotated[int, typer.Option(help="Transformer layers.")] = 2,
+) -> None:
+    """Train a tiny BERT toxic/benign classifier from scratch (seconds on a CPU, no downloads).
+
+    The result is a normal Hugging Face model directory: use it as `kind: hf, model: DIR`.
+    """
+    from redline.actors.tiny_models import build_tiny_classifier
+    from redline.cluster.config import CorpusConfig, validate_config
+    from redline.pipelines.corpora import read_corpus
+
+    fields = {"path": corpus, "preset": preset, "text_column": text_column, "label_column": label_column,
+              "toxic_values": toxic_values, "limit": limit}
+    cfg = validate_config(CorpusConfig, {k: v for k, v in fields.items() if v is not None}, source="corpus")
+    table = read_corpus(cfg)
+    rows = [r for r in table.select(["text", "label", "status"]).to_pylist() if r["status"] == "ok" and r["label"] is not None]
+    if not rows:
+        raise RedlineError(f"{corpus}: no labelled, non-empty rows to train on")
+    with console.status(f"training a tiny classifier on {len(rows):,} rows"):
+        path = build_tiny_classifier([r["text"] for r in rows], [int(r["label"]) for r in rows], out,
+                                     epochs=epochs, hidden_size=hidden_size, num_layers=layers)
+    console.print(f"saved: [bold]{path}[/bold] (use it as: kind: hf, model: {path})")
+
+
+# --------------------------------------------------------------------------------------------
+# quickstart
+
+
+@app.command()
+def quickstart(
+    output: Annotated[str, typer.Option(help="Where run directories and the tiny model go.")] = "redline-runs",
+    force: ForceOpt = False,
+) -> None:
+    """The main job on embedded defaults: local Ray, local files, offline models, a bundled sample.
+
+    Trains a tiny classifier on the bundled sample's train split, then scores its test split with
+    three detectors (profanity-check, the tiny classifier, a keyword list) across Ray actors and
+    writes the report.
+    """
+    from redline.pipelines.quickstart import quickstart_config, quickstart_model
+
+    model_dir = quickstart_model(Path(output) / "models")
+    cfg = quickstart_config(output, model_dir)
+    _run_and_show(cfg, force=force)
+
+
+# --------------------------------------------------------------------------------------------
+# cluster jobs and run status
+
+
+AddressOpt = Annotated[Optional[str], typer.Option(
+    help="Ray Jobs address (http://HEAD:8265); default $RAY_JOBS_ADDRESS, $RAY_ADDRESS if it is http(s), else http://127.0.0.1:8265.")]
+
+
+@app.command()
+def submit(
+    pipeline: Annotated[str, typer.Argument(help=f"Pipeline to run: {', '.join(PIPELINES)}.")],
+    config: ConfigOpt,
+    address: AddressOpt = None,
+    set_: SetOpt = None,
+    wait: Annotated[bool, typer.Option(help="Wait for the job to finish and stream its logs.")] = False,
+) -> None:
+    """Run a pipeline on a running Ray cluster through the Ray Jobs API.
+
+    The config travels with the job; the cluster's nodes need redline installed (ray_cluster.yaml
+    does that). Use s3:// paths for corpora and output so every node can reach them.
+    """
+    from redline.cluster import jobs
+
+    if pipeline not in PIPELINES:
+        raise RedlineError(f"unknown pipeline '{pipeline}' (known: {', '.join(PIPELINES)})")
+    job_id = jobs.submit(pipeline, config, jobs.jobs_address(address), sets=set_ or [])
+    console.print(f"submitted job [bold]{job_id}[/bold]")
+    console.print(f"  status: redline status {job_id}    logs: redline logs {job_id} --follow")
+    if wait:
+        status = jobs.follow(job_id, jobs.jobs_address(address), echo=lambda s: console.print(s, end="", markup=False, highlight=False))
+        console.print(f"job {job_id}: {status}")
+        if status != "SUCCEEDED":
+            raise typer.Exit(1)
+
+
+@app.command()
+def status(
+    target: Annotated[str, typer.Argument(help="A run directory (local or s3://) or a Ray job id.")],
+    address: AddressOpt = None,
+) -> None:
+    """Show a run's state and counts from its manifest, or a submitted job's status."""
+    from redline.cluster import jobs, storage
+
+    if jobs.looks_like_job_id(target):
+        info = jobs.job_info(target, jobs.jobs_address(address))
+        console.print(f"job {target}: [bold]{info['status']}[/bold]")
+        if info.get("message"):
+            console.print(f"  {info['message']}")
+        return
+    if not storage.exists(target):
+        raise RedlineError(f"no run directory or job id: {target}")
+    manifest = storage.RunDir(target).manifest()
+    if manifest is None:
+        raise RedlineError(f"{target} is not a run directory (no manifest.json)")
+    console.print(f"run {target}: [bold]{manifest.get('state')}[/bold] ({manifest.get('pipeline')}, config {manifest.get('config_hash')})")
+    if manifest.get("error"):
+        console.print(f"  error: {manifest['error']}")
+    counts = manifest.get("counts", {})
+    if counts:
+        console.print(f"  rows in {counts.get('rows_in')}, rows out {counts.get('rows_out', '–')}, rejected {counts.get('rejected', {})}")
+    if manifest.get("state") == "complete":
+        show_metrics([m for m in manifest.get("metrics", []) if m.get("dataset") == "all"])
+        console.print(f"report: {storage.join(target, 'report.html')}")
+    elif manifest.get("input_shards") is not None:
+        done = len(storage.list_files(storage.join(target, "predictions"), ".parquet"))
+        console.print(f"  shards written: {done}/{manifest['input_shards']} (rerun the same command to resume)")
+
+
+@app.command()
+def logs(
+    job_id: Annotated[str, typer.Argument(help="A job id printed by `redline submit`.")],
+    address: AddressOpt = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Stream until the job ends.")] = False,
+) -> None:
+    """Print a submitted job's logs."""
+    from redline.cluster import jobs
+
+    addr = jobs.jobs_address(address)
+    if follow:
+        jobs.follow(job_id, addr, echo=lambda s: console.print(s, end="", markup=False, highlight=False))
+    else:
+        console.print(jobs.job_logs(job_id, addr), end="", markup=False, highlight=False)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: one line and exit code 2 for user mistakes, a traceback only for bugs."""
+    try:
+        app(args=argv, prog_name="redline", standalone_mode=False)
+    except click.exceptions.Exit as exit_:
+        return exit_.exit_code
+    except click.ClickException as err:
+        err.show(file=sys.stderr)
+        return 2
+    except click.exceptions.Abort:
+        err_console.print("aborted")
+        return 130
+    except KeyboardInterrupt:
+        err_console.print("interrupted; rerun the same command to resume")
+        return 130
+    except Exception as err:  # noqa: BLE001
+        user = unwrap_user_error(err)
+        if user is None:
+            raise
+        err_console.print(f"[bold red]error:[/bold red] {user}", highlight=False, soft_wrap=True)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""Pydantic models of every pipeline config: YAML in, validated once at the edge, clear errors out."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from redline.errors import RedlineError
+
+LabelValue = str | int | float | bool
+
+
+class Strict(BaseModel):
+    """Unknown keys are mistakes (a typo would otherwise be silently ignored)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------------------------
+# Corpora
+
+
+class CorpusConfig(Strict):
+    """Where a labelled text corpus lives and how its columns map onto redline's corpus schema."""
+
+    path: str = Field(description="Local path or s3:// URI of a CSV, JSONL/JSON or Parquet file.")
+    format: Literal["auto", "csv", "jsonl", "json", "parquet"] = "auto"
+    preset: Literal["davidson", "jigsaw", "diasafety"] | None = Field(
+        None, description="Built-in column mapping for a known dataset format."
+    )
+    text_column: str | None = None
+    label_column: str | list[str] | None = Field(
+        None, description="One label column, or several 0/1 columns (toxic if any is positive)."
+    )
+    context_column: str | None = None
+    toxic_values: list[LabelValue] | None = Field(
+        None, description="Values of the label column that mean toxic."
+    )
+    benign_values: list[LabelValue] | None = Field(
+        None, description="Values that mean benign; when unset, every other value is benign."
+    )
+    label_names: dict[str, str] | None = Field(
+        None, description="Readable names of raw label values, e.g. {0: hate, 1: offensive}."
+    )
+    dataset: str | None = Field(None, description="Dataset name in provenance; default: preset or file stem.")
+    split: str = "test"
+    limit: int | None = Field(None, gt=0, description="Score at most this many rows.")
+    sample: Literal["random", "first"] = "random"
+    seed: int = 0
+    encoding: str = "utf-8"
+    encoding_errors: Literal["strict", "replace"] = Field(
+        "strict", description="strict: stop at the first undecodable byte; replace: substitute U+FFFD."
+    )
+    max_chars: int = Field(20_000, gt=0, description="Longer texts are kept but rejected with a reason.")
+
+    @field_validator("label_names", mode="before")
+    @classmethod
+    def _stringify_keys(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(k): str(v) for k, v in value.items()}
+        return value
+
+
+# --------------------------------------------------------------------------------------------
+# Detectors
+
+
+class DetectorConfig(BaseModel):
+    """One detector: its kind (a registry name), decision rule, resources, and kind-specific options.
+
+    Kind-specific fields (e.g. `model` for `hf`, `patterns` for `keywords`) sit beside the common
+    ones and are validated against the detector class's own `Options` model.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="Unique name used in outputs.")
+    kind: str
+    threshold: float | dict[str, float] = Field(
+        0.5, description="Toxic if the toxic score reaches it; per-label thresholds for multi-label models."
+    )
+    rule: Literal["auto", "score", "argmax"] = Field(
+        "auto", description="score: toxic score >= threshold; argmax: the top class is a toxic one."
+    )
+    batch_size: int = Field(64, gt=0, le=65_536)
+    actors: int = Field(1, gt=0, description="Size of this detector's actor pool.")
+    num_cpus: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _check_kind_options(self) -> "DetectorConfig":
+        from redline.actors.registry import detector_class
+
+        cls = detector_class(self.kind)
+        extra = dict(self.model_extra or {})
+        try:
+            cls.Options.model_validate(extra)
+        except ValidationError as err:
+            raise ValueError(f"detector '{self.name}' ({self.kind}): {_first_error(err)}") from None
+        return self
+
+    def options(self) -> BaseModel:
+        from redline.actors.registry import detector_class
+
+        return detector_class(self.kind).Options.model_validate(dict(self.model_extra or {}))
+
+
+# --------------------------------------------------------------------------------------------
+# Pipelines
+
+
+class ScoreConfig(Strict):
+    """`redline run score`: score labelled corpora with several detectors and report how each does."""
+
+    corpus: CorpusConfig | list[CorpusConfig]
+    detectors: list[DetectorConfig] = Field(min_length=1)
+    output: str = Field("redline-runs", description="Local directory or s3:// URI holding run directories.")
+    run_name: str | None = Field(None, description="Run directory name; default: score-<config hash>.")
+    shard_size: int = Field(2_000, gt=0, description="Rows per output shard (the unit of resume).")
+
+    @field_validator("detectors")
+    @classmethod
+    def _unique_names(cls, detectors: list[DetectorConfig]) -> list[DetectorConfig]:
+        names = [d.name for d in detectors]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"detector names must be unique; repeated: {', '.join(dupes)}")
+        return detectors
+
+    @property
+    def corpora(self) -> list[CorpusConfig]:
+        return self.corpus if isinstance(self.corpus, list) else [self.corpus]
+
+
+# Fields that change where or how fast work runs but not what it computes: left out of the run key
+# so that, e.g., a rerun with more actors resumes the same run directory.
+EXECUTION_FIELDS = {"output", "run_name", "batch_size", "actors", "num_cpus", "num_gpus"}
+
+
+def config_hash(config: BaseModel) -> str:
+    """A short stable hash of the result-affecting part of a config: the run directory key."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in EXECUTION_FIELDS}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    canonical = json.dumps(strip(config.model_dump(mode="json")), sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+
+
+def _first_error(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(parts)
+
+
+def validate_config(model: type[BaseModel], data: Any, source: str = "config") -> BaseModel:
+    """Validate a parsed config, turning pydantic's report into one readable line."""
+    if not isinstance(data, dict):
+        raise RedlineError(f"{source}: expected a mapping of settings, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise RedlineError(f"{source}: {_first_error(err)}") from None
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise RedlineError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise RedlineError(f"{path}: config is not valid UTF-8 text") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise RedlineError(f"{path}: invalid YAML{where}: {problem}") from None
+    return data if data is not None else {}
+
+
+def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Apply a CLI override like `corpus.limit=100` to a parsed config."""
+    keys = dotted.split(".")
+    node: Any = data
+    for key in keys[:-1]:
+        if isinstance(node, list):
+            node = node[int(key)]
+        else:
+            node = node.setdefault(key, {})
+    if isinstance(node, list):
+        node[int(keys[-1])] = value
+    else:
+        node[keys[-1]] = value
+
+
+def load_config(model: type[BaseModel], path: str | Path, overrides: dict[str, Any] | None = None) -> BaseModel:
+    data = load_yaml(path)
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            try:
+                set_path(data, dotted, value)
+            except (ValueError, IndexError, TypeError):
+                raise RedlineError(f"cannot apply override {dotted}={value!r} to {path}") from None
+    return validate_config(model, data, source=str(path))

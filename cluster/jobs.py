@@ -1,0 +1,116 @@
+"""`redline submit` / `status JOB` / `logs JOB`: pipelines on a running cluster via the Ray Jobs API."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from redline.cluster import storage
+from redline.errors import RedlineError
+
+DEFAULT_ADDRESS = "http://127.0.0.1:8265"
+
+
+def jobs_address(address: str | None) -> str:
+    if address:
+        return address
+    env = os.environ.get("RAY_JOBS_ADDRESS") or os.environ.get("RAY_ADDRESS", "")
+    return env if env.startswith(("http://", "https://")) else DEFAULT_ADDRESS
+
+
+def looks_like_job_id(target: str) -> bool:
+    return bool(re.fullmatch(r"(raysubmit_[A-Za-z0-9]+|redline-[a-z]+-[0-9a-f]{8,})", target))
+
+
+def client(address: str) -> Any:
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        return JobSubmissionClient(address)
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise RedlineError(f"cannot reach the Ray Jobs API at {address}: {first}") from None
+
+
+def _absolute_local_paths(data: dict[str, Any]) -> None:
+    """Relative local paths would resolve inside the job's temporary working directory: pin them."""
+    corpora = data.get("corpus")
+    for corpus in corpora if isinstance(corpora, list) else [corpora]:
+        if isinstance(corpus, dict) and isinstance(corpus.get("path"), str) and not storage.is_s3(corpus["path"]):
+            corpus["path"] = str(Path(corpus["path"]).expanduser().absolute())
+    out = data.get("output", "redline-runs")
+    if isinstance(out, str) and not storage.is_s3(out):
+        data["output"] = str(Path(out).expanduser().absolute())
+    for det in data.get("detectors") or []:
+        model = det.get("model") if isinstance(det, dict) else None
+        if isinstance(model, str) and Path(model).expanduser().exists():
+            det["model"] = str(Path(model).expanduser().absolute())
+
+
+def submit(pipeline: str, config_path: Path, address: str, sets: list[str]) -> str:
+    from redline.cluster.config import ScoreConfig, load_yaml, validate_config
+
+    data = load_yaml(config_path)
+    validate_config(ScoreConfig, data, source=str(config_path))  # fail here, not on the cluster
+    _absolute_local_paths(data)
+    jobs = client(address)
+    workdir = Path(tempfile.mkdtemp(prefix="redline-job-"))
+    try:
+        (workdir / "config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+        entrypoint = f"redline run {pipeline} --config config.yaml" + "".join(f" --set '{s}'" for s in sets)
+        job_id = f"redline-{pipeline}-{os.urandom(6).hex()}"
+        env = {k: v for k, v in os.environ.items() if k.startswith(("AWS_ENDPOINT_URL", "AWS_REGION", "HF_"))}
+        try:
+            return jobs.submit_job(entrypoint=entrypoint, submission_id=job_id,
+                                   runtime_env={"working_dir": str(workdir), "env_vars": env},
+                                   metadata={"redline_pipeline": pipeline, "config": str(config_path)})
+        except (ConnectionError, RuntimeError) as err:
+            raise RedlineError(f"job submission to {address} failed: {str(err).splitlines()[0]}") from None
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def job_info(job_id: str, address: str) -> dict[str, Any]:
+    jobs = client(address)
+    try:
+        info = jobs.get_job_info(job_id)
+    except RuntimeError as err:
+        raise RedlineError(f"no job {job_id} at {address}: {str(err).splitlines()[0]}") from None
+    return {"status": str(info.status.value if hasattr(info.status, "value") else info.status),
+            "message": info.message, "entrypoint": info.entrypoint}
+
+
+def job_logs(job_id: str, address: str) -> str:
+    jobs = client(address)
+    try:
+        return jobs.get_job_logs(job_id)
+    except RuntimeError as err:
+        raise RedlineError(f"no job {job_id} at {address}: {str(err).splitlines()[0]}") from None
+
+
+def follow(job_id: str, address: str, echo: Callable[[str], None], poll_s: float = 1.0) -> str:
+    """Stream a job's logs until it ends; returns its final status."""
+    jobs = client(address)
+
+    async def tail() -> None:
+        async for chunk in jobs.tail_job_logs(job_id):
+            echo(chunk)
+
+    try:
+        asyncio.run(tail())
+    except RuntimeError as err:
+        raise RedlineError(f"cannot follow job {job_id} at {address}: {str(err).splitlines()[0]}") from None
+    while True:
+        status = job_info(job_id, address)["status"]
+        if status in ("SUCCEEDED", "FAILED", "STOPPED"):
+            return status
+        time.sleep(poll_s)

@@ -1,0 +1,76 @@
+"""Where work runs: an embedded local Ray sized to the machine, or the cluster in RAY_ADDRESS."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from urllib.parse import urlparse
+
+from redline.errors import RedlineError
+
+log = logging.getLogger(__name__)
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """The TCP endpoint behind a Ray address, or None for `auto`/`local` (Ray resolves those)."""
+    if address in ("auto", "local"):
+        return None
+    default_port = 10001 if address.startswith("ray://") else 6379
+    parsed = urlparse(address if "://" in address else f"tcp://{address}")
+    if not parsed.hostname:
+        raise RedlineError(f"RAY_ADDRESS={address!r} is not a Ray address (expected host:port or ray://host:port)")
+    try:
+        port = parsed.port or default_port
+    except ValueError:
+        raise RedlineError(f"RAY_ADDRESS={address!r} has an invalid port") from None
+    return parsed.hostname, port
+
+
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    endpoint = _host_port(address)
+    if endpoint is None:
+        return
+    try:
+        with socket.create_connection(endpoint, timeout=timeout):
+            pass
+    except OSError as err:
+        raise RedlineError(f"cannot reach the Ray cluster at RAY_ADDRESS={address} ({err.strerror or err})") from None
+
+
+def quiet_data_context() -> None:
+    """Our own progress bars replace Ray Data's; user code errors are not retried blindly."""
+    import ray.data
+
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.enable_operator_progress_bars = False
+    ctx.print_on_execution_start = False
+    ctx.enable_auto_log_stats = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    # It warns, once, that the bars we just turned off are off.
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
+
+
+def ensure_ray(verbose: bool = False) -> None:
+    """Connect to RAY_ADDRESS if set, else start an embedded local Ray (once per process)."""
+    import ray
+
+    if ray.is_initialized():
+        quiet_data_context()
+        return
+    address = os.environ.get("RAY_ADDRESS")
+    level = logging.INFO if verbose else logging.WARNING
+    if address:
+        check_reachable(address)
+        log.info("connecting to Ray at %s", address)
+        try:
+            ray.init(address=address, logging_level=level, log_to_driver=verbose)
+        except (ConnectionError, TimeoutError, RuntimeError) as err:
+            raise RedlineError(f"cannot connect to the Ray cluster at RAY_ADDRESS={address}: {err}") from None
+    else:
+        cpus = os.cpu_count() or 1
+        log.info("starting an embedded local Ray with %d CPUs", cpus)
+        ray.init(num_cpus=cpus, include_dashboard=False, logging_level=level, log_to_driver=verbose,
+                 configure_logging=True)
+    quiet_data_context()

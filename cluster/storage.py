@@ -1,0 +1,212 @@
+"""Local paths and s3:// URIs behind one set of helpers; atomic writes; run directories and manifests.
+
+S3 goes through `pyarrow.fs.S3FileSystem` (the same filesystem Ray Data reads), with credentials,
+region and endpoint resolved by boto3 so that profiles, SSO, instance roles and `AWS_ENDPOINT_URL`
+(e.g. a MinIO or moto server) work the way AWS users expect.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import platform
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from redline.errors import RedlineError
+
+
+def is_s3(uri: str) -> bool:
+    return uri.startswith("s3://")
+
+
+def s3_filesystem() -> pafs.S3FileSystem:
+    import boto3
+
+    session = boto3.Session()
+    kwargs: dict[str, Any] = {"region": session.region_name or os.environ.get("AWS_REGION", "us-east-1")}
+    creds = session.get_credentials()
+    if creds is not None:
+        frozen = creds.get_frozen_credentials()
+        kwargs.update(access_key=frozen.access_key, secret_key=frozen.secret_key, session_token=frozen.token)
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        parsed = urlparse(endpoint)
+        kwargs.update(endpoint_override=parsed.netloc or parsed.path, scheme=parsed.scheme or "https")
+    # Fail fast on an unreachable endpoint instead of retrying for minutes.
+    kwargs.update(connect_timeout=5, request_timeout=30,
+                  retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=3))
+    return pafs.S3FileSystem(**kwargs)
+
+
+def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
+    """A URI or local path -> (filesystem, path inside it)."""
+    if is_s3(uri):
+        return s3_filesystem(), uri.removeprefix("s3://").rstrip("/")
+    return pafs.LocalFileSystem(), str(Path(uri).expanduser().absolute())
+
+
+def join(uri: str, *parts: str) -> str:
+    if is_s3(uri):
+        return "/".join([uri.rstrip("/"), *[p.strip("/") for p in parts]])
+    return str(Path(uri, *parts))
+
+
+def exists(uri: str) -> bool:
+    fs, path = resolve(uri)
+    try:
+        return fs.get_file_info(path).type != pafs.FileType.NotFound
+    except OSError as err:
+        raise RedlineError(f"cannot reach {uri}: {_one_line(err)}") from None
+
+
+def read_bytes(uri: str) -> bytes:
+    fs, path = resolve(uri)
+    try:
+        info = fs.get_file_info(path)
+        if info.type == pafs.FileType.NotFound:
+            raise RedlineError(f"file not found: {uri}")
+        if info.type == pafs.FileType.Directory:
+            raise RedlineError(f"expected a file but found a directory: {uri}")
+        with fs.open_input_stream(path) as f:
+            return f.read()
+    except OSError as err:
+        raise RedlineError(f"cannot read {uri}: {_one_line(err)}") from None
+
+
+def write_bytes(uri: str, data: bytes) -> None:
+    """Atomic: readers see the old file or the whole new one, never a partial write.
+
+    Locally: write a temporary sibling, then rename. On S3 an object appears only once its upload
+    completes, so writing the final key directly is already atomic.
+    """
+    fs, path = resolve(uri)
+    try:
+        if is_s3(uri):
+            with fs.open_output_stream(path) as f:
+                f.write(data)
+            return
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:8]}")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except OSError as err:
+        raise RedlineError(f"cannot write {uri}: {_one_line(err)}") from None
+
+
+def write_text(uri: str, text: str) -> None:
+    write_bytes(uri, text.encode("utf-8"))
+
+
+def write_json(uri: str, obj: Any) -> None:
+    write_text(uri, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def read_json(uri: str) -> Any:
+    return json.loads(read_bytes(uri))
+
+
+def write_parquet(table: pa.Table, uri: str) -> None:
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    write_bytes(uri, buf.getvalue())
+
+
+def read_parquet(uri: str) -> pa.Table:
+    return pq.read_table(io.BytesIO(read_bytes(uri)))
+
+
+def list_files(uri: str, suffix: str = "") -> list[str]:
+    """Final files directly under a directory (temporary files of interrupted writes are skipped)."""
+    fs, path = resolve(uri)
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    except OSError as err:
+        raise RedlineError(f"cannot list {uri}: {_one_line(err)}") from None
+    names = sorted(i.base_name for i in infos if i.type == pafs.FileType.File)
+    return [join(uri, n) for n in names if n.endswith(suffix) and not n.startswith(".")]
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
+
+
+# --------------------------------------------------------------------------------------------
+# Run directories
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for dist in ("redline", "ray", "torch", "transformers", "tokenizers", "pyarrow", "scikit-learn",
+                 "alt-profanity-check", "numpy", "openai", "boto3"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class RunDir:
+    """One run's directory: `manifest.json`, Parquet shards, and the report.
+
+    The manifest's `state` is `running` until every shard and the report are written, then
+    `complete`; a crashed run says `running` or `failed`, so partial output is never mistaken for
+    a finished run.
+    """
+
+    uri: str
+
+    @property
+    def manifest_uri(self) -> str:
+        return join(self.uri, "manifest.json")
+
+    def path(self, *parts: str) -> str:
+        return join(self.uri, *parts)
+
+    def manifest(self) -> dict[str, Any] | None:
+        if not exists(self.manifest_uri):
+            return None
+        return read_json(self.manifest_uri)
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        manifest["updated_at"] = now_iso()
+        write_json(self.manifest_uri, manifest)
+
+    def is_complete(self) -> bool:
+        m = self.manifest()
+        return bool(m and m.get("state") == "complete")
+
+
+class Stopwatch:
+    """Named wall-clock timings for the manifest."""
+
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+        self._t0 = time.perf_counter()
+
+    def lap(self, name: str) -> float:
+        now = time.perf_counter()
+        self.timings[name] = round(now - self._t0, 3)
+        self._t0 = now
+        return self.timings[name]

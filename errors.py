@@ -1,0 +1,21 @@
+"""The one exception type for mistakes a user can make (bad config, missing file, unknown name).
+
+The CLI prints it as a single line and exits with code 2; anything else is a bug and keeps its traceback.
+"""
+
+
+class RedlineError(Exception):
+    """A problem the user can fix: the message names it in one line."""
+
+
+def unwrap_user_error(err: BaseException) -> RedlineError | None:
+    """The RedlineError behind `err`, if any: Ray wraps exceptions raised inside actors and tasks."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        if isinstance(current, RedlineError):
+            return current
+        seen.add(id(current))
+        cause = getattr(current, "cause", None)
+        current = cause if isinstance(cause, BaseException) else (current.__cause__ or current.__context__)
+    return None

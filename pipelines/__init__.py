@@ -1,0 +1,1 @@
+"""How work flows: Ray Data graphs composed of actors, their schemas and reports."""

@@ -1,0 +1,263 @@
+"""Tables (Markdown, CSV, HTML) and plots for every pipeline's report."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import math
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from redline.cluster import storage
+from redline.pipelines.schema import STATUS_OK
+
+# Columns of the detector table, with how each is shown.
+METRIC_COLUMNS: list[tuple[str, str, str]] = [
+    ("detector", "detector", "s"),
+    ("dataset", "dataset", "s"),
+    ("n", "rows", "d"),
+    ("accuracy", "accuracy", ".3f"),
+    ("precision_toxic", "P toxic", ".3f"),
+    ("recall_toxic", "R toxic", ".3f"),
+    ("f1_toxic", "F1 toxic", ".3f"),
+    ("precision_benign", "P benign", ".3f"),
+    ("recall_benign", "R benign", ".3f"),
+    ("f1_benign", "F1 benign", ".3f"),
+    ("f1_macro", "F1 macro", ".3f"),
+    ("roc_auc", "ROC-AUC", ".3f"),
+    ("fnr", "FNR", ".3f"),
+    ("fpr", "FPR", ".3f"),
+    ("rows_per_s", "rows/s per actor", ",.0f"),
+    ("not_scored", "not scored", "d"),
+]
+
+
+def _safe_div(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def classification_metrics(y_true: np.ndarray, y_pred: np.ndarray, score: np.ndarray) -> dict[str, Any]:
+    """Binary metrics with toxic = positive class. FNR is the attack success rate on toxic rows."""
+    from sklearn.metrics import precision_recall_fscore_support, roc_auc_score
+
+    y_true = y_true.astype(int)
+    y_pred = y_pred.astype(int)
+    tp = int(((y_true == 1) & (y_pred == 1)).sum())
+    tn = int(((y_true == 0) & (y_pred == 0)).sum())
+    fp = int(((y_true == 0) & (y_pred == 1)).sum())
+    fn = int(((y_true == 1) & (y_pred == 0)).sum())
+    out: dict[str, Any] = {"n": int(len(y_true)), "tp": tp, "tn": tn, "fp": fp, "fn": fn,
+                           "accuracy": _safe_div(tp + tn, len(y_true)),
+                           "fnr": _safe_div(fn, fn + tp), "fpr": _safe_div(fp, fp + tn)}
+    if len(y_true):
+        p, r, f, _ = precision_recall_fscore_support(y_true, y_pred, labels=[0, 1], zero_division=0)
+        out.update(precision_benign=float(p[0]), recall_benign=float(r[0]), f1_benign=float(f[0]),
+                   precision_toxic=float(p[1]), recall_toxic=float(r[1]), f1_toxic=float(f[1]),
+                   f1_macro=float(np.mean(f)))
+    finite = np.isfinite(score)
+    out["roc_auc"] = (float(roc_auc_score(y_true[finite], score[finite]))
+                      if len(np.unique(y_true[finite])) == 2 else None)
+    return out
+
+
+def detector_metrics(predictions: pa.Table) -> list[dict[str, Any]]:
+    """One row per detector over all datasets, plus one per (detector, dataset) when there are several."""
+    rows = []
+    datasets = sorted(set(predictions.column("dataset").to_pylist()))
+    groups = [None] + (datasets if len(datasets) > 1 else [])
+    for name in dict.fromkeys(predictions.column("detector").to_pylist()):
+        det = predictions.filter(pc.equal(predictions.column("detector"), name))
+        for dataset in groups:
+            part = det if dataset is None else det.filter(pc.equal(det.column("dataset"), dataset))
+            ok = part.filter(pc.equal(part.column("status"), STATUS_OK))
+            labelled = ok.filter(pc.is_valid(ok.column("label")))
+            y_true = labelled.column("label").to_numpy(zero_copy_only=False)
+            y_pred = labelled.column("pred_toxic").to_numpy(zero_copy_only=False)
+            score = labelled.column("toxic_score").to_numpy(zero_copy_only=False).astype(float)
+            row: dict[str, Any] = {"detector": name, "dataset": dataset or "all"}
+            row.update(classification_metrics(y_true, y_pred, score))
+            busy = pc.sum(ok.column("seconds")).as_py() or 0.0
+            row["rows_per_s"] = _safe_div(ok.num_rows, busy)
+            row["not_scored"] = part.num_rows - ok.num_rows
+            row["unlabelled"] = ok.num_rows - labelled.num_rows
+            rows.append(row)
+    return rows
+
+
+def format_value(value: Any, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return format(value, fmt)
+
+
+def markdown_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> str:
+    head = "| " + " | ".join(title for _, title, _ in columns) + " |"
+    rule = "|" + "|".join("---" if fmt == "s" else "---:" for _, _, fmt in columns) + "|"
+    body = ["| " + " | ".join(format_value(r.get(k), f) for k, _, f in columns) + " |" for r in rows]
+    return "\n".join([head, rule, *body])
+
+
+def html_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> str:
+    head = "".join(f"<th>{html.escape(t)}</th>" for _, t, _ in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td class='{'txt' if f == 's' else 'num'}'>{html.escape(format_value(r.get(k), f))}</td>"
+                         for k, _, f in columns) + "</tr>"
+        for r in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def csv_text(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    writer = csv.DictWriter(buf, fieldnames=keys)
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def png_bytes(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def plot_roc(predictions: pa.Table) -> bytes | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.metrics import roc_curve
+
+    fig, ax = plt.subplots(figsize=(5.2, 4.4))
+    drawn = False
+    for name in dict.fromkeys(predictions.column("detector").to_pylist()):
+        det = predictions.filter(pc.and_(pc.equal(predictions.column("detector"), name),
+                                         pc.equal(predictions.column("status"), STATUS_OK)))
+        det = det.filter(pc.is_valid(det.column("label")))
+        y = det.column("label").to_numpy(zero_copy_only=False)
+        s = det.column("toxic_score").to_numpy(zero_copy_only=False).astype(float)
+        if len(np.unique(y)) < 2:
+            continue
+        fpr, tpr, _ = roc_curve(y, s)
+        ax.plot(fpr, tpr, label=name)
+        drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
+    ax.set(xlabel="false positive rate", ylabel="true positive rate", title="ROC per detector")
+    ax.legend(loc="lower right", fontsize=8)
+    data = png_bytes(fig)
+    plt.close(fig)
+    return data
+
+
+def plot_rates(metrics: list[dict[str, Any]]) -> bytes | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    overall = [m for m in metrics if m["dataset"] == "all"]
+    if not overall:
+        return None
+    keys = [("f1_macro", "F1 macro"), ("fnr", "FNR (toxic missed)"), ("fpr", "FPR (benign flagged)")]
+    x = np.arange(len(overall))
+    width = 0.8 / len(keys)
+    fig, ax = plt.subplots(figsize=(max(5.2, 1.6 * len(overall) + 2), 4.0))
+    for j, (key, title) in enumerate(keys):
+        ax.bar(x + j * width - 0.4 + width / 2, [m.get(key) or 0 for m in overall], width, label=title)
+    ax.set_xticks(x, [m["detector"] for m in overall], rotation=15)
+    ax.set(ylim=(0, 1), ylabel="rate", title="Detector quality")
+    ax.legend(fontsize=8)
+    data = png_bytes(fig)
+    plt.close(fig)
+    return data
+
+
+def example_errors(predictions: pa.Table, per_detector: int = 5) -> list[dict[str, Any]]:
+    """A few missed toxic rows (false negatives) per detector, highest-confidence misses first."""
+    out = []
+    for name in dict.fromkeys(predictions.column("detector").to_pylist()):
+        det = predictions.filter(pc.equal(predictions.column("detector"), name))
+        miss = det.filter(pc.and_(pc.equal(det.column("label"), 1), pc.equal(det.column("pred_toxic"), False)))
+        miss = miss.sort_by([("toxic_score", "ascending")]).slice(0, per_detector)
+        for r in miss.select(["id", "text", "toxic_score"]).to_pylist():
+            text = r["text"] if len(r["text"]) <= 160 else r["text"][:157] + "..."
+            out.append({"detector": name, "id": r["id"], "toxic_score": r["toxic_score"], "text": text})
+    return out
+
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1200px;color:#222}
+h1{font-size:1.5rem} h2{font-size:1.15rem;margin-top:2rem}
+table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0}
+th,td{border:1px solid #ddd;padding:.3rem .55rem} th{background:#f4f4f6;text-align:left}
+td.num{text-align:right;font-variant-numeric:tabular-nums} tbody tr:nth-child(even){background:#fafafa}
+.meta{color:#555;font-size:.85rem} img{max-width:100%;margin:.5rem 1rem .5rem 0;border:1px solid #eee}
+"""
+
+
+def html_page(title: str, sections: list[tuple[str, str]], meta: str) -> str:
+    body = "".join(f"<h2>{html.escape(h)}</h2>{content}" for h, content in sections)
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"
+            f"<p class='meta'>{meta}</p>{body}</body></html>\n")
+
+
+def img_tag(png: bytes, alt: str) -> str:
+    return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
+
+
+def counts_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    counts = manifest.get("counts", {})
+    rows = [{"what": "rows in", "n": counts.get("rows_in")},
+            {"what": "  toxic / benign / unlabelled",
+             "n": f"{counts.get('toxic')} / {counts.get('benign')} / {counts.get('unlabelled')}"}]
+    rows += [{"what": f"  rejected: {reason}", "n": n} for reason, n in counts.get("rejected", {}).items()]
+    rows.append({"what": "rows out (one per row and detector)", "n": counts.get("rows_out")})
+    for name, det in counts.get("per_detector", {}).items():
+        rows.append({"what": f"  {name}: scored", "n": det["scored"]})
+        rows += [{"what": f"  {name}: {why}", "n": n} for why, n in det["not_scored"].items()]
+    return rows
+
+
+def write_score_report(run: storage.RunDir, predictions: pa.Table, metrics: list[dict[str, Any]],
+                       manifest: dict[str, Any]) -> None:
+    columns = METRIC_COLUMNS if any(m["dataset"] != "all" for m in metrics) else \
+        [c for c in METRIC_COLUMNS if c[0] != "dataset"]
+    count_cols = [("what", "", "s"), ("n", "count", "s")]
+    counts = [{"what": r["what"], "n": str(r["n"])} for r in counts_rows(manifest)]
+    errors = example_errors(predictions)
+    error_cols = [("detector", "detector", "s"), ("id", "id", "s"), ("toxic_score", "score", ".3f"), ("text", "text", "s")]
+    roc, rates = plot_roc(predictions), plot_rates(metrics)
+    plots = [(name, png) for name, png in (("roc.png", roc), ("rates.png", rates)) if png]
+    for name, png in plots:
+        storage.write_bytes(run.path("plots", name), png)
+
+    meta = (f"run {html.escape(run.uri)} · config {manifest.get('config_hash')} · "
+            f"redline {manifest.get('versions', {}).get('redline', '?')} · ray {manifest.get('versions', {}).get('ray', '?')}")
+    title = "redline score report"
+    md = [f"# {title}", "", f"Run: `{run.uri}` (config {manifest.get('config_hash')})", "",
+          "## Detectors", "", "Toxic is the positive class. FNR = toxic rows predicted benign "
+          "(the attack success rate on adversarial toxic rows); FPR = benign rows predicted toxic.", "",
+          markdown_table(metrics, columns), "", "## Rows", "", markdown_table(counts, count_cols), ""]
+    if errors:
+        md += ["## Missed toxic rows (lowest scores first)", "", markdown_table(errors, error_cols), ""]
+    md += [f"![{name}](plots/{name})" for name, _ in plots]
+    storage.write_text(run.path("report.md"), "\n".join(md) + "\n")
+    storage.write_text(run.path("metrics.csv"), csv_text(metrics))
+    storage.write_json(run.path("metrics.json"), metrics)
+    sections = [("Detectors", "<p>Toxic is the positive class. FNR = toxic rows predicted benign; "
+                              "FPR = benign rows predicted toxic.</p>" + html_table(metrics, columns)),
+                ("Plots", "".join(img_tag(png, name) for name, png in plots)),
+                ("Rows", html_table(counts, count_cols))]
+    if errors:
+        sections.append(("Missed toxic rows (lowest scores first)", html_table(errors, error_cols)))
+    storage.write_text(run.path("report.html"), html_page(title, sections, meta))

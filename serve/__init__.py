@@ -1,0 +1,1 @@
+"""Ray Serve apps wrapping the same actor classes the pipelines use."""
