@@ -265,7 +265,7 @@ def hf_decision_rule(hf_config: Any, config: DetectorConfig, options: HFOptions)
         toxic = (False, True)
     else:
         toxic = tuple(label.lower() not in BENIGN_LABEL_NAMES for label in labels)
-        if all(toxic):
+        if all(toxic) and not multi_label:  # a softmax model needs a benign class
             raise RedlineError(
                 f"cannot tell which labels of {options.model} mean toxic (labels: {list(labels)}); set toxic_labels"
             )

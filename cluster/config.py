@@ -96,7 +96,10 @@ class DetectorConfig(BaseModel):
     def _check_kind_options(self) -> "DetectorConfig":
         from redline.actors.registry import detector_class
 
-        cls = detector_class(self.kind)
+        try:
+            cls = detector_class(self.kind)
+        except RedlineError as err:
+            raise ValueError(str(err)) from None
         extra = dict(self.model_extra or {})
         try:
             cls.Options.model_validate(extra)

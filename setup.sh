@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Creates ./.venv with redline installed (editable); `--test` adds the test tools.
+# Idempotent: reinstalls only when pyproject.toml changed. Needs Python 3.11+ and nothing else.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+extras=""
+[ "${1:-}" = "--test" ] && extras="[test]"
+
+python=${PYTHON:-}
+if [ -z "$python" ]; then
+  for candidate in python3.11 python3.12 python3; do
+    if command -v "$candidate" >/dev/null 2>&1; then python=$candidate; break; fi
+  done
+fi
+if [ -z "$python" ] || ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "setup.sh: Python 3.11 or newer is required (set PYTHON=/path/to/python3.11)" >&2
+  exit 2
+fi
+if ! "$python" -c 'import venv, ensurepip' 2>/dev/null; then
+  echo "setup.sh: the venv module is missing; on Debian/Ubuntu: apt-get install python3-venv" >&2
+  exit 2
+fi
+
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+stamp=".venv/.redline-setup-$(sha256sum < pyproject.toml | cut -c1-16)"
+if [ -f "$stamp-test" ] || { [ -z "$extras" ] && [ -f "$stamp" ]; }; then
+  exit 0
+fi
+echo "setup.sh: installing redline$extras into .venv (first time: a few minutes)" >&2
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".$extras"
+rm -f .venv/.redline-setup-*
+touch "$stamp${extras:+-test}"

@@ -1,0 +1,143 @@
+"""Shared fixtures: one local Ray per session, tiny models built once, a real moto S3 server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+# Before anything imports ray: token auth costs seconds per init and is pointless on loopback.
+os.environ["RAY_AUTH_MODE"] = "disabled"
+os.environ["REDLINE_PROGRESS"] = "0"
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+DAVIDSON = SHARED_DATA / "offensive_tweet" / "labeled_data.csv"
+DIASAFETY_VAL = SHARED_DATA / "diasafety" / "val.json"
+VENV_BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, timeout: float = 60.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
+
+
+@pytest.fixture(scope="session")
+def davidson() -> Path:
+    if not DAVIDSON.is_file():
+        pytest.skip(f"shared data not found: {DAVIDSON}")
+    return DAVIDSON
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    import ray
+
+    from redline.cluster.runtime import quiet_data_context
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024**2,
+                 logging_level="WARNING", log_to_driver=False)
+    quiet_data_context()
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def sample_rows() -> list[dict]:
+    from redline.cluster.config import CorpusConfig
+    from redline.pipelines.corpora import read_corpus
+    from redline.pipelines.quickstart import sample_path
+
+    table = read_corpus(CorpusConfig(path=str(sample_path("toxic_sample_train.csv")), text_column="text",
+                                     label_column="label", toxic_values=["toxic"], split="train"))
+    return [r for r in table.to_pylist() if r["status"] == "ok"]
+
+
+@pytest.fixture(scope="session")
+def tiny_binary_model(tmp_path_factory, sample_rows) -> Path:
+    """A binary benign/toxic tiny BERT, built by the same builder the quickstart uses."""
+    from redline.actors.tiny_models import build_tiny_classifier
+
+    out = tmp_path_factory.mktemp("models") / "tiny-binary"
+    return build_tiny_classifier([r["text"] for r in sample_rows], [r["label"] for r in sample_rows], out,
+                                 epochs=25, hidden_size=32, num_layers=1, vocab_size=600)
+
+
+@pytest.fixture(scope="session")
+def tiny_multiclass_model(tmp_path_factory, sample_rows) -> Path:
+    """Three Davidson-style classes: hate / offensive / neither."""
+    from redline.actors.tiny_models import build_tiny_classifier
+
+    labels = [(1 if "idiot" in r["text"] else 0) if r["label"] == 1 else 2 for r in sample_rows]
+    out = tmp_path_factory.mktemp("models") / "tiny-multiclass"
+    return build_tiny_classifier([r["text"] for r in sample_rows], labels, out,
+                                 label_names=("hate", "offensive", "neither"), epochs=3, hidden_size=32, num_layers=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_multilabel_model(tmp_path_factory, sample_rows) -> Path:
+    """Jigsaw-style sigmoid labels: toxic, insult."""
+    from redline.actors.tiny_models import build_tiny_classifier
+
+    labels = [[r["label"], int(r["label"] == 1 and "you" in r["text"])] for r in sample_rows]
+    out = tmp_path_factory.mktemp("models") / "tiny-multilabel"
+    return build_tiny_classifier([r["text"] for r in sample_rows], labels, out, label_names=("toxic", "insult"),
+                                 multi_label=True, epochs=3, hidden_size=32, num_layers=1)
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint():
+    """A real S3-compatible server (moto in server mode) on 127.0.0.1."""
+    exe = shutil.which("moto_server", path=str(VENV_BIN)) or shutil.which("moto_server")
+    if exe is None:
+        pytest.fail("moto_server not installed (pip install 'moto[server]')")
+    port = free_port()
+    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, timeout=30)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def s3_env(moto_endpoint, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    return moto_endpoint
+
+
+def write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    return path

@@ -1,0 +1,149 @@
+"""Detectors: decision rules, each kind, HF models of every label shape, and failure isolation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from redline.actors.detectors import DecisionRule, DetectionWorker, build_detector
+from redline.cluster.config import DetectorConfig
+from redline.errors import RedlineError
+
+TEXTS = ["you are a stupid idiot", "have a lovely day", "fuck off loser", "the library opens at nine"]
+
+
+def det(**kw) -> DetectorConfig:
+    return DetectorConfig.model_validate({"name": "d", **kw})
+
+
+def test_binary_rule_thresholds_the_single_probability():
+    rule = DecisionRule(labels=("offensive",), toxic=(True,), multi_label=False, threshold=0.7)
+    score, toxic = rule.decide(np.array([[0.69], [0.7], [0.1]]))
+    assert score.tolist() == pytest.approx([0.69, 0.7, 0.1]) and toxic.tolist() == [False, True, False]
+
+
+def test_multilabel_rule_any_toxic_label_over_its_threshold():
+    rule = DecisionRule(labels=("toxic", "insult", "neutral"), toxic=(True, True, False), multi_label=True,
+                        threshold={"toxic": 0.5, "insult": 0.9})
+    score, toxic = rule.decide(np.array([[0.4, 0.8, 0.99], [0.6, 0.1, 0.0], [0.1, 0.95, 0.0]]))
+    assert score.tolist() == pytest.approx([0.8, 0.6, 0.95])
+    assert toxic.tolist() == [False, True, True]  # the neutral label never makes a row toxic
+
+
+def test_multiclass_rule_argmax_by_default_and_score_on_request():
+    probs = np.array([[0.3, 0.3, 0.4], [0.1, 0.6, 0.3], [0.45, 0.05, 0.5]])
+    argmax = DecisionRule(labels=("hate", "offensive", "neither"), toxic=(True, True, False), multi_label=False)
+    score, toxic = argmax.decide(probs)
+    assert score.tolist() == pytest.approx([0.6, 0.7, 0.5])
+    assert toxic.tolist() == [False, True, False]  # top class decides, even when toxic mass is 0.6
+    by_score = DecisionRule(labels=argmax.labels, toxic=argmax.toxic, multi_label=False, rule="score")
+    assert by_score.decide(probs)[1].tolist() == [True, True, True]
+
+
+def test_rule_rejects_configs_without_a_toxic_label_or_with_unknown_thresholds():
+    with pytest.raises(RedlineError, match="no toxic label"):
+        DecisionRule(labels=("a", "b"), toxic=(False, False), multi_label=False)
+    with pytest.raises(RedlineError, match="unknown labels"):
+        DecisionRule(labels=("a",), toxic=(True,), multi_label=True, threshold={"zzz": 0.1})
+
+
+def test_profanity_check_matches_the_package_and_is_a_real_victim():
+    from profanity_check import predict_prob
+
+    d = build_detector(det(kind="profanity-check"))
+    probs, score, toxic = d.detect(TEXTS)
+    assert probs.shape == (4, 1)
+    np.testing.assert_allclose(score, predict_prob(TEXTS), rtol=1e-5)
+    assert toxic.tolist() == [True, False, True, False]
+
+
+def test_keywords_match_whole_words_and_regexes(tmp_path):
+    words = tmp_path / "words.txt"
+    words.write_text("# my list\nidiot\n\nf+u+ck\n")
+    d = build_detector(det(kind="keywords", patterns=["loser"], patterns_file=str(words)))
+    _, score, toxic = d.detect(["you IDIOT", "idiotic plan", "fuuuck", "sore loser", "losers"])
+    assert toxic.tolist() == [True, False, True, True, False]
+    with pytest.raises(RedlineError, match="invalid regular expression"):
+        build_detector(det(kind="keywords", patterns=["(unclosed"]))
+    with pytest.raises(RedlineError, match="needs `patterns`"):
+        build_detector(det(kind="keywords"))
+
+
+def test_hf_binary_tiny_model_loads_by_directory_and_learns(tiny_binary_model):
+    d = build_detector(det(kind="hf", model=str(tiny_binary_model), batch_size=2))
+    assert d.rule.labels == ("benign", "toxic") and d.rule.toxic == (False, True)
+    probs, score, toxic = d.detect(TEXTS)
+    assert probs.shape == (4, 2)
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
+    assert score[0] > score[1] and score[2] > score[3]
+
+
+def test_hf_batching_and_length_sorting_do_not_change_results(tiny_binary_model):
+    texts = TEXTS * 5 + ["a much longer sentence that pads the batch " * 4]
+    one = build_detector(det(kind="hf", model=str(tiny_binary_model), batch_size=1)).predict_proba(texts)
+    many = build_detector(det(kind="hf", model=str(tiny_binary_model), batch_size=64)).predict_proba(texts)
+    np.testing.assert_allclose(one, many, atol=1e-5)
+
+
+def test_hf_multiclass_uses_argmax_over_named_labels(tiny_multiclass_model):
+    d = build_detector(det(kind="hf", model=str(tiny_multiclass_model)))
+    assert d.rule.labels == ("hate", "offensive", "neither") and d.rule.toxic == (True, True, False)
+    assert d.rule.effective_rule == "argmax" and not d.rule.multi_label
+    probs, score, toxic = d.detect(TEXTS)
+    assert probs.shape == (4, 3)
+    np.testing.assert_allclose(score, probs[:, 0] + probs[:, 1], rtol=1e-5)
+    np.testing.assert_array_equal(toxic, probs.argmax(axis=1) != 2)
+
+
+def test_hf_multilabel_uses_sigmoid_per_label(tiny_multilabel_model):
+    d = build_detector(det(kind="hf", model=str(tiny_multilabel_model), threshold={"toxic": 0.5, "insult": 0.99}))
+    assert d.rule.multi_label
+    probs, score, toxic = d.detect(TEXTS)
+    assert probs.shape == (4, 2) and not np.allclose(probs.sum(axis=1), 1.0)
+    np.testing.assert_allclose(score, probs.max(axis=1), rtol=1e-6)
+    np.testing.assert_array_equal(toxic, (probs[:, 0] >= 0.5) | (probs[:, 1] >= 0.99))
+
+
+def test_hf_toxic_labels_choose_which_classes_count(tiny_multiclass_model):
+    d = build_detector(det(kind="hf", model=str(tiny_multiclass_model), toxic_labels=["hate"], rule="score"))
+    probs, score, _ = d.detect(TEXTS)
+    np.testing.assert_allclose(score, probs[:, 0], rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "model, message",
+    [("/no/such/model-dir", "model directory does not exist: /no/such/model-dir"),
+     ("./also-missing", "model directory does not exist")],
+)
+def test_hf_missing_model_directory_fails_preflight(model, message):
+    from redline.actors.detectors import HFDetector
+
+    with pytest.raises(RedlineError, match=message):
+        HFDetector.preflight(det(kind="hf", model=model))
+
+
+def test_hf_directory_without_config_and_unknown_toxic_label(tmp_path, tiny_binary_model):
+    from redline.actors.detectors import HFDetector
+
+    with pytest.raises(RedlineError, match="has no config.json"):
+        HFDetector.preflight(det(kind="hf", model=str(tmp_path)))
+    with pytest.raises(RedlineError, match=r"toxic_labels \['rude'\] are not labels"):
+        HFDetector.preflight(det(kind="hf", model=str(tiny_binary_model), toxic_labels=["rude"]))
+
+
+def test_worker_isolates_rows_that_make_a_batch_fail(monkeypatch):
+    worker = DetectionWorker({"name": "p", "kind": "profanity-check"})
+    real = worker.detector.predict_proba
+
+    def flaky(texts):
+        if any("boom" in t for t in texts):
+            raise ValueError("cannot score boom")
+        return real(texts)
+
+    monkeypatch.setattr(worker.detector, "predict_proba", flaky)
+    batch = {"id": np.array(["a", "b", "c"], dtype=object), "shard": np.array([0, 0, 0]),
+             "text": np.array(["fuck you", "boom", "nice day"], dtype=object)}
+    out = worker(batch).to_pylist()
+    assert [r["det_status"] for r in out] == ["ok", "error", "ok"]
+    assert out[1]["det_reason"] == "ValueError: cannot score boom" and out[1]["probs"] is None
+    assert out[0]["pred_toxic"] is True and out[2]["pred_toxic"] is False

@@ -1,0 +1,224 @@
+"""The score pipeline end to end on a real local Ray: outputs, counts, reports, resume, S3."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import write_csv
+from redline.cluster import storage
+from redline.cluster.config import ScoreConfig, config_hash, validate_config
+from redline.errors import RedlineError
+from redline.pipelines.schema import PREDICTION_SCHEMA
+from redline.pipelines.score import run_score
+
+
+def make_config(corpus: dict, detectors: list[dict], output: str, **kw) -> ScoreConfig:
+    return validate_config(ScoreConfig, {"corpus": corpus, "detectors": detectors, "output": output, **kw})
+
+
+def read_predictions(run_uri: str) -> pa.Table:
+    return pa.concat_tables([storage.read_parquet(p) for p in storage.list_files(storage.join(run_uri, "predictions"), ".parquet")])
+
+
+def assert_counts_add_up(manifest: dict, n_detectors: int) -> None:
+    counts = manifest["counts"]
+    assert counts["rows_in"] == counts["scorable"] + sum(counts["rejected"].values())
+    assert counts["rows_in"] == counts["toxic"] + counts["benign"] + counts["unlabelled"]
+    assert counts["rows_out"] == counts["rows_in"] * n_detectors
+    for det in counts["per_detector"].values():
+        assert det["scored"] + sum(det["not_scored"].values()) == counts["rows_in"]
+
+
+@pytest.fixture(scope="module")
+def davidson_run(ray_session, davidson, tiny_binary_model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs")
+    cfg = make_config(
+        {"path": str(davidson), "preset": "davidson", "limit": 600, "seed": 3},
+        [{"name": "profanity-check", "kind": "profanity-check", "actors": 2, "num_cpus": 0.25, "batch_size": 100},
+         {"name": "tiny", "kind": "hf", "model": str(tiny_binary_model), "actors": 2, "num_cpus": 0.25, "batch_size": 32}],
+        str(out), shard_size=150,
+    )
+    return cfg, run_score(cfg)
+
+
+def test_run_directory_holds_shards_manifest_and_report(davidson_run):
+    cfg, result = davidson_run
+    run = Path(result.run_uri)
+    assert run.name.startswith("score-")
+    assert sorted(p.name for p in (run / "predictions").iterdir()) == [f"part-{i:05d}.parquet" for i in range(4)]
+    for name in ("manifest.json", "report.md", "report.html", "metrics.csv", "metrics.json", "plots/roc.png"):
+        assert (run / name).is_file(), name
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["state"] == "complete" and manifest["config_hash"] == config_hash(cfg)
+    assert manifest["versions"]["ray"] and manifest["timings"]["score_s"] > 0
+    assert_counts_add_up(manifest, 2)
+    html = (run / "report.html").read_text()
+    assert "data:image/png;base64," in html and "profanity-check" in html and "tiny" in html
+
+
+def test_every_row_is_scored_once_per_detector_with_the_schema(davidson_run):
+    _, result = davidson_run
+    preds = read_predictions(result.run_uri)
+    assert preds.schema == PREDICTION_SCHEMA
+    keys = Counter(zip(preds.column("id").to_pylist(), preds.column("detector").to_pylist()))
+    assert len(keys) == 1200 and set(keys.values()) == {1}
+
+
+def test_pipeline_scores_equal_the_detector_called_directly(davidson_run):
+    from redline.actors.detectors import build_detector
+    from redline.cluster.config import DetectorConfig
+
+    cfg, result = davidson_run
+    preds = read_predictions(result.run_uri).to_pandas()
+    for det_cfg in cfg.detectors:
+        rows = preds[preds.detector == det_cfg.name].sort_values("id")
+        direct = build_detector(DetectorConfig.model_validate(det_cfg.model_dump()))
+        _, score, toxic = direct.detect(rows.text.tolist())
+        np.testing.assert_allclose(rows.toxic_score.to_numpy(), score, atol=1e-5)
+        assert rows.pred_toxic.tolist() == toxic.tolist()
+
+
+def test_reported_metrics_match_a_recount(davidson_run):
+    from sklearn.metrics import f1_score, roc_auc_score
+
+    _, result = davidson_run
+    preds = read_predictions(result.run_uri).to_pandas()
+    for m in result.metrics:
+        rows = preds[preds.detector == m["detector"]]
+        y, p = rows.label.astype(int), rows.pred_toxic.astype(int)
+        assert m["n"] == 600
+        assert m["f1_macro"] == pytest.approx(f1_score(y, p, average="macro"))
+        assert m["roc_auc"] == pytest.approx(roc_auc_score(y, rows.toxic_score))
+        assert m["fnr"] == pytest.approx(((y == 1) & (p == 0)).sum() / (y == 1).sum())
+        assert m["fpr"] == pytest.approx(((y == 0) & (p == 1)).sum() / (y == 0).sum())
+        assert m["rows_per_s"] > 0
+
+
+def test_same_config_reuses_the_finished_run(davidson_run):
+    cfg, result = davidson_run
+    again = run_score(cfg)
+    assert again.reused and again.run_uri == result.run_uri
+
+
+def test_interrupted_run_resumes_only_missing_shards(ray_session, tmp_path, davidson):
+    cfg = make_config({"path": str(davidson), "preset": "davidson", "limit": 200},
+                      [{"name": "p", "kind": "profanity-check", "num_cpus": 0.25}], str(tmp_path), shard_size=50)
+    first = run_score(cfg)
+    run = Path(first.run_uri)
+    before = pq.read_table(run / "predictions" / "part-00002.parquet")
+    # Make it look like a crash after three of four shards: state running, one shard missing.
+    (run / "predictions" / "part-00002.parquet").unlink()
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["state"] = "running"
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    second = run_score(cfg)
+    assert not second.reused and second.manifest["resumed_shards"] == 3 and second.manifest["attempts"] == 2
+    after = pq.read_table(run / "predictions" / "part-00002.parquet")
+    assert after.drop_columns(["seconds"]).equals(before.drop_columns(["seconds"]))
+    assert read_predictions(second.run_uri).num_rows == 200
+
+
+def test_rows_that_cannot_be_scored_stay_in_the_output(ray_session, tmp_path):
+    path = write_csv(tmp_path / "c.csv", ["text", "label"],
+                     [["you idiot", 1], ["", 0], ["x" * 1_000_000, 1], ["lovely weather", 0]])
+    cfg = make_config({"path": str(path), "text_column": "text", "label_column": "label", "toxic_values": [1]},
+                      [{"name": "kw", "kind": "keywords", "patterns": ["idiot"], "num_cpus": 0.25}], str(tmp_path / "runs"))
+    result = run_score(cfg)
+    rows = {r["source_row"]: r for r in read_predictions(result.run_uri).to_pylist()}
+    assert len(rows) == 4
+    assert rows[0]["pred_toxic"] is True and rows[3]["pred_toxic"] is False
+    assert rows[1]["status"] == "rejected" and rows[1]["reason"] == "empty text" and rows[1]["toxic_score"] is None
+    assert rows[2]["status"] == "rejected" and "max_chars" in rows[2]["reason"]
+    assert result.manifest["counts"]["rejected"] == {"empty text": 1, "text longer than corpus.max_chars=20000": 1}
+    assert_counts_add_up(result.manifest, 1)
+
+
+def test_failed_run_is_marked_failed_not_complete(ray_session, tmp_path):
+    empty = tmp_path / "empty.csv"
+    empty.write_text("text,label\n")
+    cfg = make_config({"path": str(empty), "text_column": "text", "label_column": "label", "toxic_values": [1]},
+                      [{"name": "p", "kind": "profanity-check"}], str(tmp_path / "runs"), run_name="r")
+    with pytest.raises(RedlineError, match="no rows"):
+        run_score(cfg)
+    manifest = json.loads((tmp_path / "runs" / "r" / "manifest.json").read_text())
+    assert manifest["state"] == "failed" and "no rows" in manifest["error"]
+    assert not (tmp_path / "runs" / "r" / "report.html").exists()
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_without_losing_or_duplicating_rows(ray_session, tmp_path, davidson, tiny_binary_model):
+    """kill -9 the driver mid-run, rerun the same command: every row exactly once per detector."""
+    import yaml
+
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "corpus": {"path": str(davidson), "preset": "davidson"},
+        "detectors": [{"name": "tiny", "kind": "hf", "model": str(tiny_binary_model), "batch_size": 16,
+                       "num_cpus": 0.5},
+                      {"name": "p", "kind": "profanity-check", "num_cpus": 0.25}],
+        "output": str(tmp_path / "runs"), "run_name": "killme", "shard_size": 500,
+    }))
+    env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
+    cmd = [sys.executable, "-m", "redline", "run", "score", "--config", str(config)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    parts = tmp_path / "runs" / "killme" / "predictions"
+    deadline = time.time() + 180
+    while time.time() < deadline and len(list(parts.glob("part-*.parquet"))) < 3:
+        assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
+        time.sleep(0.2)
+    written = len(list(parts.glob("part-*.parquet")))
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    total_shards = -(-24783 // 500)
+    assert 3 <= written < total_shards, "the run finished before it could be killed"
+    manifest = json.loads((tmp_path / "runs" / "killme" / "manifest.json").read_text())
+    assert manifest["state"] == "running"
+
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    manifest = json.loads((tmp_path / "runs" / "killme" / "manifest.json").read_text())
+    assert manifest["state"] == "complete" and manifest["resumed_shards"] >= written
+    preds = read_predictions(str(tmp_path / "runs" / "killme"))
+    keys = Counter(zip(preds.column("id").to_pylist(), preds.column("detector").to_pylist()))
+    assert len(keys) == 2 * 24783 and set(keys.values()) == {1}
+
+
+def test_s3_corpus_and_output_on_a_real_s3_server(ray_session, s3_env, tmp_path):
+    import boto3
+
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="redline-test")
+    local = write_csv(tmp_path / "c.csv", ["text", "label"],
+                      [["you are a moron", 1], ["see you at lunch", 0], ["shut up idiot", 1], ["", 0]])
+    s3.upload_file(str(local), "redline-test", "corpora/c.csv")
+    cfg = make_config({"path": "s3://redline-test/corpora/c.csv", "text_column": "text", "label_column": "label",
+                       "toxic_values": [1]},
+                      [{"name": "p", "kind": "profanity-check", "num_cpus": 0.25}], "s3://redline-test/runs", run_name="s3run")
+    result = run_score(cfg)
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket="redline-test", Prefix="runs/s3run/")["Contents"]}
+    assert {"runs/s3run/manifest.json", "runs/s3run/report.html", "runs/s3run/predictions/part-00000.parquet",
+            "runs/s3run/input/part-00000.parquet", "runs/s3run/plots/roc.png"} <= keys
+    manifest = json.loads(s3.get_object(Bucket="redline-test", Key="runs/s3run/manifest.json")["Body"].read())
+    assert manifest["state"] == "complete" and manifest["counts"]["rows_out"] == 4
+    assert_counts_add_up(manifest, 1)
+    assert run_score(cfg).reused  # the finished run is found on S3 too
+
+
+def test_unreachable_s3_endpoint_is_one_clear_error(monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    with pytest.raises(RedlineError, match=r"cannot read s3://bucket/c.csv"):
+        storage.read_bytes("s3://bucket/c.csv")
