@@ -230,7 +230,9 @@ class HFOptions(BaseModel):
 
 
 def _looks_like_path(model: str) -> bool:
-    return model.startswith(("/", "./", "../", "~")) or Path(model).expanduser().exists()
+    # Hub ids are `name` or `namespace/name`; anything with more slashes can only be a directory.
+    return (model.startswith(("/", "./", "../", "~")) or model.count("/") > 1
+            or Path(model).expanduser().exists())
 
 
 def _load_hf_config(options: HFOptions) -> Any:

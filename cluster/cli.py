@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
-import click
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from redline.errors import RedlineError, unwrap_user_error
@@ -304,13 +304,17 @@ def logs(
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one line and exit code 2 for user mistakes, a traceback only for bugs."""
     try:
-        app(args=argv, prog_name="redline", standalone_mode=False)
-    except click.exceptions.Exit as exit_:
+        result = app(args=argv, prog_name="redline", standalone_mode=False)
+    except typer.Exit as exit_:
         return exit_.exit_code
-    except click.ClickException as err:
-        err.show(file=sys.stderr)
-        return 2
-    except click.exceptions.Abort:
+    except typer.TyperException as err:  # usage errors: unknown command, missing option, bad value
+        show = getattr(err, "show", None)
+        if show is not None:
+            show(file=sys.stderr)
+        else:
+            err_console.print(f"error: {err}")
+        return int(getattr(err, "exit_code", 2) or 2)
+    except typer.Abort:
         err_console.print("aborted")
         return 130
     except KeyboardInterrupt:
@@ -320,9 +324,14 @@ def main(argv: list[str] | None = None) -> int:
         user = unwrap_user_error(err)
         if user is None:
             raise
-        err_console.print(f"[bold red]error:[/bold red] {user}", highlight=False, soft_wrap=True)
+        message = " ".join(str(user).split())  # always one line, whatever the source message held
+        if sys.stderr.isatty():
+            err_console.print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False, soft_wrap=True)
+        else:
+            print(f"error: {message}", file=sys.stderr)
         return 2
-    return 0
+    # With standalone_mode off, --help and `raise typer.Exit(n)` come back as an exit code.
+    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":

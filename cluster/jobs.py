@@ -18,6 +18,7 @@ from redline.cluster import storage
 from redline.errors import RedlineError
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
+AGENT_WAIT_S = 60.0
 
 
 def jobs_address(address: str | None) -> str:
@@ -69,12 +70,18 @@ def submit(pipeline: str, config_path: Path, address: str, sets: list[str]) -> s
         entrypoint = f"redline run {pipeline} --config config.yaml" + "".join(f" --set '{s}'" for s in sets)
         job_id = f"redline-{pipeline}-{os.urandom(6).hex()}"
         env = {k: v for k, v in os.environ.items() if k.startswith(("AWS_ENDPOINT_URL", "AWS_REGION", "HF_"))}
-        try:
-            return jobs.submit_job(entrypoint=entrypoint, submission_id=job_id,
-                                   runtime_env={"working_dir": str(workdir), "env_vars": env},
-                                   metadata={"redline_pipeline": pipeline, "config": str(config_path)})
-        except (ConnectionError, RuntimeError) as err:
-            raise RedlineError(f"job submission to {address} failed: {str(err).splitlines()[0]}") from None
+        deadline = time.monotonic() + AGENT_WAIT_S
+        while True:
+            try:
+                return jobs.submit_job(entrypoint=entrypoint, submission_id=job_id,
+                                       runtime_env={"working_dir": str(workdir), "env_vars": env},
+                                       metadata={"redline_pipeline": pipeline, "config": str(config_path)})
+            except (ConnectionError, RuntimeError) as err:
+                # A head that has just started answers 500 until its job agent is up.
+                if "No available agent" in str(err) and time.monotonic() < deadline:
+                    time.sleep(2)
+                    continue
+                raise RedlineError(f"job submission to {address} failed: {str(err).splitlines()[0]}") from None
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -71,6 +71,7 @@ def ensure_ray(verbose: bool = False) -> None:
     else:
         cpus = os.cpu_count() or 1
         log.info("starting an embedded local Ray with %d CPUs", cpus)
-        ray.init(num_cpus=cpus, include_dashboard=False, logging_level=level, log_to_driver=verbose,
+        # address="local": never attach silently to some other `ray start` cluster on this machine.
+        ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level=level, log_to_driver=verbose,
                  configure_logging=True)
     quiet_data_context()

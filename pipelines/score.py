@@ -168,7 +168,10 @@ def _score_pending(config: ScoreConfig, run: storage.RunDir, shards: list[pa.Tab
         return {}
 
     ensure_ray(verbose=verbose)
-    source = ray.data.from_arrow(work)
+    # Blocks of about one model batch, so every actor of a pool gets work even from one shard.
+    block_rows = max(max(d.batch_size for d in config.detectors), 64)
+    blocks = [t.slice(j, block_rows) for t in work for j in range(0, t.num_rows, block_rows)]
+    source = ray.data.from_arrow(blocks)
     branches = [
         source.map_batches(
             DetectionWorker,

@@ -56,7 +56,7 @@ def ray_session():
     from redline.cluster.runtime import quiet_data_context
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024**2,
+        ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024**2,
                  logging_level="WARNING", log_to_driver=False)
     quiet_data_context()
     yield ray

@@ -1,0 +1,184 @@
+"""The command line: help everywhere, one-line errors with exit code 2, and the main job."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import REPO, write_csv
+from redline.cluster.cli import main
+
+COMMANDS = [[], ["list"], ["list", "detectors"], ["run"], ["run", "score"], ["train"], ["train", "tiny-classifier"],
+            ["quickstart"], ["submit"], ["status"], ["logs"]]
+
+
+@pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c) or "redline")
+def test_every_command_explains_itself(cmd, capsys):
+    assert main([*cmd, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "Usage: redline" in out and len(out) > 200
+
+
+def test_list_detectors_shows_kinds_and_their_options(capsys):
+    assert main(["list", "detectors"]) == 0
+    out = capsys.readouterr().out
+    for kind in ("hf", "profanity-check", "keywords"):
+        assert kind in out
+    assert "toxic_labels?" in out and "patterns?" in out
+
+
+def write_config(tmp_path, corpus: dict, detectors: list[dict] | None = None) -> str:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"corpus": corpus, "output": str(tmp_path / "runs"),
+                                    "detectors": detectors or [{"name": "p", "kind": "profanity-check"}]}))
+    return str(path)
+
+
+def csv_corpus(tmp_path) -> dict:
+    path = write_csv(tmp_path / "c.csv", ["text", "label"], [["you idiot", 1], ["hello", 0]])
+    return {"path": str(path), "text_column": "text", "label_column": "label", "toxic_values": [1]}
+
+
+def expect_user_error(capsys, argv: list[str], message: str) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and message in err, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_missing_config_file(capsys, tmp_path):
+    expect_user_error(capsys, ["run", "score", "--config", str(tmp_path / "nope.yaml")], "config file not found")
+
+
+def test_missing_corpus_file(capsys, tmp_path):
+    cfg = write_config(tmp_path, {"path": str(tmp_path / "missing.csv"), "preset": "davidson"})
+    expect_user_error(capsys, ["run", "score", "--config", cfg], "file not found")
+
+
+def test_unknown_column_mapping(capsys, tmp_path):
+    cfg = write_config(tmp_path, {**csv_corpus(tmp_path), "text_column": "tweet"})
+    expect_user_error(capsys, ["run", "score", "--config", cfg], "no column 'tweet'; columns are: text, label")
+
+
+def test_unknown_preset_is_a_config_error(capsys, tmp_path):
+    cfg = write_config(tmp_path, {**csv_corpus(tmp_path), "preset": "reddit"})
+    expect_user_error(capsys, ["run", "score", "--config", cfg], "preset: Input should be 'davidson', 'jigsaw' or 'diasafety'")
+
+
+def test_empty_corpus(capsys, tmp_path):
+    (tmp_path / "e.csv").write_text("text,label\n")
+    cfg = write_config(tmp_path, {**csv_corpus(tmp_path), "path": str(tmp_path / "e.csv")})
+    expect_user_error(capsys, ["run", "score", "--config", cfg], "the corpus has no rows")
+
+
+def test_non_utf8_corpus(capsys, tmp_path):
+    (tmp_path / "l.csv").write_bytes("text,label\ncaf\xe9,1\n".encode("latin-1"))
+    cfg = write_config(tmp_path, {**csv_corpus(tmp_path), "path": str(tmp_path / "l.csv")})
+    expect_user_error(capsys, ["run", "score", "--config", cfg], "is not valid utf-8")
+
+
+def test_unknown_detector_kind(capsys, tmp_path):
+    cfg = write_config(tmp_path, csv_corpus(tmp_path), [{"name": "x", "kind": "perspective"}])
+    expect_user_error(capsys, ["run", "score", "--config", cfg], "unknown detector kind 'perspective'")
+
+
+def test_model_directory_that_does_not_exist(capsys, tmp_path):
+    cfg = write_config(tmp_path, csv_corpus(tmp_path), [{"name": "x", "kind": "hf", "model": str(tmp_path / "no-model")}])
+    expect_user_error(capsys, ["run", "score", "--config", cfg], "model directory does not exist")
+
+
+def test_bad_override(capsys, tmp_path):
+    cfg = write_config(tmp_path, csv_corpus(tmp_path))
+    expect_user_error(capsys, ["run", "score", "--config", cfg, "--set", "shard_size=-5"], "shard_size: Input should be greater than 0")
+    expect_user_error(capsys, ["run", "score", "--config", cfg, "--set", "nonsense"], "--set expects key=value")
+
+
+def test_unreachable_ray_address(capsys, tmp_path, monkeypatch):
+    """Only meaningful without a Ray already running in this process: run it in a fresh one."""
+    cfg = write_config(tmp_path, csv_corpus(tmp_path))
+    env = {"RAY_ADDRESS": "127.0.0.1:9", "RAY_AUTH_MODE": "disabled", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-m", "redline", "run", "score", "--config", cfg], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot reach the Ray cluster at RAY_ADDRESS=127.0.0.1:9" in lines[0]
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("report.html"))
+
+
+def test_usage_errors_exit_2(capsys):
+    assert main(["run", "score"]) == 2
+    assert "Missing option '--config'" in capsys.readouterr().err
+    assert main(["frobnicate"]) == 2
+
+
+def test_run_score_with_flag_overrides_and_status(capsys, tmp_path, ray_session, davidson):
+    cfg = write_config(tmp_path, {"path": "placeholder.csv", "preset": "davidson"},
+                       [{"name": "p", "kind": "profanity-check", "num_cpus": 0.25}])
+    assert main(["run", "score", "--config", cfg, "--corpus", str(davidson), "--limit", "120", "--actors", "2",
+                 "--run-name", "cli"]) == 0
+    out = capsys.readouterr().out
+    assert "│ p " in out and "report:" in out
+    run = tmp_path / "runs" / "cli"
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["counts"]["rows_in"] == 120 and manifest["config"]["detectors"][0]["actors"] == 2
+    assert main(["status", str(run)]) == 0
+    assert "complete" in capsys.readouterr().out
+    expect_user_error(capsys, ["status", str(tmp_path / "nothing")], "no run directory or job id")
+
+
+def test_quickstart_main_job(capsys, tmp_path, ray_session):
+    assert main(["quickstart", "--output", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for name in ("profanity-check", "tiny-bert", "keywords", "report:"):
+        assert name in out
+    report = next(tmp_path.glob("quickstart-*/report.html"))
+    assert "data:image/png;base64," in report.read_text()
+    manifest = json.loads((report.parent / "manifest.json").read_text())
+    assert manifest["state"] == "complete" and manifest["counts"]["rejected"] == {"empty text": 2}
+
+
+def test_train_tiny_classifier_command(capsys, tmp_path, davidson):
+    out_dir = tmp_path / "m"
+    assert main(["train", "tiny-classifier", "--corpus", str(davidson), "--preset", "davidson", "--limit", "200",
+                 "--epochs", "1", "--out", str(out_dir)]) == 0
+    assert (out_dir / "config.json").is_file() and (out_dir / "tokenizer.json").is_file()
+    from redline.actors.detectors import HFDetector
+    from redline.cluster.config import DetectorConfig
+
+    HFDetector.preflight(DetectorConfig(name="t", kind="hf", model=str(out_dir)))
+
+
+def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one():
+    lines = [ln.strip() for ln in (REPO / "README.md").read_text().splitlines()]
+    commands = [ln for ln in lines[:12] if ln.startswith("./")]
+    assert commands[:2] == ["./setup.sh && .venv/bin/redline quickstart",
+                            "./setup.sh --test && .venv/bin/python -m pytest"]
+    assert commands[1] in (REPO / ".ci" / "run").read_text()
+
+
+def test_examples_validate(tmp_path):
+    from redline.cluster.config import ScoreConfig, load_config
+
+    examples = sorted((REPO / "examples").glob("score*.yaml"))
+    assert examples
+    for path in examples:
+        load_config(ScoreConfig, path)
+
+
+def test_ray_cluster_yaml_passes_the_launcher_schema():
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    config = yaml.safe_load((REPO / "ray_cluster.yaml").read_text())
+    validate_config(prepare_config(config))
+    types = config["available_node_types"]
+    gpu = [t for t in types.values() if t.get("resources", {}).get("GPU")]
+    assert config["provider"]["type"] == "aws" and gpu and config["head_node_type"] in types
+    assert any("redline" in cmd for cmd in config["setup_commands"])
+    broken = yaml.safe_load((REPO / "ray_cluster.yaml").read_text())
+    broken["available_node_types"]["gpu.g5.xlarge"]["min_workers"] = "two"
+    with pytest.raises(Exception, match="is not of type 'integer'"):
+        validate_config(prepare_config(broken))

@@ -1,0 +1,90 @@
+"""`redline submit` / `status` / `logs` against a real Ray head started with `ray start --head`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from conftest import VENV_BIN, free_port, wait_for_port, write_csv
+from redline.cluster.cli import main
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory):
+    """A separate single-node cluster; stopped by its own process id (`ray stop` would kill every Ray)."""
+    gcs, dashboard = free_port(), free_port()
+    env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}", "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    log = open(tmp_path_factory.mktemp("head") / "head.log", "wb")
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "ray"), "start", "--head", f"--port={gcs}", f"--dashboard-port={dashboard}",
+         "--dashboard-host=127.0.0.1", "--include-dashboard=true", "--num-cpus=2",
+         "--object-store-memory=200000000", "--disable-usage-stats", "--block",
+         # Own agent ports: the session's Ray in this process already holds the defaults.
+         f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+         f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        wait_for_port(dashboard, timeout=120)
+        yield f"http://127.0.0.1:{dashboard}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever of the cluster is still shutting down
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        log.close()
+
+
+@pytest.mark.slow
+def test_submit_runs_the_pipeline_on_the_cluster(ray_head, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", f"{VENV_BIN}:{os.environ.get('PATH', '')}")
+    corpus = write_csv(tmp_path / "c.csv", ["text", "label"],
+                       [["you stupid idiot", 1], ["have a nice day", 0], ["fuck off", 1], ["see you soon", 0]])
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "corpus": {"path": str(corpus), "text_column": "text", "label_column": "label", "toxic_values": [1]},
+        "detectors": [{"name": "p", "kind": "profanity-check", "num_cpus": 0.5}],
+        "output": str(tmp_path / "runs"), "run_name": "submitted",
+    }))
+    assert main(["submit", "score", "--config", str(config), "--address", ray_head, "--wait"]) == 0
+    out = capsys.readouterr().out
+    job_id = out.split("submitted job ")[1].split()[0]
+    assert f"job {job_id}: SUCCEEDED" in out
+    manifest = json.loads((tmp_path / "runs" / "submitted" / "manifest.json").read_text())
+    assert manifest["state"] == "complete" and manifest["counts"]["rows_out"] == 4
+
+    assert main(["status", job_id, "--address", ray_head]) == 0
+    assert "SUCCEEDED" in capsys.readouterr().out
+    assert main(["logs", job_id, "--address", ray_head]) == 0
+    assert "report:" in capsys.readouterr().out
+
+
+def test_submit_to_an_unreachable_cluster_is_one_clear_error(tmp_path, capsys):
+    corpus = write_csv(tmp_path / "c.csv", ["text", "label"], [["x", 1]])
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "corpus": {"path": str(corpus), "text_column": "text", "label_column": "label", "toxic_values": [1]},
+        "detectors": [{"name": "p", "kind": "profanity-check"}]}))
+    started = time.time()
+    assert main(["submit", "score", "--config", str(config), "--address", f"http://127.0.0.1:{free_port()}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: cannot reach the Ray Jobs API at http://127.0.0.1:") and len(err.splitlines()) == 1
+    assert time.time() - started < 60
+
+
+def test_status_of_an_unknown_job(ray_head, capsys):
+    assert main(["status", "redline-score-000000000000", "--address", ray_head]) == 2
+    assert "no job redline-score-000000000000" in capsys.readouterr().err
