@@ -168,8 +168,7 @@ def _score_pending(config: ScoreConfig, run: storage.RunDir, shards: list[pa.Tab
         return {}
 
     ensure_ray(verbose=verbose)
-    # Blocks of about one model batch, so every actor of a pool gets work even from one shard.
-    block_rows = max(max(d.batch_size for d in config.detectors), 64)
+    block_rows = block_size(sum(t.num_rows for t in work), config)
     blocks = [t.slice(j, block_rows) for t in work for j in range(0, t.num_rows, block_rows)]
     source = ray.data.from_arrow(blocks)
     branches = [
@@ -206,6 +205,14 @@ def _score_pending(config: ScoreConfig, run: storage.RunDir, shards: list[pa.Tab
     if unfinished:
         raise RuntimeError(f"shards {unfinished} received fewer rows than sent; rerun to resume")
     return dict(busy)
+
+
+def block_size(rows: int, config: ScoreConfig) -> int:
+    """Rows per Ray Data block: several blocks per actor so every actor of a pool gets work, but
+    each many model batches long so per-task overhead stays small."""
+    batch = max(d.batch_size for d in config.detectors)
+    actors = max(d.actors for d in config.detectors)
+    return int(min(max(rows // (4 * actors), batch, 64), batch * 16))
 
 
 def _busy_by_detector(batch: pa.Table) -> tuple[list[str], list[float]]:
