@@ -70,6 +70,9 @@ def ensure_ray(verbose: bool = False) -> None:
             raise RedlineError(f"cannot connect to the Ray cluster at RAY_ADDRESS={address}: {err}") from None
     else:
         cpus = os.cpu_count() or 1
+        if not verbose:
+            # Auth stays on (secure by default); only its advisory banner is hidden.
+            logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
         log.info("starting an embedded local Ray with %d CPUs", cpus)
         # address="local": never attach silently to some other `ray start` cluster on this machine.
         ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level=level, log_to_driver=verbose,

@@ -19,7 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+SHARED_DATA = Path(os.environ.get("REDLINE_SHARED_DATA", REPO.parent / "shared" / "data"))
 DAVIDSON = SHARED_DATA / "offensive_tweet" / "labeled_data.csv"
 DIASAFETY_VAL = SHARED_DATA / "diasafety" / "val.json"
 VENV_BIN = Path(sys.executable).parent
@@ -44,9 +44,16 @@ def wait_for_port(port: int, timeout: float = 60.0) -> None:
 
 @pytest.fixture(scope="session")
 def davidson() -> Path:
-    if not DAVIDSON.is_file():
-        pytest.skip(f"shared data not found: {DAVIDSON}")
-    return DAVIDSON
+    return shared_file(DAVIDSON)
+
+
+def shared_file(path: Path) -> Path:
+    """Real data beside the checkout; in CI its absence is a failure, not a quiet skip."""
+    if not path.is_file():
+        if os.environ.get("CI"):
+            pytest.fail(f"shared data not found: {path} (set REDLINE_SHARED_DATA)")
+        pytest.skip(f"shared data not found: {path} (set REDLINE_SHARED_DATA)")
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import DIASAFETY_VAL, write_csv
+from conftest import DIASAFETY_VAL, shared_file, write_csv
 from redline.cluster.config import CorpusConfig
 from redline.errors import RedlineError
 from redline.pipelines.corpora import read_corpus
@@ -43,8 +43,7 @@ def test_davidson_sample_is_seeded_and_stable(davidson):
 
 
 def test_diasafety_preset_reads_json_array_with_context():
-    if not DIASAFETY_VAL.is_file():
-        pytest.skip("shared data missing")
+    shared_file(DIASAFETY_VAL)
     table = read_corpus(corpus(DIASAFETY_VAL, preset="diasafety", split="val"))
     raw = json.loads(DIASAFETY_VAL.read_text())
     assert table.num_rows == len(raw)
