@@ -60,3 +60,47 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
         else:
             columns.append(pa.nulls(table.num_rows, field.type))
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+# What an attack worker returns per attempt (joined back onto the seed rows by `attempt_id`).
+ATTEMPT_FIELDS = [
+    pa.field("recipe", pa.string()),
+    pa.field("goal", pa.string()),  # tae | bae
+    pa.field("victim", pa.string()),
+    pa.field("transformation", pa.string()),
+    pa.field("constraints", pa.string()),
+    pa.field("search", pa.string()),
+    pa.field("perturbed_text", pa.string()),
+    pa.field("score_before", pa.float64()),  # the victim's toxic score of the seed
+    pa.field("score_after", pa.float64()),  # ... of the perturbed text
+    pa.field("pred_before", pa.bool_()),
+    pa.field("pred_after", pa.bool_()),
+    pa.field("queries", pa.int64()),
+    pa.field("words_changed", pa.int64()),
+    pa.field("words_total", pa.int64()),
+    pa.field("perturbed_pct", pa.float64()),
+    pa.field("similarity", pa.float64()),  # sentence-encoder cosine, seed vs perturbed
+    pa.field("seconds", pa.float64()),
+]
+ATTACK_RESULT_SCHEMA = pa.schema(
+    [pa.field("attempt_id", pa.string()), pa.field("shard", pa.int32())] + ATTEMPT_FIELDS
+    + [pa.field("attack_status", pa.string()), pa.field("attack_reason", pa.string())]
+)
+
+# One row per attempt (seed x recipe): the seed's provenance, then the attempt.
+# status: success | failed | skipped | error, with a reason unless success.
+ATTACK_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("seed_id", pa.string()),
+        pa.field("seed_text", pa.string()),
+        pa.field("seed_label", pa.int8()),
+        pa.field("seed_label_name", pa.string()),
+        pa.field("dataset", pa.string()),
+        pa.field("split", pa.string()),
+        pa.field("source", pa.string()),
+        pa.field("source_row", pa.int64()),
+    ]
+    + ATTEMPT_FIELDS
+    + [pa.field("status", pa.string()), pa.field("reason", pa.string())]
+)

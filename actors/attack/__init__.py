@@ -1,0 +1,1 @@
+"""Attack engine: goals, transformations, constraints, search methods, recipes, the attacker."""

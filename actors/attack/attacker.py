@@ -1,0 +1,197 @@
+"""The attacker: runs many (seed, recipe) attempts at once and batches all their victim queries.
+
+Every attempt is a search generator. Each round, the attacker collects the texts every attempt in
+flight asks for, deduplicates them, scores the ones the victim cache has not seen in one batched
+call, and sends each attempt its answers. The victim, constraint models and recipe components are
+loaded once per worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from redline.actors.attack.constraints import shared_encoder
+from redline.actors.attack.goals import Goal, Victim, goal as get_goal
+from redline.actors.attack.recipes import AttackResources, Components, RecipeOptions, build
+from redline.actors.attack.search import Outcome, SearchContext
+from redline.actors.attack.text import AttackedText
+from redline.actors.detectors import build_detector
+from redline.cluster.config import DetectorConfig
+from redline.pipelines.schema import ATTACK_RESULT_SCHEMA
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Attempt:
+    attempt_id: str
+    text: str
+    recipe: str
+    goal: str
+
+
+@dataclass
+class AttemptResult:
+    status: str  # success | failed | skipped | error
+    reason: str | None
+    perturbed: str | None
+    score_before: float | None
+    score_after: float | None
+    pred_before: bool | None
+    pred_after: bool | None
+    queries: int
+    words_changed: int
+    words_total: int
+    seconds: float
+    similarity: float | None = None
+
+
+class Attacker:
+    def __init__(self, victim: Victim, recipes: dict[str, RecipeOptions], resources: AttackResources,
+                 only_correct: bool = True, victim_batch: int = 4096) -> None:
+        self.victim = victim
+        self.options = recipes
+        self.resources = resources
+        self.only_correct = only_correct
+        self.victim_batch = victim_batch
+        self._components: dict[str, Components] = {}
+
+    def components(self, name: str) -> Components:
+        if name not in self._components:
+            self._components[name] = build(self.options[name], self.resources)
+        return self._components[name]
+
+    def _attempt(self, ctx: SearchContext, comps: Components) -> Any:
+        started = time.monotonic()
+        start = (yield from ctx.score([ctx.original.text]))[0]
+        before = self.victim.cache.get(ctx.original.text)
+        n = len(ctx.original)
+        common = dict(score_before=before.toxic_score, pred_before=before.pred_toxic, words_total=n)
+        if start[1]:
+            status = "skipped" if self.only_correct else "success"
+            return AttemptResult(status, f"victim already predicts {'benign' if ctx.goal.name == 'tae' else 'toxic'}",
+                                 ctx.original.text if status == "success" else None, score_after=before.toxic_score,
+                                 pred_after=before.pred_toxic, queries=ctx.queries, words_changed=0,
+                                 seconds=time.monotonic() - started, **common)
+        outcome: Outcome = yield from comps.search.run(ctx, start)
+        after = self.victim.cache.get(outcome.text.text) or before
+        changed = len(outcome.text.modified)
+        if outcome.success:
+            status, reason = "success", None
+        elif outcome.nothing_to_modify:
+            status, reason = "skipped", "no modifiable words (after pre-transformation constraints)"
+        else:
+            status = "failed"
+            reason = "query budget spent" if ctx.queries >= ctx.query_budget else \
+                "time limit reached" if time.monotonic() > ctx.deadline else "search exhausted"
+        return AttemptResult(status, reason, outcome.text.text if changed else None, score_after=after.toxic_score,
+                             pred_after=after.pred_toxic, queries=ctx.queries, words_changed=changed,
+                             seconds=time.monotonic() - started, **common)
+
+    def attack(self, attempts: list[Attempt]) -> list[AttemptResult]:
+        results: list[AttemptResult | None] = [None] * len(attempts)
+        started = time.monotonic()
+        running: dict[int, tuple[Any, Goal, list[str]]] = {}
+
+        def fail(k: int, err: BaseException) -> None:
+            results[k] = AttemptResult("error", f"{type(err).__name__}: {err}"[:300], None, None, None, None, None,
+                                       0, 0, len(AttackedText.from_text(attempts[k].text)), time.monotonic() - started)
+
+        def advance(k: int, gen: Any, g: Goal, reply: Any) -> None:
+            try:
+                request = gen.send(reply)
+                running[k] = (gen, g, request)
+            except StopIteration as stop:
+                results[k] = stop.value
+                running.pop(k, None)
+            except Exception as err:  # noqa: BLE001 - one broken attempt must not sink the batch
+                log.warning("attempt %s failed: %s", attempts[k].attempt_id, err)
+                fail(k, err)
+                running.pop(k, None)
+
+        for k, a in enumerate(attempts):
+            try:
+                comps = self.components(a.recipe)
+                g = get_goal(a.goal)
+                opts = comps.options
+                ctx = SearchContext(AttackedText.from_text(a.text), g, comps.transformation, comps.pre, comps.post,
+                                    opts.query_budget, time.monotonic() + opts.time_limit_s,
+                                    gradient=(lambda text, spans, g=g: self.victim.word_importance_by_gradient(text, spans, g))
+                                    if comps.search.needs_gradient else None)
+                advance(k, self._attempt(ctx, comps), g, None)
+            except Exception as err:  # noqa: BLE001
+                fail(k, err)
+        while running:
+            wanted = list(dict.fromkeys(t for _, _, req in running.values() for t in req))
+            try:
+                for start in range(0, len(wanted), self.victim_batch):
+                    self.victim.query(wanted[start:start + self.victim_batch])
+            except Exception as err:  # noqa: BLE001 - isolate: score each attempt's request alone
+                log.warning("victim failed on a batch of %d texts (%s); retrying per attempt", len(wanted), err)
+                for k, (gen, g, req) in list(running.items()):
+                    try:
+                        self.victim.query(req)
+                    except Exception as row_err:  # noqa: BLE001
+                        fail(k, row_err)
+                        running.pop(k)
+            for k, (gen, g, req) in list(running.items()):
+                verdicts = [self.victim.cache[t] for t in req]
+                advance(k, gen, g, [(g.score(v.toxic_score), g.success(v.pred_toxic)) for v in verdicts])
+        self._similarities(attempts, results)
+        return results  # type: ignore[return-value]
+
+    def _similarities(self, attempts: list[Attempt], results: list[AttemptResult | None]) -> None:
+        pairs = [(k, a.text, r.perturbed) for k, (a, r) in enumerate(zip(attempts, results))
+                 if r is not None and r.perturbed and r.status in ("success", "failed")]
+        if not pairs:
+            return
+        try:
+            sims = shared_encoder(self.resources.sentence_encoder).similarity([p[1] for p in pairs], [p[2] for p in pairs])
+        except Exception as err:  # noqa: BLE001 - similarity is reported, not required
+            log.warning("cannot compute similarities: %s", err)
+            return
+        for (k, _, _), s in zip(pairs, sims):
+            results[k].similarity = float(s)  # type: ignore[union-attr]
+
+
+class AttackWorker:
+    """Ray Data actor: loads the victim and recipe components once, attacks batches of attempts."""
+
+    def __init__(self, victim: dict[str, Any], recipes: list[dict[str, Any]], resources: dict[str, Any],
+                 only_correct: bool = True) -> None:
+        cfg = DetectorConfig.model_validate(victim)
+        self.victim_name = cfg.name
+        opts = {r["name"]: RecipeOptions.model_validate(r) for r in recipes}
+        self.attacker = Attacker(Victim(build_detector(cfg)), opts, AttackResources.model_validate(resources),
+                                 only_correct=only_correct)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> pa.Table:
+        attempts = [Attempt(i, t, r, g) for i, t, r, g in
+                    zip(batch["attempt_id"], batch["text"], batch["recipe"], batch["goal"])]
+        results = self.attacker.attack(attempts)
+        labels = {}
+        for a in attempts:
+            try:
+                labels[a.recipe] = self.attacker.components(a.recipe).label
+            except Exception:  # noqa: BLE001 - the attempt already carries the error
+                labels[a.recipe] = {}
+        rows = []
+        for a, r, shard in zip(attempts, results, batch["shard"]):
+            lab = labels[a.recipe]
+            pct = (100.0 * r.words_changed / r.words_total) if r.words_total else None
+            rows.append({
+                "attempt_id": a.attempt_id, "shard": int(shard), "recipe": a.recipe, "goal": a.goal, "victim": self.victim_name,
+                "transformation": lab.get("transformation"), "constraints": lab.get("constraints"),
+                "search": lab.get("search"), "perturbed_text": r.perturbed, "score_before": r.score_before,
+                "score_after": r.score_after, "pred_before": r.pred_before, "pred_after": r.pred_after,
+                "queries": r.queries, "words_changed": r.words_changed, "words_total": r.words_total,
+                "perturbed_pct": pct, "similarity": r.similarity, "attack_status": r.status,
+                "attack_reason": r.reason, "seconds": r.seconds,
+            })
+        return pa.Table.from_pylist(rows, schema=ATTACK_RESULT_SCHEMA)

@@ -1,0 +1,254 @@
+"""Constraints. Pre-transformation ones choose which word positions may change; post-transformation
+ones accept or reject candidate texts, all candidates of a search step in one batch."""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from redline.actors.attack.resources import STOPWORDS
+from redline.actors.attack.text import AttackedText
+
+
+# --------------------------------------------------------------------------------------------
+# Before transformation: which positions may be modified
+
+
+class PreConstraint:
+    name: ClassVar[str]
+
+    def allowed(self, current: AttackedText, original: AttackedText) -> set[int]:
+        raise NotImplementedError
+
+
+class Stopwords(PreConstraint):
+    name = "stopwords"
+
+    def allowed(self, current: AttackedText, original: AttackedText) -> set[int]:
+        return {i for i, w in enumerate(original.words) if w.lower() not in STOPWORDS}
+
+
+class RepeatModification(PreConstraint):
+    """A word is modified at most once."""
+
+    name = "no-repeat"
+
+    def allowed(self, current: AttackedText, original: AttackedText) -> set[int]:
+        return set(range(len(current))) - set(current.modified)
+
+
+class MaxModificationRate(PreConstraint):
+    """At most max(min_words, rate * words) words modified (TextAttack's MaxModificationRate)."""
+
+    name = "max-mod-rate"
+
+    def __init__(self, rate: float = 0.1, min_words: int = 4) -> None:
+        self.rate, self.min_words = rate, min_words
+
+    def limit(self, n_words: int) -> int:
+        return max(self.min_words, math.ceil(self.rate * n_words))
+
+    def allowed(self, current: AttackedText, original: AttackedText) -> set[int]:
+        return set() if len(current.modified) >= self.limit(len(original)) else set(range(len(current)))
+
+
+class MaxWordsPerturbed(PreConstraint):
+    name = "max-words"
+
+    def __init__(self, max_words: int) -> None:
+        self.max_words = max_words
+
+    def allowed(self, current: AttackedText, original: AttackedText) -> set[int]:
+        return set() if len(current.modified) >= self.max_words else set(range(len(current)))
+
+
+class MinWordLength(PreConstraint):
+    name = "min-word-length"
+
+    def __init__(self, min_length: int = 3) -> None:
+        self.min_length = min_length
+
+    def allowed(self, current: AttackedText, original: AttackedText) -> set[int]:
+        return {i for i, w in enumerate(original.words) if len(w) >= self.min_length}
+
+
+def modifiable(pre: list[PreConstraint], current: AttackedText, original: AttackedText) -> list[int]:
+    allowed = set(range(len(current)))
+    for c in pre:
+        allowed &= c.allowed(current, original)
+    return sorted(allowed)
+
+
+# --------------------------------------------------------------------------------------------
+# After transformation: accept or reject candidates
+
+
+class PostConstraint:
+    name: ClassVar[str]
+    needs: ClassVar[tuple[str, ...]] = ()
+
+    def check(self, original: AttackedText, candidates: list[AttackedText], index: list[int]) -> np.ndarray:
+        """Boolean mask over `candidates`; candidate k changed word `index[k]` last."""
+        raise NotImplementedError
+
+
+class Levenshtein(PostConstraint):
+    name = "levenshtein"
+
+    def __init__(self, max_distance: int = 30) -> None:
+        self.max_distance = max_distance
+
+    def check(self, original: AttackedText, candidates: list[AttackedText], index: list[int]) -> np.ndarray:
+        from rapidfuzz.distance import Levenshtein as lev
+
+        cap = self.max_distance
+        return np.array([lev.distance(original.text, c.text, score_cutoff=cap) <= cap for c in candidates], dtype=bool)
+
+
+class SentenceEncoder:
+    """Mean-pooled sentence embeddings from any HF encoder (sentence-transformers layout works),
+    with a per-text cache so each reference text is encoded once."""
+
+    def __init__(self, model: str | None = None, batch_size: int = 128, device: str = "cpu") -> None:
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        from redline.actors.attack.resources import default_sentence_encoder
+        from redline.errors import RedlineError
+
+        self.name = model or default_sentence_encoder()
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.name)
+            self.model = AutoModel.from_pretrained(self.name).to(device).eval()
+        except (OSError, ValueError) as err:
+            raise RedlineError(f"cannot load sentence encoder '{self.name}': {str(err).splitlines()[0]}") from None
+        self.torch, self.batch_size, self.device = torch, batch_size, device
+        self.cache: dict[str, np.ndarray] = {}
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        if len(self.cache) > 200_000:
+            self.cache.clear()
+        missing = list(dict.fromkeys(t for t in texts if t not in self.cache))
+        torch = self.torch
+        for start in range(0, len(missing), self.batch_size):
+            chunk = missing[start:start + self.batch_size]
+            enc = self.tokenizer(chunk, padding=True, truncation=True, max_length=128, return_tensors="pt").to(self.device)
+            with torch.inference_mode():
+                hidden = self.model(**enc).last_hidden_state
+            mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            pooled = torch.nn.functional.normalize(pooled, dim=-1).cpu().numpy()
+            for text, vec in zip(chunk, pooled):
+                self.cache[text] = vec
+        return np.stack([self.cache[t] for t in texts]) if texts else np.zeros((0, 1))
+
+    def similarity(self, a: list[str], b: list[str], metric: str = "cosine") -> np.ndarray:
+        cos = np.clip((self.encode(a) * self.encode(b)).sum(axis=1), -1.0, 1.0)
+        return 1 - np.arccos(cos) / np.pi if metric == "angular" else cos
+
+
+@functools.cache
+def shared_encoder(model: str | None) -> SentenceEncoder:
+    return SentenceEncoder(model)
+
+
+class SentenceSimilarity(PostConstraint):
+    """Candidate and original must stay similar under a sentence encoder (USE in TextFooler, any
+    HF encoder here; offline default all-MiniLM-L6-v2), optionally within a window of words
+    around the edit."""
+
+    name = "sentence-similarity"
+    needs = ("sentence-encoder",)
+
+    def __init__(self, min_similarity: float = 0.84, metric: str = "cosine", window: int | None = 15,
+                 model: str | None = None) -> None:
+        self.min_similarity, self.metric, self.window = min_similarity, metric, window
+        self.encoder = shared_encoder(model)
+
+    def texts(self, t: AttackedText, i: int) -> str:
+        return t.window(i, self.window) if self.window else t.text
+
+    def check(self, original: AttackedText, candidates: list[AttackedText], index: list[int]) -> np.ndarray:
+        if not candidates:
+            return np.zeros(0, dtype=bool)
+        sims = self.encoder.similarity([self.texts(original, i) for i in index],
+                                       [self.texts(c, i) for c, i in zip(candidates, index)], self.metric)
+        return sims >= self.min_similarity
+
+
+class PartOfSpeech(PostConstraint):
+    """The replacement keeps the part of speech of the word it replaces (nouns and proper nouns
+    count as one), tagged in context by spaCy."""
+
+    name = "pos-match"
+    needs = ("pos-tagger",)
+    GROUPS = {"PROPN": "NOUN"}
+
+    def __init__(self) -> None:
+        from redline.actors.attack.resources import pos_tagger
+
+        self.nlp = pos_tagger()
+        self.cache: dict[str, list[tuple[int, int, str]]] = {}
+
+    def tags(self, texts: list[str]) -> list[list[tuple[int, int, str]]]:
+        if len(self.cache) > 200_000:
+            self.cache.clear()
+        missing = [t for t in dict.fromkeys(texts) if t not in self.cache]
+        for text, doc in zip(missing, self.nlp.pipe(missing, batch_size=256)):
+            self.cache[text] = [(tok.idx, tok.idx + len(tok.text), self.GROUPS.get(tok.pos_, tok.pos_)) for tok in doc]
+        return [self.cache[t] for t in texts]
+
+    @staticmethod
+    def tag_at(tags: list[tuple[int, int, str]], span: tuple[int, int]) -> str | None:
+        for a, b, tag in tags:
+            if a < span[1] and b > span[0]:
+                return tag
+        return None
+
+    def check(self, original: AttackedText, candidates: list[AttackedText], index: list[int]) -> np.ndarray:
+        if not candidates:
+            return np.zeros(0, dtype=bool)
+        orig_tags = self.tags([original.text])[0]
+        cand_tags = self.tags([c.text for c in candidates])
+        return np.array([self.tag_at(orig_tags, original.spans[i]) == self.tag_at(t, c.spans[i])
+                         for c, t, i in zip(candidates, cand_tags, index)], dtype=bool)
+
+
+class WordEmbeddingDistance(PostConstraint):
+    """The new word's embedding is at least `min_cosine` similar to the original word's."""
+
+    name = "word-embedding-distance"
+    needs = ("embedding",)
+
+    def __init__(self, min_cosine: float = 0.5, embeddings_file: str | None = None, model: str | None = None) -> None:
+        from redline.actors.attack.transformations import EmbeddingNeighbours
+
+        self.min_cosine = min_cosine
+        self.space = EmbeddingNeighbours(k=1, embeddings_file=embeddings_file, model=model)
+
+    def check(self, original: AttackedText, candidates: list[AttackedText], index: list[int]) -> np.ndarray:
+        out = []
+        for c, i in zip(candidates, index):
+            cos = self.space.cosine(original.word(i), c.word(i))
+            out.append(cos is not None and cos >= self.min_cosine)
+        return np.array(out, dtype=bool)
+
+
+def apply_post(post: list[PostConstraint], original: AttackedText, candidates: list[AttackedText],
+               index: list[int]) -> list[int]:
+    """Positions in `candidates` that pass every post constraint; cheap constraints run first
+    and later ones only see survivors."""
+    keep = list(range(len(candidates)))
+    for c in post:
+        if not keep:
+            break
+        mask = c.check(original, [candidates[k] for k in keep], [index[k] for k in keep])
+        keep = [k for k, ok in zip(keep, mask) if ok]
+    return keep
+
+
+def describe(constraints: list[Any]) -> str:
+    return ", ".join(c.name for c in constraints) or "–"

