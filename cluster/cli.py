@@ -40,7 +40,7 @@ app.add_typer(list_app, name="list")
 app.add_typer(run_app, name="run")
 app.add_typer(train_app, name="train")
 
-PIPELINES = ("score",)
+PIPELINES = ("score", "attack")
 
 
 @app.callback()
@@ -72,6 +72,19 @@ def list_detectors() -> None:
         table.add_row(kind, cls.description, opts)
     console.print(table)
     console.print("Common fields: name, kind, threshold, rule (auto|score|argmax), batch_size, actors, num_cpus, num_gpus.")
+
+
+@list_app.command("recipes")
+def list_recipes() -> None:
+    """Attack recipes usable in `recipes:`: transformation, constraints, search, what they need offline."""
+    from redline.pipelines.attack import recipe_table
+
+    table = Table(title="attack recipes (every one runs with goal tae or bae)", show_lines=False)
+    for col in ("name", "family", "transformation", "pre", "post", "search", "needs"):
+        table.add_column(col, overflow="fold")
+    for r in recipe_table():
+        table.add_row(*(r[c] for c in ("name", "family", "transformation", "pre", "post", "search", "needs")))
+    console.print(table)
 
 
 # --------------------------------------------------------------------------------------------
@@ -127,6 +140,57 @@ def run_score_cmd(
     overrides.update(_parse_sets(set_))
     cfg = load_config(ScoreConfig, config, overrides)
     _run_and_show(cfg, force=force)
+
+
+@run_app.command("attack")
+def run_attack_cmd(
+    config: ConfigOpt,
+    corpus: Annotated[Optional[str], typer.Option(help="Override corpus.path (local path or s3:// URI).")] = None,
+    max_seeds: Annotated[Optional[int], typer.Option(help="At most this many seeds per goal.")] = None,
+    recipe: Annotated[Optional[list[str]], typer.Option(help="Run only these recipes (repeatable).")] = None,
+    output: Annotated[Optional[str], typer.Option(help="Override output: a directory or s3:// URI.")] = None,
+    run_name: Annotated[Optional[str], typer.Option(help="Name of the run directory (default attack-<config hash>).")] = None,
+    actors: Annotated[Optional[int], typer.Option(help="Attacker actors.")] = None,
+    set_: SetOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Attack a victim detector with recipes: toxic seeds until it says benign (TAE), benign seeds
+    until it says toxic (BAE). One output row per (seed, recipe, goal) attempt, with status and
+    provenance; the report gives ASR, queries, % words perturbed and sample successes per recipe.
+    Rerunning resumes an interrupted run and reuses a finished one.
+    """
+    from redline.cluster.config import AttackConfig, load_config, load_yaml
+    from redline.pipelines.attack import run_attack
+
+    raw = load_yaml(config)
+    overrides: dict[str, Any] = {"output": output, "run_name": run_name, "max_seeds": max_seeds, "actors": actors,
+                                 "recipes": recipe}
+    if corpus is not None:
+        if isinstance(raw.get("corpus"), list):
+            raise RedlineError("--corpus applies to a single corpus; this config lists several")
+        overrides["corpus.path"] = corpus
+    overrides.update(_parse_sets(set_))
+    cfg = load_config(AttackConfig, config, overrides)
+    _show_attack(run_attack(cfg, force=force, verbose=_verbose()))
+
+
+def _show_attack(result: Any) -> None:
+    from redline.pipelines.report import ATTACK_COLUMNS, format_value
+
+    if result.reused:
+        err_console.print(f"[dim]config already attacked in {result.run_uri}; reusing it (pass --force to redo)[/dim]")
+    keys = ["recipe", "goal", "attempts", "success", "failed", "skipped", "error", "asr", "mean_queries", "mean_pct_perturbed"]
+    cols = [c for c in ATTACK_COLUMNS if c[0] in keys]
+    table = Table(title=f"attacks on {result.summary[0]['victim'] if result.summary else '?'}")
+    for _, title, fmt in cols:
+        table.add_column(title, justify="left" if fmt == "s" else "right")
+    for row in result.summary:
+        table.add_row(*(format_value(row.get(k), f) for k, _, f in cols))
+    console.print(table)
+    rate = result.manifest.get("attempts_per_s")
+    if rate:
+        console.print(f"{rate:,.1f} attempts/s")
+    console.print(f"report: [bold]{result.report_html}[/bold]")
 
 
 def _run_and_show(cfg: Any, force: bool) -> None:
@@ -198,20 +262,27 @@ def train_tiny(
 
 @app.command()
 def quickstart(
+    what: Annotated[str, typer.Argument(help="score (default): detectors on a labelled sample; attack: TAE/BAE recipes.")] = "score",
     output: Annotated[str, typer.Option(help="Where run directories and the tiny model go.")] = "redline-runs",
     force: ForceOpt = False,
 ) -> None:
     """The main job on embedded defaults: local Ray, local files, offline models, a bundled sample.
 
-    Trains a tiny classifier on the bundled sample's train split, then scores its test split with
-    three detectors (profanity-check, the tiny classifier, a keyword list) across Ray actors and
-    writes the report.
+    `score` trains a tiny classifier on the bundled sample's train split, then scores its test split
+    with three detectors (profanity-check, the tiny classifier, a keyword list) across Ray actors.
+    `attack` attacks profanity-check with three recipes on the bundled sample, both goals.
     """
-    from redline.pipelines.quickstart import quickstart_config, quickstart_model
+    from redline.pipelines import quickstart as qs
 
-    model_dir = quickstart_model(Path(output) / "models")
-    cfg = quickstart_config(output, model_dir)
-    _run_and_show(cfg, force=force)
+    if what == "score":
+        model_dir = qs.quickstart_model(Path(output) / "models")
+        _run_and_show(qs.quickstart_config(output, model_dir), force=force)
+    elif what == "attack":
+        from redline.pipelines.attack import run_attack
+
+        _show_attack(run_attack(qs.quickstart_attack_config(output), force=force, verbose=_verbose()))
+    else:
+        raise RedlineError(f"unknown quickstart '{what}' (known: score, attack)")
 
 
 # --------------------------------------------------------------------------------------------

@@ -222,3 +222,54 @@ def load_config(model: type[BaseModel], path: str | Path, overrides: dict[str, A
             except (ValueError, IndexError, TypeError):
                 raise RedlineError(f"cannot apply override {dotted}={value!r} to {path}") from None
     return validate_config(model, data, source=str(path))
+
+
+class AttackConfig(Strict):
+    """`redline run attack`: perturb seeds with attack recipes until the victim flips its decision."""
+
+    corpus: CorpusConfig | list[CorpusConfig]
+    victim: DetectorConfig = Field(description="The detector under attack (any detector kind).")
+    recipes: list[Any] = Field(min_length=1, description="Recipe names, or {name: ..., query_budget: ...} overrides.")
+    goals: list[Literal["tae", "bae"]] = Field(["tae"], min_length=1,
+                                               description="tae: toxic seeds -> benign; bae: benign seeds -> toxic.")
+    only_correct: bool = Field(True, description="Skip seeds the victim already gets wrong (TextAttack's `skipped`).")
+    max_seeds: int | None = Field(None, gt=0, description="At most this many seeds per goal (a seeded sample).")
+    seed: int = 0
+    resources: Any = Field(default_factory=dict, validate_default=True,
+                           description="Models and files recipes use (see README).")
+    actors: int = Field(1, gt=0, description="Attacker actors; each loads the victim and recipe models once.")
+    num_cpus: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+    batch_size: int = Field(64, gt=0, description="Attempts each actor runs at once (their queries are batched).")
+    output: str = "redline-runs"
+    run_name: str | None = None
+    shard_size: int = Field(500, gt=0, description="Attempts per output shard (the unit of resume).")
+
+    @field_validator("recipes")
+    @classmethod
+    def _recipes(cls, value: list[Any]) -> list[Any]:
+        from redline.actors.attack.recipes import RecipeOptions, recipe
+
+        out = []
+        for item in value:
+            opts = RecipeOptions(name=item) if isinstance(item, str) else RecipeOptions.model_validate(item)
+            try:
+                recipe(opts.name)
+            except RedlineError as err:
+                raise ValueError(str(err)) from None
+            out.append(opts)
+        names = [o.name for o in out]
+        if len(set(names)) != len(names):
+            raise ValueError("each recipe may be listed once")
+        return out
+
+    @field_validator("resources", mode="before")
+    @classmethod
+    def _resources(cls, value: Any) -> Any:
+        from redline.actors.attack.recipes import AttackResources
+
+        return AttackResources.model_validate(value or {})
+
+    @property
+    def corpora(self) -> list[CorpusConfig]:
+        return self.corpus if isinstance(self.corpus, list) else [self.corpus]

@@ -51,17 +51,18 @@ def _absolute_local_paths(data: dict[str, Any]) -> None:
     out = data.get("output", "redline-runs")
     if isinstance(out, str) and not storage.is_s3(out):
         data["output"] = str(Path(out).expanduser().absolute())
-    for det in data.get("detectors") or []:
+    for det in (data.get("detectors") or []) + ([data["victim"]] if isinstance(data.get("victim"), dict) else []):
         model = det.get("model") if isinstance(det, dict) else None
         if isinstance(model, str) and Path(model).expanduser().exists():
             det["model"] = str(Path(model).expanduser().absolute())
 
 
 def submit(pipeline: str, config_path: Path, address: str, sets: list[str]) -> str:
-    from redline.cluster.config import ScoreConfig, load_yaml, validate_config
+    from redline.cluster.config import AttackConfig, ScoreConfig, load_yaml, validate_config
 
     data = load_yaml(config_path)
-    validate_config(ScoreConfig, data, source=str(config_path))  # fail here, not on the cluster
+    model = {"score": ScoreConfig, "attack": AttackConfig}[pipeline]
+    validate_config(model, data, source=str(config_path))  # fail here, not on the cluster
     _absolute_local_paths(data)
     jobs = client(address)
     workdir = Path(tempfile.mkdtemp(prefix="redline-job-"))

@@ -7,7 +7,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
-from redline.cluster.config import ScoreConfig, validate_config
+from redline.cluster.config import AttackConfig, ScoreConfig, validate_config
 
 SAMPLES = resources.files("redline.pipelines") / "samples"
 
@@ -52,3 +52,18 @@ def quickstart_config(output: str, model_dir: Path) -> ScoreConfig:
         "shard_size": 20,
     }
     return validate_config(ScoreConfig, data, source="quickstart")  # type: ignore[return-value]
+
+
+def quickstart_attack_config(output: str) -> AttackConfig:
+    """Three recipes against profanity-check on the bundled sample, toxic and benign seeds."""
+    corpus = {"text_column": "text", "label_column": "label", "toxic_values": ["toxic"], "dataset": "redline-sample"}
+    data = {
+        "corpus": [{**corpus, "path": str(sample_path("toxic_sample_train.csv")), "split": "train"},
+                   {**corpus, "path": str(sample_path("toxic_sample_test.csv")), "split": "test"}],
+        "victim": {"name": "profanity-check", "kind": "profanity-check", "batch_size": 4096},
+        "recipes": ["deepwordbug", "pwws", {"name": "toxictrap-embedding-unk", "query_budget": 500}],
+        "goals": ["tae", "bae"],
+        "actors": 2, "num_cpus": 0.5, "batch_size": 32, "shard_size": 100,
+        "output": output, "run_name": "quickstart-attack",
+    }
+    return validate_config(AttackConfig, data, source="quickstart attack")  # type: ignore[return-value]

@@ -261,3 +261,89 @@ def write_score_report(run: storage.RunDir, predictions: pa.Table, metrics: list
     if errors:
         sections.append(("Missed toxic rows (lowest scores first)", html_table(errors, error_cols)))
     storage.write_text(run.path("report.html"), html_page(title, sections, meta))
+
+
+# --------------------------------------------------------------------------------------------
+# Attack report
+
+ATTACK_COLUMNS: list[tuple[str, str, str]] = [
+    ("recipe", "recipe", "s"),
+    ("goal", "goal", "s"),
+    ("victim", "victim", "s"),
+    ("attempts", "attempts", "d"),
+    ("success", "success", "d"),
+    ("failed", "failed", "d"),
+    ("skipped", "skipped", "d"),
+    ("error", "error", "d"),
+    ("asr", "ASR", ".3f"),
+    ("mean_queries", "mean queries", ".1f"),
+    ("mean_pct_perturbed", "% words perturbed", ".1f"),
+    ("mean_similarity", "similarity", ".3f"),
+    ("mean_seconds", "s / attempt (in flight)", ".3f"),
+]
+
+
+def plot_asr(summary: list[dict[str, Any]]) -> bytes | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [s for s in summary if s.get("asr") is not None]
+    if not rows:
+        return None
+    labels = [f"{s['recipe']} ({s['goal']})" for s in rows]
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(rows) + 1.5))
+    ax.barh(labels, [s["asr"] for s in rows], color=["#c0392b" if s["goal"] == "tae" else "#2874a6" for s in rows])
+    ax.set(xlim=(0, 1), xlabel="attack success rate", title="ASR per recipe (red: TAE, blue: BAE)")
+    ax.invert_yaxis()
+    data = png_bytes(fig)
+    plt.close(fig)
+    return data
+
+
+def sample_successes(attempts: pa.Table, per_recipe: int = 3) -> list[dict[str, Any]]:
+    ok = attempts.filter(pc.equal(attempts.column("status"), "success"))
+    out = []
+    for rec in dict.fromkeys(ok.column("recipe").to_pylist()):
+        part = ok.filter(pc.equal(ok.column("recipe"), rec)).slice(0, per_recipe)
+        for r in part.to_pylist():
+            out.append({"recipe": rec, "goal": r["goal"], "seed": r["seed_text"][:200],
+                        "perturbed": (r["perturbed_text"] or "")[:200],
+                        "before": r["score_before"], "after": r["score_after"]})
+    return out
+
+
+def write_attack_report(run: storage.RunDir, attempts: pa.Table, summary: list[dict[str, Any]],
+                        manifest: dict[str, Any]) -> None:
+    counts = manifest.get("counts", {})
+    count_rows = [{"what": "attempts (seeds x recipes x goals)", "n": str(counts.get("attempts_in"))},
+                  {"what": "distinct seeds", "n": str(counts.get("seeds"))}]
+    count_rows += [{"what": f"  status {k}", "n": str(v)} for k, v in counts.get("by_status", {}).items()]
+    count_cols = [("what", "", "s"), ("n", "count", "s")]
+    samples = sample_successes(attempts)
+    sample_cols = [("recipe", "recipe", "s"), ("goal", "goal", "s"), ("seed", "seed", "s"),
+                   ("perturbed", "adversarial example", "s"), ("before", "toxic before", ".3f"),
+                   ("after", "toxic after", ".3f")]
+    asr_png = plot_asr(summary)
+    if asr_png:
+        storage.write_bytes(run.path("plots", "asr.png"), asr_png)
+    rate = manifest.get("attempts_per_s")
+    title = "redline attack report"
+    note = ("ASR = successes / (successes + failures); skipped seeds (already misclassified, or nothing to "
+            "modify) are left out, as in TextAttack." + (f" Throughput: {rate:,.1f} attempts/s." if rate else ""))
+    md = [f"# {title}", "", f"Run: `{run.uri}` (config {manifest.get('config_hash')})", "", note, "",
+          markdown_table(summary, ATTACK_COLUMNS), "", "## Attempts", "", markdown_table(count_rows, count_cols), ""]
+    if samples:
+        md += ["## Sample successes", "", markdown_table(samples, sample_cols), ""]
+    if asr_png:
+        md.append("![asr.png](plots/asr.png)")
+    storage.write_text(run.path("report.md"), "\n".join(md) + "\n")
+    storage.write_text(run.path("summary.csv"), csv_text(summary))
+    sections = [("Recipes", f"<p>{html.escape(note)}</p>" + html_table(summary, ATTACK_COLUMNS)),
+                ("Plots", img_tag(asr_png, "asr") if asr_png else "<p>no attempts reached the victim</p>"),
+                ("Attempts", html_table(count_rows, count_cols))]
+    if samples:
+        sections.append(("Sample successes", html_table(samples, sample_cols)))
+    meta = f"run {html.escape(run.uri)} · config {manifest.get('config_hash')}"
+    storage.write_text(run.path("report.html"), html_page(title, sections, meta))

@@ -9,28 +9,25 @@ atomically as soon as all its rows have arrived. A restarted run skips shards al
 from __future__ import annotations
 
 import logging
-import shutil
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from redline.actors.detectors import DetectionWorker
 from redline.actors.registry import detector_class
 from redline.cluster import storage
-from redline.cluster.config import ScoreConfig, config_hash
-from redline.cluster.progress import progress_bar
-from redline.cluster.runtime import ensure_ray
-from redline.errors import RedlineError, unwrap_user_error
+from redline.cluster.config import ScoreConfig
+from redline.errors import RedlineError
+from redline.pipelines import sharded
 from redline.pipelines.corpora import read_corpora
 from redline.pipelines.schema import DETECTION_BATCH_SCHEMA, PREDICTION_SCHEMA, STATUS_ERROR, STATUS_OK, conform
 
 log = logging.getLogger(__name__)
 
-INPUT_DIR, OUTPUT_DIR = "input", "predictions"
+OUTPUT_DIR = "predictions"
 
 
 @dataclass
@@ -45,43 +42,10 @@ class ScoreResult:
         return storage.join(self.run_uri, "report.html")
 
 
-def part_name(index: int) -> str:
-    return f"part-{index:05d}.parquet"
-
-
-def run_uri_for(config: ScoreConfig) -> str:
-    return storage.join(config.output, config.run_name or f"score-{config_hash(config)}")
-
-
 def preflight(config: ScoreConfig) -> None:
     """Fail before any actor starts on what the driver can check (missing models, bad patterns)."""
     for det in config.detectors:
         detector_class(det.kind).preflight(det)
-
-
-def _clear(uri: str) -> None:
-    if storage.is_s3(uri):
-        fs, path = storage.resolve(uri)
-        fs.delete_dir_contents(path, missing_dir_ok=True)
-    else:
-        shutil.rmtree(uri, ignore_errors=True)
-
-
-def _prepare_inputs(run: storage.RunDir, config: ScoreConfig, manifest: dict[str, Any]) -> list[pa.Table]:
-    """Input shards of the run: read back when a previous attempt wrote them, else built now."""
-    n_shards = manifest.get("input_shards")
-    if n_shards is not None:
-        parts = storage.list_files(run.path(INPUT_DIR), ".parquet")
-        if len(parts) == n_shards:
-            return [storage.read_parquet(p) for p in parts]
-    corpus = read_corpora(config.corpora)
-    shards = [corpus.slice(i, config.shard_size) for i in range(0, corpus.num_rows, config.shard_size)]
-    for i, shard in enumerate(shards):
-        storage.write_parquet(shard, run.path(INPUT_DIR, part_name(i)))
-    manifest["input_shards"] = len(shards)
-    manifest["counts"] = corpus_counts(corpus)
-    run.write_manifest(manifest)
-    return shards
 
 
 def corpus_counts(corpus: pa.Table) -> dict[str, Any]:
@@ -131,158 +95,72 @@ def assemble_shard(shard: pa.Table, detections: pa.Table, detector_names: list[s
     return pa.concat_tables(tables)
 
 
-def _dedupe(detections: pa.Table) -> pa.Table:
-    """Drop repeated (id, detector) rows, e.g. from a batch Ray re-ran after losing an actor."""
-    keys = [f"{i}\x00{d}" for i, d in zip(detections.column("id").to_pylist(), detections.column("detector").to_pylist())]
-    _, first = np.unique(np.array(keys, dtype=object), return_index=True)
-    if len(first) == detections.num_rows:
-        return detections
-    return detections.take(pa.array(np.sort(first)))
-
-
-def _score_pending(config: ScoreConfig, run: storage.RunDir, shards: list[pa.Table], pending: list[int],
+def _score_pending(config: ScoreConfig, run: sharded.Run, shards: list[pa.Table], pending: list[int],
                    verbose: bool) -> dict[str, float]:
     import ray.data
 
     names = [d.name for d in config.detectors]
-    scorable: dict[int, pa.Table] = {}
-    for i in pending:
-        ok = shards[i].filter(pc.equal(shards[i].column("status"), STATUS_OK)).select(["id", "text"])
-        scorable[i] = ok.append_column("shard", pa.array([i] * ok.num_rows, pa.int32()))
-    expected = {i: t.num_rows * len(names) for i, t in scorable.items()}
-    received: dict[int, list[pa.Table]] = defaultdict(list)
-    counts: dict[int, int] = defaultdict(int)
     busy: dict[str, float] = defaultdict(float)
-    flushed: set[int] = set()
 
-    def flush(i: int) -> None:
-        flushed.add(i)
-        parts = received.pop(i, [])
-        detections = pa.concat_tables(parts) if parts else DETECTION_BATCH_SCHEMA.empty_table()
-        storage.write_parquet(assemble_shard(shards[i], _dedupe(detections), names), run.path(OUTPUT_DIR, part_name(i)))
+    def count_busy(batch: pa.Table) -> None:
+        grouped = batch.group_by("detector").aggregate([("seconds", "sum")])
+        for name, secs in zip(grouped.column("detector").to_pylist(), grouped.column("seconds_sum").to_pylist()):
+            busy[name] += secs
 
-    for i in [i for i in pending if expected[i] == 0]:
-        flush(i)
-    work = [scorable[i] for i in pending if expected[i] > 0]
-    if not work:
-        return {}
+    def build_stream(source: Any) -> Any:
+        branches = [
+            source.map_batches(
+                DetectionWorker,
+                fn_constructor_kwargs={"config": det.model_dump(mode="json")},
+                batch_size=det.batch_size,
+                batch_format="numpy",
+                compute=ray.data.ActorPoolStrategy(size=det.actors),
+                num_cpus=det.num_cpus,
+                num_gpus=det.num_gpus or None,
+            )
+            for det in config.detectors
+        ]
+        return branches[0].union(*branches[1:]) if len(branches) > 1 else branches[0]
 
-    ensure_ray(verbose=verbose)
-    block_rows = block_size(sum(t.num_rows for t in work), config)
-    blocks = [t.slice(j, block_rows) for t in work for j in range(0, t.num_rows, block_rows)]
-    source = ray.data.from_arrow(blocks)
-    branches = [
-        source.map_batches(
-            DetectionWorker,
-            fn_constructor_kwargs={"config": det.model_dump(mode="json")},
-            batch_size=det.batch_size,
-            batch_format="numpy",
-            compute=ray.data.ActorPoolStrategy(size=det.actors),
-            num_cpus=det.num_cpus,
-            num_gpus=det.num_gpus or None,
-        )
-        for det in config.detectors
-    ]
-    stream = branches[0].union(*branches[1:]) if len(branches) > 1 else branches[0]
-    total = sum(expected.values())
-    with progress_bar(f"scoring with {len(names)} detector(s)", total=total) as advance:
-        for batch in stream.iter_batches(batch_format="pyarrow", batch_size=None):
-            if batch.num_rows == 0:
-                continue
-            for det_name, secs in zip(*_busy_by_detector(batch)):
-                busy[det_name] += secs
-            shard_ids = batch.column("shard").to_numpy()
-            for i in map(int, np.unique(shard_ids)):
-                if i in flushed:  # rows Ray re-sent after a retry; the shard is already written
-                    continue
-                part = batch.filter(pa.array(shard_ids == i))
-                received[i].append(part)
-                counts[i] += part.num_rows
-                if counts[i] >= expected[i]:
-                    flush(i)
-            advance(batch.num_rows)
-    unfinished = [i for i in pending if i not in flushed]
-    if unfinished:
-        raise RuntimeError(f"shards {unfinished} received fewer rows than sent; rerun to resume")
+    sharded.stream_shards(
+        run, shards, pending, output_dir=OUTPUT_DIR,
+        select=lambda shard: shard.filter(pc.equal(shard.column("status"), STATUS_OK)).select(["id", "text"]),
+        results_per_row=len(names), build_stream=build_stream,
+        assemble=lambda shard, results: assemble_shard(shard, results, names),
+        empty_results=DETECTION_BATCH_SCHEMA, key=["id", "detector"],
+        batch_size=max(d.batch_size for d in config.detectors), actors=max(d.actors for d in config.detectors),
+        label=f"scoring with {len(names)} detector(s)", verbose=verbose, on_batch=count_busy,
+    )
     return dict(busy)
-
-
-def block_size(rows: int, config: ScoreConfig) -> int:
-    """Rows per Ray Data block: several blocks per actor so every actor of a pool gets work, but
-    each many model batches long so per-task overhead stays small."""
-    batch = max(d.batch_size for d in config.detectors)
-    actors = max(d.actors for d in config.detectors)
-    return int(min(max(rows // (4 * actors), batch, 64), batch * 16))
-
-
-def _busy_by_detector(batch: pa.Table) -> tuple[list[str], list[float]]:
-    grouped = batch.group_by("detector").aggregate([("seconds", "sum")])
-    return grouped.column("detector").to_pylist(), grouped.column("seconds_sum").to_pylist()
 
 
 def run_score(config: ScoreConfig, *, force: bool = False, verbose: bool = False) -> ScoreResult:
     from redline.pipelines import report
 
     preflight(config)
-    run = storage.RunDir(run_uri_for(config))
-    previous = run.manifest()
-    if previous and previous.get("state") == "complete" and not force:
-        return ScoreResult(run.uri, previous, previous.get("metrics", []), reused=True)
-    if force and previous:
-        _clear(run.uri)
-        previous = None
-    if previous and previous.get("config_hash") not in (None, config_hash(config)):
-        raise RedlineError(f"{run.uri} holds a run of a different config; choose another run_name or pass --force")
-
+    run = sharded.open_run("score", config, config.output, config.run_name, force)
+    if run.reused:
+        return ScoreResult(run.uri, run.manifest, run.manifest.get("metrics", []), reused=True)
     watch = storage.Stopwatch()
-    manifest: dict[str, Any] = previous or {}
-    manifest.update(
-        pipeline="score",
-        state="running",
-        run_uri=run.uri,
-        config=config.model_dump(mode="json"),
-        config_hash=config_hash(config),
-        versions=storage.package_versions(),
-        started_at=manifest.get("started_at") or storage.now_iso(),
-        attempts=int(manifest.get("attempts", 0)) + 1,
-    )
-    manifest.pop("error", None)
-    run.write_manifest(manifest)
-    try:
-        shards = _prepare_inputs(run, config, manifest)
+    manifest = run.manifest
+    with sharded.lifecycle(run):
+        shards = sharded.prepare_inputs(run, lambda: read_corpora(config.corpora), config.shard_size, corpus_counts)
         if manifest["counts"]["rows_in"] == 0:
             raise RedlineError("the corpus has no rows")
         watch.lap("read_corpus_s")
-        done = {name for name in (storage.list_files(run.path(OUTPUT_DIR), ".parquet"))}
-        pending = [i for i in range(len(shards)) if run.path(OUTPUT_DIR, part_name(i)) not in done]
-        manifest["resumed_shards"] = len(shards) - len(pending)
+        pending = sharded.pending_shards(run, OUTPUT_DIR, len(shards))
         busy = _score_pending(config, run, shards, pending, verbose)
         watch.lap("score_s")
-        predictions = pa.concat_tables(
-            [storage.read_parquet(p) for p in storage.list_files(run.path(OUTPUT_DIR), ".parquet")]
-        )
+        predictions = sharded.read_outputs(run, OUTPUT_DIR)
         manifest["counts"].update(output_counts(predictions, [d.name for d in config.detectors]))
         manifest["busy_seconds"] = {**manifest.get("busy_seconds", {}), **{k: round(v, 3) for k, v in busy.items()}}
         metrics = report.detector_metrics(predictions)
         manifest["metrics"] = metrics
-        report.write_score_report(run, predictions, metrics, manifest)
+        report.write_score_report(run.dir, predictions, metrics, manifest)
         watch.lap("report_s")
         manifest["timings"] = {**manifest.get("timings", {}), **watch.timings}
-        manifest["state"] = "complete"
-        manifest["finished_at"] = storage.now_iso()
-        run.write_manifest(manifest)
-        return ScoreResult(run.uri, manifest, metrics)
-    except BaseException as err:
-        user = unwrap_user_error(err)
-        manifest["state"] = "failed"
-        manifest["error"] = str(user or err).splitlines()[0] if str(user or err) else type(err).__name__
-        try:
-            run.write_manifest(manifest)
-        except RedlineError:
-            pass
-        if user is not None and user is not err:
-            raise user from None
-        raise
+        sharded.complete(run)
+    return ScoreResult(run.uri, manifest, metrics)
 
 
 def output_counts(predictions: pa.Table, detector_names: list[str]) -> dict[str, Any]:

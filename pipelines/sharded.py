@@ -1,0 +1,209 @@
+"""What every pipeline shares: a run directory keyed by its config, input shards written once,
+a Ray Data stream whose results are written shard by shard, atomically, and resume.
+
+A pipeline supplies: how to build its input table, which rows of a shard to send, how to turn the
+source dataset into its result stream (its `map_batches` actor pools), and how to join a shard's
+results back onto the shard. Rows carry a `shard` column so results can be routed; each shard is
+written as soon as all its expected results arrived, and repeated rows (Ray re-running a task after
+losing an actor) are dropped by key.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pydantic import BaseModel
+
+from redline.cluster import storage
+from redline.cluster.config import config_hash
+from redline.cluster.progress import progress_bar
+from redline.cluster.runtime import ensure_ray
+from redline.errors import RedlineError, unwrap_user_error
+
+INPUT_DIR = "input"
+
+
+def part_name(index: int) -> str:
+    return f"part-{index:05d}.parquet"
+
+
+def clear(uri: str) -> None:
+    if storage.is_s3(uri):
+        fs, path = storage.resolve(uri)
+        fs.delete_dir_contents(path, missing_dir_ok=True)
+    else:
+        shutil.rmtree(uri, ignore_errors=True)
+
+
+@dataclass
+class Run:
+    dir: storage.RunDir
+    manifest: dict[str, Any]
+    reused: bool
+
+    @property
+    def uri(self) -> str:
+        return self.dir.uri
+
+
+def open_run(pipeline: str, config: BaseModel, output: str, run_name: str | None, force: bool) -> Run:
+    """The run directory for this config: a finished run is reused unless `force`; an interrupted
+    one is resumed; a directory holding another config's run is refused."""
+    key = config_hash(config)
+    run = storage.RunDir(storage.join(output, run_name or f"{pipeline}-{key}"))
+    previous = run.manifest()
+    if previous and previous.get("state") == "complete" and not force:
+        return Run(run, previous, reused=True)
+    if force and previous:
+        clear(run.uri)
+        previous = None
+    if previous and previous.get("config_hash") not in (None, key):
+        raise RedlineError(f"{run.uri} holds a run of a different config; choose another run_name or pass --force")
+    manifest: dict[str, Any] = previous or {}
+    manifest.update(pipeline=pipeline, state="running", run_uri=run.uri, config=config.model_dump(mode="json"),
+                    config_hash=key, versions=storage.package_versions(),
+                    started_at=manifest.get("started_at") or storage.now_iso(),
+                    attempts=int(manifest.get("attempts", 0)) + 1)
+    manifest.pop("error", None)
+    run.write_manifest(manifest)
+    return Run(run, manifest, reused=False)
+
+
+@contextmanager
+def lifecycle(run: Run) -> Iterator[None]:
+    """Marks the manifest `failed` (with a one-line error) if the body raises; re-raises a user
+    error found inside Ray's wrappers as itself."""
+    try:
+        yield
+    except BaseException as err:
+        user = unwrap_user_error(err)
+        text = str(user or err)
+        run.manifest["state"] = "failed"
+        run.manifest["error"] = text.splitlines()[0] if text else type(err).__name__
+        try:
+            run.dir.write_manifest(run.manifest)
+        except RedlineError:
+            pass
+        if user is not None and user is not err:
+            raise user from None
+        raise
+
+
+def complete(run: Run) -> None:
+    run.manifest["state"] = "complete"
+    run.manifest["finished_at"] = storage.now_iso()
+    run.dir.write_manifest(run.manifest)
+
+
+def prepare_inputs(run: Run, build: Callable[[], pa.Table], shard_size: int,
+                   counts: Callable[[pa.Table], dict[str, Any]]) -> list[pa.Table]:
+    """Input shards: read back when an earlier attempt wrote them all, else built and written now."""
+    n_shards = run.manifest.get("input_shards")
+    if n_shards is not None:
+        parts = storage.list_files(run.dir.path(INPUT_DIR), ".parquet")
+        if len(parts) == n_shards:
+            return [storage.read_parquet(p) for p in parts]
+    table = build()
+    shards = [table.slice(i, shard_size) for i in range(0, table.num_rows, shard_size)]
+    for i, shard in enumerate(shards):
+        storage.write_parquet(shard, run.dir.path(INPUT_DIR, part_name(i)))
+    run.manifest["input_shards"] = len(shards)
+    run.manifest["counts"] = counts(table)
+    run.dir.write_manifest(run.manifest)
+    return shards
+
+
+def pending_shards(run: Run, output_dir: str, n_shards: int) -> list[int]:
+    done = set(storage.list_files(run.dir.path(output_dir), ".parquet"))
+    pending = [i for i in range(n_shards) if run.dir.path(output_dir, part_name(i)) not in done]
+    run.manifest["resumed_shards"] = n_shards - len(pending)
+    return pending
+
+
+def read_outputs(run: Run, output_dir: str) -> pa.Table:
+    return pa.concat_tables([storage.read_parquet(p) for p in storage.list_files(run.dir.path(output_dir), ".parquet")])
+
+
+def block_rows(rows: int, batch_size: int, actors: int) -> int:
+    """Rows per Ray Data block: several blocks per actor so every actor of a pool gets work, each
+    many model batches long so per-task overhead stays small."""
+    return int(min(max(rows // (4 * actors), batch_size, 1), batch_size * 16))
+
+
+def dedupe(results: pa.Table, key: list[str]) -> pa.Table:
+    keys = ["\x00".join(map(str, k)) for k in zip(*(results.column(c).to_pylist() for c in key))]
+    _, first = np.unique(np.array(keys, dtype=object), return_index=True)
+    return results if len(first) == results.num_rows else results.take(pa.array(np.sort(first)))
+
+
+def stream_shards(
+    run: Run,
+    shards: list[pa.Table],
+    pending: list[int],
+    *,
+    output_dir: str,
+    select: Callable[[pa.Table], pa.Table],
+    results_per_row: int,
+    build_stream: Callable[[Any], Any],
+    assemble: Callable[[pa.Table, pa.Table], pa.Table],
+    empty_results: pa.Schema,
+    key: list[str],
+    batch_size: int,
+    actors: int,
+    label: str,
+    verbose: bool = False,
+    on_batch: Callable[[pa.Table], None] | None = None,
+) -> None:
+    """Send each pending shard's selected rows through `build_stream`, and write each shard's
+    assembled output atomically once all `results_per_row * rows` results for it have arrived."""
+    import ray.data
+
+    work: dict[int, pa.Table] = {}
+    for i in pending:
+        rows = select(shards[i])
+        work[i] = rows.append_column("shard", pa.array([i] * rows.num_rows, pa.int32()))
+    expected = {i: t.num_rows * results_per_row for i, t in work.items()}
+    received: dict[int, list[pa.Table]] = defaultdict(list)
+    counts: dict[int, int] = defaultdict(int)
+    flushed: set[int] = set()
+
+    def flush(i: int) -> None:
+        flushed.add(i)
+        parts = received.pop(i, [])
+        results = dedupe(pa.concat_tables(parts), key) if parts else empty_results.empty_table()
+        storage.write_parquet(assemble(shards[i], results), run.dir.path(output_dir, part_name(i)))
+
+    for i in [i for i in pending if expected[i] == 0]:
+        flush(i)
+    tables = [work[i] for i in pending if expected[i] > 0]
+    if not tables:
+        return
+    ensure_ray(verbose=verbose)
+    size = block_rows(sum(t.num_rows for t in tables), batch_size, actors)
+    stream = build_stream(ray.data.from_arrow([t.slice(j, size) for t in tables for j in range(0, t.num_rows, size)]))
+    with progress_bar(label, total=sum(expected.values())) as advance:
+        for batch in stream.iter_batches(batch_format="pyarrow", batch_size=None):
+            if batch.num_rows == 0:
+                continue
+            if on_batch is not None:
+                on_batch(batch)
+            shard_ids = batch.column("shard").to_numpy()
+            for i in map(int, np.unique(shard_ids)):
+                if i in flushed:  # rows Ray re-sent after a retry; the shard is already written
+                    continue
+                part = batch.filter(pa.array(shard_ids == i))
+                received[i].append(part)
+                counts[i] += part.num_rows
+                if counts[i] >= expected[i]:
+                    flush(i)
+            advance(batch.num_rows)
+    unfinished = [i for i in pending if i not in flushed]
+    if unfinished:
+        raise RuntimeError(f"shards {unfinished} received fewer results than sent; rerun to resume")
