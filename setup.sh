@@ -22,6 +22,17 @@ if ! "$python" -c 'import venv, ensurepip' 2>/dev/null; then
   exit 2
 fi
 
+# WordNet 3.0 for the WordNet attack recipes (PWWS, toxictrap-wordnet-*), from Debian's packages.
+if [ ! -f /usr/share/wordnet/data.noun ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup.sh: installing WordNet 3.0 (apt: wordnet-base wordnet-sense-index)" >&2
+    apt-get install -y -qq wordnet-base wordnet-sense-index >/dev/null 2>&1 \
+      || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq wordnet-base wordnet-sense-index >/dev/null; }
+  else
+    echo "setup.sh: WordNet recipes need: sudo apt-get install wordnet-base wordnet-sense-index" >&2
+  fi
+fi
+
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 stamp=".venv/.redline-setup-$(sha256sum < pyproject.toml | cut -c1-16)"
 if [ -f "$stamp-test" ] || { [ -z "$extras" ] && [ -f "$stamp" ]; }; then

@@ -110,3 +110,42 @@ def build_tiny_classifier(
         {"builder": "tiny_classifier", "rows": len(texts), "labels": list(label_names), "epochs": epochs,
          "hidden_size": hidden_size, "num_layers": num_layers, "vocab_size": len(tokenizer)}, indent=2))
     return out
+
+
+def build_tiny_mlm(texts: Sequence[str], out_dir: str | Path, *, vocab_size: int = 2000, hidden_size: int = 64,
+                   num_layers: int = 2, max_length: int = 64, epochs: int = 3, batch_size: int = 32,
+                   learning_rate: float = 2e-3, seed: int = 0) -> Path:
+    """Train and save a tiny BERT fill-mask model (15% masking), loadable by AutoModelForMaskedLM."""
+    import torch
+    from transformers import BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    if not texts:
+        raise RedlineError("tiny MLM: need some texts")
+    random.seed(seed)
+    torch.manual_seed(seed)
+    tokenizer = train_wordpiece_tokenizer(texts, vocab_size=vocab_size, model_max_length=max_length)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=num_layers,
+                        num_attention_heads=2, intermediate_size=hidden_size * 4, max_position_embeddings=max_length + 2,
+                        pad_token_id=tokenizer.pad_token_id)
+    model = BertForMaskedLM(config)
+    collate = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
+    order = list(range(len(texts)))
+    model.train()
+    for _ in range(epochs):
+        random.shuffle(order)
+        for start in range(0, len(order), batch_size):
+            enc = tokenizer([texts[i] for i in order[start:start + batch_size]], truncation=True, max_length=max_length)
+            batch = collate([{"input_ids": ids} for ids in enc["input_ids"]])
+            loss = model(**batch).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    model.eval()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out

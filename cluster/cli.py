@@ -80,7 +80,8 @@ def list_recipes() -> None:
     from redline.pipelines.attack import recipe_table
 
     table = Table(title="attack recipes (every one runs with goal tae or bae)", show_lines=False)
-    for col in ("name", "family", "transformation", "pre", "post", "search", "needs"):
+    table.add_column("name", no_wrap=True, style="bold")
+    for col in ("family", "transformation", "pre", "post", "search", "needs"):
         table.add_column(col, overflow="fold")
     for r in recipe_table():
         table.add_row(*(r[c] for c in ("name", "family", "transformation", "pre", "post", "search", "needs")))

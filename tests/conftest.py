@@ -148,3 +148,19 @@ def write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
         w.writerow(header)
         w.writerows(rows)
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_mlm(tmp_path_factory, sample_rows) -> Path:
+    from redline.actors.tiny_models import build_tiny_mlm
+
+    return build_tiny_mlm([r["text"] for r in sample_rows] * 2, tmp_path_factory.mktemp("models") / "tiny-mlm",
+                          epochs=1, hidden_size=32, num_layers=1)
+
+
+@pytest.fixture(scope="session")
+def wordnet_ready():
+    from redline.actors.attack.resources import wordnet_available
+
+    if not wordnet_available():
+        pytest.fail("WordNet missing: apt-get install wordnet-base wordnet-sense-index (setup.sh --test does this)")

@@ -1,0 +1,282 @@
+"""Attack components: goals, transformations, constraints and searches, each checked on its own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from redline.actors.attack import constraints as C
+from redline.actors.attack.attacker import Attacker, Attempt
+from redline.actors.attack.goals import GOALS, Victim
+from redline.actors.attack.recipes import RECIPES, AttackResources, RecipeOptions
+from redline.actors.attack.search import Beam, GreedyWIR, SearchContext
+from redline.actors.attack.text import AttackedText
+from redline.actors.attack.transformations import HOMOGLYPHS, CharEdits, EmbeddingNeighbours, MaskedLMSwaps, WordNetSynonyms
+from redline.actors.detectors import DecisionRule, Detector, build_detector
+from redline.cluster.config import DetectorConfig
+from redline.errors import RedlineError
+
+
+class PlantedVictim(Detector):
+    """Toxic iff the exact word 'idiot' appears: a known weakness any search should find."""
+
+    kind = "planted"
+    description = "test victim"
+
+    def __init__(self, fail_on: str | None = None) -> None:
+        self._rule = DecisionRule(labels=("toxic",), toxic=(True,), multi_label=False)
+        self.fail_on = fail_on
+        self.calls = 0
+
+    @property
+    def rule(self) -> DecisionRule:
+        return self._rule
+
+    def predict_proba(self, texts):
+        self.calls += 1
+        if self.fail_on and any(self.fail_on in t for t in texts):
+            raise RuntimeError("victim cannot score this batch")
+        return np.array([[0.95 if " idiot" in f" {t.lower()}".replace("!", " ") else 0.1] for t in texts])
+
+
+def ctx_for(text: str, transformation, pre=None, post=None, budget=500, goal="tae") -> SearchContext:
+    import time
+
+    return SearchContext(AttackedText.from_text(text), GOALS[goal], transformation, pre or [], post or [],
+                         budget, time.monotonic() + 30)
+
+
+def drive(gen, victim: Victim, goal="tae"):
+    """Run a search generator against a victim, as the attacker does."""
+    g = GOALS[goal]
+    reply = None
+    try:
+        while True:
+            request = gen.send(reply)
+            reply = [(g.score(v.toxic_score), g.success(v.pred_toxic)) for v in victim.query(request)]
+    except StopIteration as stop:
+        return stop.value
+
+
+# ---------------------------------------------------------------- text
+
+
+def test_attacked_text_keeps_word_indices_across_edits():
+    t = AttackedText.from_text("You're such an idiot, honestly.")
+    assert t.words == ["You're", "such", "an", "idiot", "honestly"]
+    e = t.replace(3, "id iot").replace(1, "so")
+    assert e.text == "You're so an id iot, honestly." and e.word(3) == "id iot" and e.modified == {1, 3}
+    assert t.delete(3) == "You're such an , honestly."
+
+
+# ---------------------------------------------------------------- goals
+
+
+@pytest.mark.parametrize("model_fixture", ["tiny_binary_model", "tiny_multiclass_model", "tiny_multilabel_model"])
+def test_goals_follow_the_victims_own_decision(request, model_fixture):
+    det = build_detector(DetectorConfig(name="v", kind="hf", model=str(request.getfixturevalue(model_fixture)),
+                                        threshold=0.5))
+    texts = ["you are a stupid idiot", "have a lovely day", "shut up loser", "the museum opens at nine"]
+    probs, score, toxic = det.detect(texts)
+    verdicts = Victim(det).query(texts)
+    rule = det.rule
+    for p, v in zip(probs, verdicts):
+        mask = np.array(rule.toxic)
+        if rule.multi_label:  # TAE succeeds only when every toxic label is under its threshold
+            expect_toxic = bool((p[mask] >= 0.5).any())
+        elif len(rule.labels) > 2:  # multi-class: the top class decides
+            expect_toxic = bool(mask[p.argmax()])
+        else:
+            expect_toxic = p[1] >= 0.5
+        assert v.pred_toxic == expect_toxic
+        assert GOALS["tae"].success(v.pred_toxic) == (not expect_toxic)
+        assert GOALS["bae"].success(v.pred_toxic) == expect_toxic
+        assert GOALS["tae"].score(v.toxic_score) == pytest.approx(1 - v.toxic_score)
+
+
+def test_victim_cache_scores_each_text_once():
+    det = PlantedVictim()
+    victim = Victim(det)
+    victim.query(["a", "b", "a"])
+    victim.query(["b", "c"])
+    assert victim.texts_scored == 3 and det.calls == 2
+
+
+# ---------------------------------------------------------------- transformations
+
+
+def test_char_edits_are_single_edits_that_keep_first_and_last_letters():
+    from rapidfuzz.distance import Levenshtein
+
+    edits = CharEdits(per_op=3).edit("idiotic")
+    assert edits and "idiotic" not in edits and len(set(edits)) == len(edits)
+    for e in edits:
+        plain = e.replace(" ", "")
+        assert e[0] == "i" and e[-1] == "c"
+        assert Levenshtein.distance(plain, "idiotic") <= 2 or any(h in e for hs in HOMOGLYPHS.values() for h in hs)
+    assert CharEdits(ops=("insert-space",)).edit("idiot")[0].replace(" ", "") == "idiot"
+    assert CharEdits().edit("an") == []  # shorter than min_length
+    with pytest.raises(RedlineError, match="unknown character edits"):
+        CharEdits(ops=("explode",))
+
+
+def test_wordnet_synonyms_are_wordnet_lemmas(wordnet_ready):
+    from redline.actors.attack.resources import wordnet
+
+    syn = WordNetSynonyms().swaps(AttackedText.from_text("You Idiot"), [1])[1]
+    lemmas = {l.name().lower() for s in wordnet().synsets("idiot") for l in s.lemmas()}
+    assert syn and all(w.lower() in lemmas and w[0].isupper() for w in syn)
+    assert "Idiot" not in syn
+
+
+def test_embedding_neighbours_from_the_minilm_vocabulary():
+    t = EmbeddingNeighbours(k=5)
+    near = t.swaps(AttackedText.from_text("stupid"), [0])[0]
+    assert len(near) == 5 and "stupid" not in near
+    assert t.cosine("stupid", near[0]) > t.cosine("stupid", "banana")
+
+
+def test_embedding_file_and_missing_file(tmp_path):
+    f = tmp_path / "vec.txt"
+    f.write_text("idiot 1 0 0\nfool 0.9 0.1 0\ncat 0 0 1\nmoron 0.95 0 0.05\n")
+    t = EmbeddingNeighbours(k=2, embeddings_file=str(f))
+    assert t.swaps(AttackedText.from_text("idiot"), [0])[0] == ["moron", "fool"]
+    with pytest.raises(RedlineError, match="cannot read embeddings file"):
+        EmbeddingNeighbours(embeddings_file=str(tmp_path / "none.txt"))
+
+
+def test_masked_lm_gives_top_k_whole_words(tiny_mlm):
+    t = MaskedLMSwaps(str(tiny_mlm), top_k=7)
+    out = t.swaps(AttackedText.from_text("you are a stupid idiot"), [3, 4])
+    for i in (3, 4):
+        assert 0 < len(out[i]) <= 7 and all(w.isalpha() and not w.startswith("##") for w in out[i])
+    with pytest.raises(RedlineError, match="cannot load masked LM"):
+        MaskedLMSwaps("/no/such/mlm")
+
+
+# ---------------------------------------------------------------- constraints
+
+
+def test_pre_constraints_choose_modifiable_words():
+    t = AttackedText.from_text("you are an absolute idiot and a fool")
+    assert C.modifiable([C.Stopwords()], t, t) == [3, 4, 7]
+    assert C.modifiable([C.MinWordLength(5)], t, t) == [3, 4]
+    edited = t.replace(4, "idi0t")
+    assert 4 not in C.modifiable([C.RepeatModification()], edited, t)
+    rate = C.MaxModificationRate(rate=0.1, min_words=1)
+    assert C.modifiable([rate], t, t) and C.modifiable([rate], edited, t) == []
+    assert C.modifiable([C.MaxWordsPerturbed(2)], edited.replace(7, "f00l"), t) == []
+
+
+def test_levenshtein_rejects_large_edits():
+    t = AttackedText.from_text("you idiot")
+    ok, far = t.replace(1, "idi0t"), t.replace(1, "magnificent person")
+    assert C.Levenshtein(3).check(t, [ok, far], [1, 1]).tolist() == [True, False]
+
+
+def test_sentence_similarity_rejects_meaning_changes():
+    t = AttackedText.from_text("the weather today is sunny and warm")
+    same, other = t.replace(5, "sunny"), t.replace(5, "quarterly tax returns for corporations")
+    mask = C.SentenceSimilarity(min_similarity=0.9, window=None).check(t, [same, other], [5, 5])
+    assert mask.tolist() == [True, False]
+
+
+def test_part_of_speech_must_match():
+    t = AttackedText.from_text("you are a stupid idiot")
+    mask = C.PartOfSpeech().check(t, [t.replace(4, "fool"), t.replace(4, "swiftly")], [4, 4])
+    assert mask.tolist() == [True, False]
+
+
+def test_word_embedding_distance(tmp_path):
+    f = tmp_path / "vec.txt"
+    f.write_text("idiot 1 0\nfool 0.9 0.1\ncat 0 1\n")
+    t = AttackedText.from_text("you idiot")
+    mask = C.WordEmbeddingDistance(0.8, embeddings_file=str(f)).check(t, [t.replace(1, "fool"), t.replace(1, "cat")], [1, 1])
+    assert mask.tolist() == [True, False]
+
+
+# ---------------------------------------------------------------- search
+
+
+@pytest.mark.parametrize("search", [GreedyWIR("delete"), GreedyWIR("unk"), GreedyWIR("wsaliency"), Beam(2)],
+                         ids=lambda s: s.name)
+def test_searches_find_the_planted_weakness(search):
+    victim = Victim(PlantedVictim())
+    ctx = ctx_for("honestly you are a total idiot mate", CharEdits(), pre=[C.Stopwords()])
+    start = victim.query([ctx.original.text])[0]
+    outcome = drive(search.run(ctx, (1 - start.toxic_score, False)), victim)
+    assert outcome.success and "idiot" not in outcome.text.text.split()
+    assert outcome.text.modified == {5}  # only the weak word needed changing
+    assert 0 < ctx.queries <= 500
+
+
+def test_gradient_ranking_needs_and_uses_a_white_box_victim(tiny_binary_model):
+    det = build_detector(DetectorConfig(name="v", kind="hf", model=str(tiny_binary_model)))
+    victim = Victim(det)
+    text = AttackedText.from_text("you are a stupid idiot")
+    imp = victim.word_importance_by_gradient(text.text, list(text.spans), GOALS["tae"])
+    assert imp.shape == (5,) and (imp > 0).all()
+    with pytest.raises(RedlineError, match="needs an `hf` victim"):
+        Victim(PlantedVictim()).word_importance_by_gradient(text.text, list(text.spans), GOALS["tae"])
+
+
+def test_query_budget_is_respected():
+    victim = Victim(PlantedVictim())
+    ctx = ctx_for("idiot idiot idiot idiot idiot", CharEdits(), budget=7)
+    outcome = drive(GreedyWIR("delete").run(ctx, (0.05, False)), victim)
+    assert not outcome.success and ctx.queries <= 7
+
+
+# ---------------------------------------------------------------- the attacker
+
+
+def attacker(det, recipes, **kw) -> Attacker:
+    return Attacker(Victim(det), {n: RecipeOptions(name=n, **kw) for n in recipes}, AttackResources())
+
+
+def test_attacker_batches_victim_queries_across_attempts():
+    det = PlantedVictim()
+    a = attacker(det, ["deepwordbug"])
+    texts = [f"honestly you are an idiot number {i}" for i in range(20)]
+    results = a.attack([Attempt(str(i), t, "deepwordbug", "tae") for i, t in enumerate(texts)])
+    assert all(r.status == "success" for r in results)
+    assert det.calls < 10  # 20 attempts, every search step batched together
+    assert all(r.words_changed == 1 and r.perturbed and r.similarity is not None for r in results)
+
+
+def test_attacker_outcomes_skipped_no_words_and_row_errors():
+    det = PlantedVictim(fail_on="boom")
+    a = attacker(det, ["deepwordbug"])
+    results = a.attack([
+        Attempt("benign", "what a lovely day", "deepwordbug", "tae"),  # already benign: skipped
+        Attempt("stop", "you are the idiot", "deepwordbug", "bae"),  # BAE on a toxic seed: skipped
+        Attempt("unconfigured", "idiot", "pwws", "tae"),  # recipe not given to this attacker
+        Attempt("boom", "boom you idiot", "deepwordbug", "tae"),
+        Attempt("fine", "you utter idiot", "deepwordbug", "tae"),
+    ])
+    by = {k: r for k, r in zip(["benign", "stop", "unconfigured", "boom", "fine"], results)}
+    assert by["benign"].status == "skipped" and "already predicts benign" in by["benign"].reason
+    assert by["stop"].status == "skipped"
+    assert by["unconfigured"].status == "error" and "KeyError" in by["unconfigured"].reason  # recipe not configured
+    assert by["boom"].status == "error" and "cannot score" in by["boom"].reason
+    assert by["fine"].status == "success"
+
+
+def test_seed_with_no_modifiable_words_is_skipped_with_reason():
+    a = attacker(PlantedVictim(), ["deepwordbug"])
+    [r] = a.attack([Attempt("x", "you are the", "deepwordbug", "bae")])
+    assert r.status == "skipped" and "no modifiable words" in r.reason
+
+
+def test_every_registered_recipe_runs_on_a_tiny_victim(tiny_binary_model, tiny_mlm, wordnet_ready):
+    det = build_detector(DetectorConfig(name="v", kind="hf", model=str(tiny_binary_model), batch_size=256))
+    a = Attacker(Victim(det), {n: RecipeOptions(name=n, query_budget=60, time_limit_s=20) for n in RECIPES},
+                 AttackResources(mlm_model=str(tiny_mlm)))
+    seeds = ["you are a stupid idiot and a loser", "shut up you pathetic moron"]
+    attempts = [Attempt(f"{n}-{i}", s, n, "tae") for n in RECIPES for i, s in enumerate(seeds)]
+    results = a.attack(attempts)
+    assert len(RECIPES) == 25
+    errors = [(att.recipe, r.reason) for att, r in zip(attempts, results) if r.status == "error"]
+    assert not errors
+    assert {r.status for r in results} <= {"success", "failed", "skipped"}
+    assert all(r.queries <= 60 for r in results)

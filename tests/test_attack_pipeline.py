@@ -1,0 +1,112 @@
+"""`redline run attack` end to end on a real local Ray: schema, counts, resume, bad input."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import write_csv
+from redline.cluster.cli import main
+from redline.cluster.config import AttackConfig, validate_config
+from redline.errors import RedlineError
+from redline.pipelines import sharded
+from redline.pipelines.attack import run_attack
+from redline.pipelines.schema import ATTACK_SCHEMA
+
+
+def attack_config(corpus: dict, output: str, **kw) -> AttackConfig:
+    data = {"corpus": corpus, "victim": {"name": "profanity-check", "kind": "profanity-check", "batch_size": 4096},
+            "recipes": ["deepwordbug", "pwws"], "output": output, "num_cpus": 0.25, **kw}
+    return validate_config(AttackConfig, data)
+
+
+@pytest.fixture(scope="module")
+def attack_run(ray_session, davidson, wordnet_ready, tmp_path_factory):
+    cfg = attack_config({"path": str(davidson), "preset": "davidson"}, str(tmp_path_factory.mktemp("runs")),
+                        goals=["tae", "bae"], max_seeds=20, actors=2, batch_size=8, shard_size=15)
+    return cfg, run_attack(cfg)
+
+
+def test_attack_rows_follow_the_schema_with_provenance(attack_run):
+    cfg, result = attack_run
+    run = sharded.Run(sharded.storage.RunDir(result.run_uri), result.manifest, False)
+    rows = sharded.read_outputs(run, "attempts")
+    assert rows.schema == ATTACK_SCHEMA
+    ids = rows.column("id").to_pylist()
+    assert len(ids) == len(set(ids)) == 80  # 20 seeds x 2 recipes x 2 goals
+    table = rows.to_pandas()
+    assert set(table.recipe) == {"deepwordbug", "pwws"} and set(table.goal) == {"tae", "bae"}
+    assert (table[table.goal == "tae"].seed_label == 1).all() and (table[table.goal == "bae"].seed_label == 0).all()
+    assert table.dataset.eq("davidson").all() and table.victim.eq("profanity-check").all()
+    assert set(table.status) <= {"success", "failed", "skipped", "error"} and not (table.status == "error").any()
+    wins = table[table.status == "success"]
+    assert len(wins) > 0
+    assert (wins.pred_after != wins.pred_before).all() and wins.perturbed_text.notna().all()
+    assert (wins[wins.goal == "tae"].pred_after == False).all()  # noqa: E712
+    assert ((wins.words_changed > 0) & (wins.queries > 0)).all()
+    assert table[table.status != "success"].reason.notna().all()
+
+
+def test_counts_add_up_and_report_is_written(attack_run):
+    _, result = attack_run
+    counts = result.manifest["counts"]
+    assert counts["attempts_in"] == counts["attempts_out"] == sum(counts["by_status"].values()) == 80
+    for row in result.summary:
+        assert row["attempts"] == row["success"] + row["failed"] + row["skipped"] + row["error"]
+        if row["success"] + row["failed"]:
+            assert row["asr"] == pytest.approx(row["success"] / (row["success"] + row["failed"]))
+    run = Path(result.run_uri)
+    html = (run / "report.html").read_text()
+    assert "deepwordbug" in html and "Sample successes" in html and "data:image/png;base64," in html
+    assert (run / "summary.csv").is_file() and result.manifest["state"] == "complete"
+
+
+def test_attack_resumes_only_missing_shards(attack_run):
+    cfg, result = attack_run
+    run = Path(result.run_uri)
+    (run / "attempts" / "part-00003.parquet").unlink()
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["state"] = "running"
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    again = run_attack(cfg)
+    assert again.manifest["resumed_shards"] == 5 and again.manifest["state"] == "complete"
+    rows = sharded.read_outputs(sharded.Run(sharded.storage.RunDir(again.run_uri), again.manifest, False), "attempts")
+    assert Counter(rows.column("id").to_pylist()).most_common(1)[0][1] == 1 and rows.num_rows == 80
+
+
+def test_empty_seed_set_after_filtering(ray_session, tmp_path):
+    path = write_csv(tmp_path / "c.csv", ["text", "label"], [["nice day", 0], ["lovely", 0]])
+    cfg = attack_config({"path": str(path), "text_column": "text", "label_column": "label", "toxic_values": [1]},
+                        str(tmp_path), goals=["tae"])
+    with pytest.raises(RedlineError, match="no toxic seeds for goal tae after filtering"):
+        run_attack(cfg)
+
+
+def test_recipes_needing_missing_resources_fail_up_front(tmp_path):
+    corpus = {"path": str(tmp_path / "x.csv"), "text_column": "t", "label_column": "l", "toxic_values": [1]}
+    with pytest.raises(RedlineError, match="white-box `hf` victim"):
+        run_attack(attack_config(corpus, str(tmp_path), recipes=["a2t"]))
+    with pytest.raises(RedlineError, match="needs a fill-mask model: set resources.mlm_model"):
+        run_attack(attack_config(corpus, str(tmp_path), recipes=["toxictrap-mlm-unk"],
+                                 resources={"mlm_model": str(tmp_path / "no-mlm")}))
+
+
+def test_cli_lists_recipes_and_rejects_unknown_ones(capsys, tmp_path):
+    assert main(["list", "recipes"]) == 0
+    out = capsys.readouterr().out
+    assert "toxictrap-wordnet-wsaliency" in out and "textfooler" in out and "white-box hf victim" in out
+    cfg = tmp_path / "a.yaml"
+    cfg.write_text("corpus: {path: x.csv, preset: davidson}\nvictim: {name: p, kind: profanity-check}\nrecipes: [hotflip]\n")
+    assert main(["run", "attack", "--config", str(cfg)]) == 2
+    assert "unknown recipe 'hotflip'" in capsys.readouterr().err
+
+
+def test_quickstart_attack(capsys, tmp_path, ray_session, wordnet_ready):
+    assert main(["quickstart", "attack", "--output", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "deepwordbug" in out and "report:" in out
+    manifest = json.loads((tmp_path / "quickstart-attack" / "manifest.json").read_text())
+    assert manifest["state"] == "complete" and manifest["counts"]["by_status"].get("success", 0) > 0
