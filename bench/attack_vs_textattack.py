@@ -79,7 +79,7 @@ def main() -> None:
             "corpus": {"path": str(seeds_file), "text_column": "text", "label_column": "label",
                        "toxic_values": ["toxic"], "dataset": "davidson-flagged"},
             "victim": {"name": "profanity-check", "kind": "profanity-check", "batch_size": 8192},
-            "recipes": [name], "goals": ["tae"], "actors": args.actors, "num_cpus": (os.cpu_count() or 2) / args.actors,
+            "recipes": [name], "goals": ["tae"], "similarity": "auto", "actors": args.actors, "num_cpus": (os.cpu_count() or 2) / args.actors,
             "batch_size": 256, "shard_size": 1000, "output": str(work / "runs"), "run_name": name,
         })
         started = time.perf_counter()

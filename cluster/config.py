@@ -234,6 +234,9 @@ class AttackConfig(Strict):
                                                description="tae: toxic seeds -> benign; bae: benign seeds -> toxic.")
     only_correct: bool = Field(True, description="Skip seeds the victim already gets wrong (TextAttack's `skipped`).")
     max_seeds: int | None = Field(None, gt=0, description="At most this many seeds per goal (a seeded sample).")
+    similarity: Literal["auto", "always", "never"] = Field(
+        "auto", description="Sentence-encoder similarity of seed and result: auto = for recipes with a "
+                            "similarity constraint (their encoder is loaded anyway); always costs a model pass.")
     seed: int = 0
     resources: Any = Field(default_factory=dict, validate_default=True,
                            description="Models and files recipes use (see README).")

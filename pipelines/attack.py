@@ -172,7 +172,8 @@ def run_attack(config: AttackConfig, *, force: bool = False, verbose: bool = Fal
         pending = sharded.pending_shards(run, OUTPUT_DIR, len(shards))
         worker_kwargs = {"victim": config.victim.model_dump(mode="json"),
                          "recipes": [r.model_dump(mode="json") for r in config.recipes],
-                         "resources": config.resources.model_dump(mode="json"), "only_correct": config.only_correct}
+                         "resources": config.resources.model_dump(mode="json"), "only_correct": config.only_correct,
+                         "similarity": config.similarity}
 
         def build_stream(source: Any) -> Any:
             return source.map_batches(AttackWorker, fn_constructor_kwargs=worker_kwargs, batch_size=config.batch_size,

@@ -230,8 +230,9 @@ def test_query_budget_is_respected():
 # ---------------------------------------------------------------- the attacker
 
 
-def attacker(det, recipes, **kw) -> Attacker:
-    return Attacker(Victim(det), {n: RecipeOptions(name=n, **kw) for n in recipes}, AttackResources())
+def attacker(det, recipes, similarity="always", **kw) -> Attacker:
+    return Attacker(Victim(det), {n: RecipeOptions(name=n, **kw) for n in recipes}, AttackResources(),
+                    similarity=similarity)
 
 
 def test_attacker_batches_victim_queries_across_attempts():
@@ -241,7 +242,9 @@ def test_attacker_batches_victim_queries_across_attempts():
     results = a.attack([Attempt(str(i), t, "deepwordbug", "tae") for i, t in enumerate(texts)])
     assert all(r.status == "success" for r in results)
     assert det.calls < 10  # 20 attempts, every search step batched together
-    assert all(r.words_changed == 1 and r.perturbed and r.similarity is not None for r in results)
+    assert all(r.words_changed == 1 and r.perturbed and 0 < r.similarity <= 1 for r in results)
+    fast = attacker(PlantedVictim(), ["deepwordbug"], similarity="auto")  # no encoder in this recipe
+    assert fast.attack([Attempt("a", texts[0], "deepwordbug", "tae")])[0].similarity is None
 
 
 def test_attacker_outcomes_skipped_no_words_and_row_errors():

@@ -54,12 +54,13 @@ class AttemptResult:
 
 class Attacker:
     def __init__(self, victim: Victim, recipes: dict[str, RecipeOptions], resources: AttackResources,
-                 only_correct: bool = True, victim_batch: int = 4096) -> None:
+                 only_correct: bool = True, victim_batch: int = 4096, similarity: str = "auto") -> None:
         self.victim = victim
         self.options = recipes
         self.resources = resources
         self.only_correct = only_correct
         self.victim_batch = victim_batch
+        self.similarity = similarity
         self._components: dict[str, Components] = {}
 
     def components(self, name: str) -> Components:
@@ -70,7 +71,7 @@ class Attacker:
     def _attempt(self, ctx: SearchContext, comps: Components) -> Any:
         started = time.monotonic()
         start = (yield from ctx.score([ctx.original.text]))[0]
-        before = self.victim.cache.get(ctx.original.text)
+        before = ctx.goal.verdict(*start)
         n = len(ctx.original)
         common = dict(score_before=before.toxic_score, pred_before=before.pred_toxic, words_total=n)
         if start[1]:
@@ -80,7 +81,7 @@ class Attacker:
                                  pred_after=before.pred_toxic, queries=ctx.queries, words_changed=0,
                                  seconds=time.monotonic() - started, **common)
         outcome: Outcome = yield from comps.search.run(ctx, start)
-        after = self.victim.cache.get(outcome.text.text) or before
+        after = ctx.goal.verdict(*ctx.memo[outcome.text.text]) if outcome.text.text in ctx.memo else before
         changed = len(outcome.text.modified)
         if outcome.success:
             status, reason = "success", None
@@ -129,26 +130,35 @@ class Attacker:
                 fail(k, err)
         while running:
             wanted = list(dict.fromkeys(t for _, _, req in running.values() for t in req))
+            answers: dict[str, Any] = {}
             try:
                 for start in range(0, len(wanted), self.victim_batch):
-                    self.victim.query(wanted[start:start + self.victim_batch])
+                    chunk = wanted[start:start + self.victim_batch]
+                    answers.update(zip(chunk, self.victim.query(chunk)))
             except Exception as err:  # noqa: BLE001 - isolate: score each attempt's request alone
                 log.warning("victim failed on a batch of %d texts (%s); retrying per attempt", len(wanted), err)
                 for k, (gen, g, req) in list(running.items()):
                     try:
-                        self.victim.query(req)
+                        answers.update(zip(req, self.victim.query(req)))
                     except Exception as row_err:  # noqa: BLE001
                         fail(k, row_err)
                         running.pop(k)
             for k, (gen, g, req) in list(running.items()):
-                verdicts = [self.victim.cache[t] for t in req]
-                advance(k, gen, g, [(g.score(v.toxic_score), g.success(v.pred_toxic)) for v in verdicts])
+                advance(k, gen, g, [(g.score(answers[t].toxic_score), g.success(answers[t].pred_toxic)) for t in req])
         self._similarities(attempts, results)
         return results  # type: ignore[return-value]
 
+    def wants_similarity(self, recipe: str) -> bool:
+        """`always`, `never`, or `auto`: only for recipes whose constraints already load a
+        sentence encoder (elsewhere it would add a model pass the attack itself does not need)."""
+        if self.similarity != "auto":
+            return self.similarity == "always"
+        comps = self._components.get(recipe)
+        return comps is not None and any(c.name == "sentence-similarity" for c in comps.post)
+
     def _similarities(self, attempts: list[Attempt], results: list[AttemptResult | None]) -> None:
         pairs = [(k, a.text, r.perturbed) for k, (a, r) in enumerate(zip(attempts, results))
-                 if r is not None and r.perturbed and r.status in ("success", "failed")]
+                 if r is not None and r.perturbed and r.status in ("success", "failed") and self.wants_similarity(a.recipe)]
         if not pairs:
             return
         try:
@@ -164,12 +174,12 @@ class AttackWorker:
     """Ray Data actor: loads the victim and recipe components once, attacks batches of attempts."""
 
     def __init__(self, victim: dict[str, Any], recipes: list[dict[str, Any]], resources: dict[str, Any],
-                 only_correct: bool = True) -> None:
+                 only_correct: bool = True, similarity: str = "auto") -> None:
         cfg = DetectorConfig.model_validate(victim)
         self.victim_name = cfg.name
         opts = {r["name"]: RecipeOptions.model_validate(r) for r in recipes}
         self.attacker = Attacker(Victim(build_detector(cfg)), opts, AttackResources.model_validate(resources),
-                                 only_correct=only_correct)
+                                 only_correct=only_correct, similarity=similarity)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> pa.Table:
         attempts = [Attempt(i, t, r, g) for i, t, r, g in

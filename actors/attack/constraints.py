@@ -131,7 +131,8 @@ class SentenceEncoder:
     def encode(self, texts: list[str]) -> np.ndarray:
         if len(self.cache) > 200_000:
             self.cache.clear()
-        missing = list(dict.fromkeys(t for t in texts if t not in self.cache))
+        # Longest first, so each model batch pads to a similar length.
+        missing = sorted(dict.fromkeys(t for t in texts if t not in self.cache), key=len, reverse=True)
         torch = self.torch
         for start in range(0, len(missing), self.batch_size):
             chunk = missing[start:start + self.batch_size]

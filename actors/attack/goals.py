@@ -29,6 +29,12 @@ class Goal:
     def success(self, pred_toxic: bool) -> bool:
         return (not pred_toxic) if self.name == "tae" else bool(pred_toxic)
 
+    def verdict(self, score: float, success: bool) -> "Verdict":
+        """The victim's verdict back from this goal's (score, success) pair."""
+        if self.name == "tae":
+            return Verdict(1.0 - score, not success)
+        return Verdict(score, success)
+
 
 GOALS = {
     "tae": Goal("tae", 1, "toxic seed -> victim predicts benign (toxic adversarial example)"),
