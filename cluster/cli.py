@@ -200,7 +200,7 @@ def _run_and_show(cfg: Any, force: bool) -> None:
     result = run_score(cfg, force=force, verbose=_verbose())
     if result.reused:
         err_console.print(f"[dim]config already scored in {result.run_uri}; reusing it (pass --force to redo)[/dim]")
-    show_metrics(result.metrics)
+    show_metrics(result.summary)
     console.print(f"report: [bold]{result.report_html}[/bold]")
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -30,18 +29,6 @@ from redline.pipelines.schema import ATTACK_RESULT_SCHEMA, ATTACK_SCHEMA, STATUS
 log = logging.getLogger(__name__)
 
 OUTPUT_DIR = "attempts"
-
-
-@dataclass
-class AttackResult:
-    run_uri: str
-    manifest: dict[str, Any]
-    summary: list[dict[str, Any]] = field(default_factory=list)
-    reused: bool = False
-
-    @property
-    def report_html(self) -> str:
-        return storage.join(self.run_uri, "report.html")
 
 
 def preflight(config: AttackConfig) -> None:
@@ -123,13 +110,16 @@ def assemble(shard: pa.Table, results: pa.Table, victim: str) -> pa.Table:
     table = shard
     for f in ATTACK_RESULT_SCHEMA:
         if f.name in ATTACK_SCHEMA.names and f.name not in ("status", "reason"):
-            table = table.set_column(table.schema.get_field_index(f.name), f.name, taken.column(f.name))
+            # coalesce: an attempt without a result keeps what the shard already knows (recipe, goal)
+            merged = pc.coalesce(taken.column(f.name), table.column(f.name).cast(f.type))
+            table = table.set_column(table.schema.get_field_index(f.name), f.name, merged)
     missing = pc.is_null(idx)
     status = pc.if_else(missing, "error", taken.column("attack_status"))
     reason = pc.if_else(missing, "no result returned for this attempt", taken.column("attack_reason"))
     table = table.set_column(table.schema.get_field_index("status"), "status", status)
     table = table.set_column(table.schema.get_field_index("reason"), "reason", reason)
-    table = table.set_column(table.schema.get_field_index("victim"), "victim", pa.array([victim] * table.num_rows))
+    table = table.set_column(table.schema.get_field_index("victim"), "victim",
+                             pa.array([victim] * table.num_rows, pa.string()))
     return conform(table, ATTACK_SCHEMA)
 
 
@@ -154,7 +144,7 @@ def summarize(attempts: pa.Table, wall_s: float | None) -> list[dict[str, Any]]:
     return out
 
 
-def run_attack(config: AttackConfig, *, force: bool = False, verbose: bool = False) -> AttackResult:
+def run_attack(config: AttackConfig, *, force: bool = False, verbose: bool = False) -> sharded.RunResult:
     import ray.data
 
     from redline.actors.attack.attacker import AttackWorker
@@ -163,7 +153,7 @@ def run_attack(config: AttackConfig, *, force: bool = False, verbose: bool = Fal
     preflight(config)
     run = sharded.open_run("attack", config, config.output, config.run_name, force)
     if run.reused:
-        return AttackResult(run.uri, run.manifest, run.manifest.get("summary", []), reused=True)
+        return sharded.RunResult(run.uri, run.manifest, run.manifest.get("summary", []), reused=True)
     watch = storage.Stopwatch()
     manifest = run.manifest
     with sharded.lifecycle(run):
@@ -201,7 +191,7 @@ def run_attack(config: AttackConfig, *, force: bool = False, verbose: bool = Fal
         watch.lap("report_s")
         manifest["timings"] = {**manifest.get("timings", {}), **watch.timings}
         sharded.complete(run)
-    return AttackResult(run.uri, manifest, summary)
+    return sharded.RunResult(run.uri, manifest, summary)
 
 
 def recipe_table() -> list[dict[str, str]]:

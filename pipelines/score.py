@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -28,18 +27,6 @@ from redline.pipelines.schema import DETECTION_BATCH_SCHEMA, PREDICTION_SCHEMA, 
 log = logging.getLogger(__name__)
 
 OUTPUT_DIR = "predictions"
-
-
-@dataclass
-class ScoreResult:
-    run_uri: str
-    manifest: dict[str, Any]
-    metrics: list[dict[str, Any]] = field(default_factory=list)
-    reused: bool = False
-
-    @property
-    def report_html(self) -> str:
-        return storage.join(self.run_uri, "report.html")
 
 
 def preflight(config: ScoreConfig) -> None:
@@ -134,13 +121,13 @@ def _score_pending(config: ScoreConfig, run: sharded.Run, shards: list[pa.Table]
     return dict(busy)
 
 
-def run_score(config: ScoreConfig, *, force: bool = False, verbose: bool = False) -> ScoreResult:
+def run_score(config: ScoreConfig, *, force: bool = False, verbose: bool = False) -> sharded.RunResult:
     from redline.pipelines import report
 
     preflight(config)
     run = sharded.open_run("score", config, config.output, config.run_name, force)
     if run.reused:
-        return ScoreResult(run.uri, run.manifest, run.manifest.get("metrics", []), reused=True)
+        return sharded.RunResult(run.uri, run.manifest, run.manifest.get("metrics", []), reused=True)
     watch = storage.Stopwatch()
     manifest = run.manifest
     with sharded.lifecycle(run):
@@ -160,7 +147,7 @@ def run_score(config: ScoreConfig, *, force: bool = False, verbose: bool = False
         watch.lap("report_s")
         manifest["timings"] = {**manifest.get("timings", {}), **watch.timings}
         sharded.complete(run)
-    return ScoreResult(run.uri, manifest, metrics)
+    return sharded.RunResult(run.uri, manifest, metrics)
 
 
 def output_counts(predictions: pa.Table, detector_names: list[str]) -> dict[str, Any]:

@@ -53,6 +53,21 @@ class Run:
         return self.dir.uri
 
 
+@dataclass
+class RunResult:
+    """What a pipeline run returns: where it is, its manifest, and its headline table (score:
+    per-detector metrics; attack: per-recipe summary)."""
+
+    run_uri: str
+    manifest: dict[str, Any]
+    summary: list[dict[str, Any]]
+    reused: bool = False
+
+    @property
+    def report_html(self) -> str:
+        return storage.join(self.run_uri, "report.html")
+
+
 def open_run(pipeline: str, config: BaseModel, output: str, run_name: str | None, force: bool) -> Run:
     """The run directory for this config: a finished run is reused unless `force`; an interrupted
     one is resumed; a directory holding another config's run is refused."""

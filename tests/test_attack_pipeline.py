@@ -110,3 +110,18 @@ def test_quickstart_attack(capsys, tmp_path, ray_session, wordnet_ready):
     assert "deepwordbug" in out and "report:" in out
     manifest = json.loads((tmp_path / "quickstart-attack" / "manifest.json").read_text())
     assert manifest["state"] == "complete" and manifest["counts"]["by_status"].get("success", 0) > 0
+
+
+def test_an_attempt_without_a_result_is_kept_as_an_error():
+    import pyarrow as pa
+
+    from redline.pipelines.attack import assemble
+    from redline.pipelines.schema import ATTACK_RESULT_SCHEMA, conform
+
+    shard = conform(pa.table({"id": ["a", "b"], "seed_id": ["s1", "s2"], "seed_text": ["x", "y"],
+                              "recipe": ["pwws", "pwws"], "goal": ["tae", "bae"]}), ATTACK_SCHEMA)
+    results = conform(pa.table({"attempt_id": ["a"], "recipe": ["pwws"], "goal": ["tae"],
+                                "attack_status": ["success"], "queries": [3]}), ATTACK_RESULT_SCHEMA)
+    rows = assemble(shard, results, "victim").to_pylist()
+    assert [(r["id"], r["status"], r["queries"]) for r in rows] == [("a", "success", 3), ("b", "error", None)]
+    assert rows[1]["recipe"] == "pwws" and rows[1]["goal"] == "bae" and rows[1]["reason"] == "no result returned for this attempt"

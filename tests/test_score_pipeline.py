@@ -95,7 +95,7 @@ def test_reported_metrics_match_a_recount(davidson_run):
 
     _, result = davidson_run
     preds = read_predictions(result.run_uri).to_pandas()
-    for m in result.metrics:
+    for m in result.summary:
         rows = preds[preds.detector == m["detector"]]
         y, p = rows.label.astype(int), rows.pred_toxic.astype(int)
         assert m["n"] == 600
