@@ -283,3 +283,11 @@ def test_every_registered_recipe_runs_on_a_tiny_victim(tiny_binary_model, tiny_m
     assert not errors
     assert {r.status for r in results} <= {"success", "failed", "skipped"}
     assert all(r.queries <= 60 for r in results)
+
+
+def test_wordnet_table_matches_nltk_synsets_exactly(wordnet_ready):
+    from redline.actors.attack.resources import wordnet, wordnet_lemma_names
+
+    wn = wordnet()
+    for word in ["idiot", "idiots", "better", "ran", "stupidest", "women", "hate", "good", "well", "shit", "zzzq"]:
+        assert wordnet_lemma_names(word) == [l.name() for s in wn.synsets(word) for l in s.lemmas()], word

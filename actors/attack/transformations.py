@@ -109,19 +109,17 @@ class WordNetSynonyms(Transformation):
     needs = ("wordnet",)
 
     def __init__(self) -> None:
-        from redline.actors.attack.resources import wordnet
+        from redline.actors.attack.resources import wordnet_synset_words
 
-        self.wn = wordnet()
+        wordnet_synset_words()  # load once, when the actor starts
 
     @functools.lru_cache(maxsize=100_000)
     def synonyms(self, word: str) -> tuple[str, ...]:
+        from redline.actors.attack.resources import wordnet_lemma_names
+
         lower = word.lower()
-        out = []
-        for synset in self.wn.synsets(lower):
-            for lemma in synset.lemmas():
-                name = lemma.name()
-                if "_" not in name and "-" not in name and name.isalpha() and name.lower() != lower:
-                    out.append(match_case(word, name))
+        out = [match_case(word, name) for name in wordnet_lemma_names(lower)
+               if "_" not in name and "-" not in name and name.isalpha() and name.lower() != lower]
         return tuple(self._dedupe(word, out))
 
     def swaps(self, text: AttackedText, indices: list[int]) -> dict[int, list[str]]:
