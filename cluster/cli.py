@@ -344,13 +344,23 @@ def status(
     if manifest.get("error"):
         console.print(f"  error: {manifest['error']}")
     counts = manifest.get("counts", {})
-    if counts:
+    attack = manifest.get("pipeline") == "attack"
+    if counts and attack:
+        console.print(f"  attempts {counts.get('attempts_in')}, by status {counts.get('by_status', '–')}")
+    elif counts:
         console.print(f"  rows in {counts.get('rows_in')}, rows out {counts.get('rows_out', '–')}, rejected {counts.get('rejected', {})}")
     if manifest.get("state") == "complete":
-        show_metrics([m for m in manifest.get("metrics", []) if m.get("dataset") == "all"])
-        console.print(f"report: {storage.join(target, 'report.html')}")
+        from redline.pipelines.sharded import RunResult
+
+        result = RunResult(target, manifest, manifest.get("summary" if attack else "metrics", []))
+        if attack:
+            _show_attack(result)
+        else:
+            show_metrics([m for m in result.summary if m.get("dataset") == "all"])
+            console.print(f"report: {result.report_html}")
     elif manifest.get("input_shards") is not None:
-        done = len(storage.list_files(storage.join(target, "predictions"), ".parquet"))
+        output_dir = "attempts" if attack else "predictions"
+        done = len(storage.list_files(storage.join(target, output_dir), ".parquet"))
         console.print(f"  shards written: {done}/{manifest['input_shards']} (rerun the same command to resume)")
 
 

@@ -125,3 +125,10 @@ def test_an_attempt_without_a_result_is_kept_as_an_error():
     rows = assemble(shard, results, "victim").to_pylist()
     assert [(r["id"], r["status"], r["queries"]) for r in rows] == [("a", "success", 3), ("b", "error", None)]
     assert rows[1]["recipe"] == "pwws" and rows[1]["goal"] == "bae" and rows[1]["reason"] == "no result returned for this attempt"
+
+
+def test_status_of_an_attack_run(attack_run, capsys):
+    _, result = attack_run
+    assert main(["status", result.run_uri]) == 0
+    out = capsys.readouterr().out
+    assert "complete" in out and "(attack," in out and "deepwordbug" in out and "report:" in out
