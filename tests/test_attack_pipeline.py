@@ -132,3 +132,43 @@ def test_status_of_an_attack_run(attack_run, capsys):
     assert main(["status", result.run_uri]) == 0
     out = capsys.readouterr().out
     assert "complete" in out and "(attack," in out and "deepwordbug" in out and "report:" in out
+
+
+@pytest.mark.slow
+def test_killed_attack_resumes_without_losing_or_duplicating_rows(ray_session, tmp_path, davidson, wordnet_ready):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    config = tmp_path / "a.yaml"
+    config.write_text(yaml.safe_dump({
+        "corpus": {"path": str(davidson), "preset": "davidson"},
+        "victim": {"name": "p", "kind": "profanity-check", "batch_size": 4096},
+        "recipes": ["pwws"], "goals": ["tae"], "max_seeds": 1500, "batch_size": 16, "num_cpus": 0.5,
+        "output": str(tmp_path / "runs"), "run_name": "killme", "shard_size": 50,
+    }))
+    env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
+    cmd = [sys.executable, "-m", "redline", "run", "attack", "--config", str(config)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    parts = tmp_path / "runs" / "killme" / "attempts"
+    deadline = time.time() + 240
+    while time.time() < deadline and len(list(parts.glob("part-*.parquet"))) < 3:
+        assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
+        time.sleep(0.1)
+    written = len(list(parts.glob("part-*.parquet")))
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert 3 <= written < 30, "the run finished before it could be killed"
+
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    manifest = json.loads((tmp_path / "runs" / "killme" / "manifest.json").read_text())
+    assert manifest["state"] == "complete" and manifest["resumed_shards"] >= written
+    rows = sharded.read_outputs(sharded.Run(sharded.storage.RunDir(str(tmp_path / "runs" / "killme")), manifest, False),
+                                "attempts")
+    ids = rows.column("id").to_pylist()
+    assert len(ids) == len(set(ids)) == 1500 and manifest["counts"]["attempts_out"] == 1500
