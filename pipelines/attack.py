@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from redline.actors.attack.goals import GOALS
-from redline.actors.attack.recipes import RecipeOptions, recipe
+from redline.actors.attack.recipes import recipe
 from redline.actors.registry import detector_class
 from redline.cluster import storage
 from redline.cluster.config import AttackConfig

@@ -164,3 +164,18 @@ def wordnet_ready():
 
     if not wordnet_available():
         pytest.fail("WordNet missing: apt-get install wordnet-base wordnet-sense-index (setup.sh --test does this)")
+
+
+def kill_after_parts(cmd: list[str], env: dict[str, str], parts: Path, n: int, timeout: float = 240) -> int:
+    """Run `cmd`, kill -9 it once `n` output shards exist in `parts`; returns how many were written."""
+    import signal
+
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.time() + timeout
+    while time.time() < deadline and len(list(parts.glob("part-*.parquet"))) < n:
+        assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
+        time.sleep(0.1)
+    written = len(list(parts.glob("part-*.parquet")))
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return written

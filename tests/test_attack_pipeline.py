@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_csv
+from conftest import kill_after_parts, write_csv
 from redline.cluster.cli import main
 from redline.cluster.config import AttackConfig, validate_config
 from redline.errors import RedlineError
@@ -137,10 +137,8 @@ def test_status_of_an_attack_run(attack_run, capsys):
 @pytest.mark.slow
 def test_killed_attack_resumes_without_losing_or_duplicating_rows(ray_session, tmp_path, davidson, wordnet_ready):
     import os
-    import signal
     import subprocess
     import sys
-    import time
 
     import yaml
 
@@ -153,15 +151,7 @@ def test_killed_attack_resumes_without_losing_or_duplicating_rows(ray_session, t
     }))
     env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
     cmd = [sys.executable, "-m", "redline", "run", "attack", "--config", str(config)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    parts = tmp_path / "runs" / "killme" / "attempts"
-    deadline = time.time() + 240
-    while time.time() < deadline and len(list(parts.glob("part-*.parquet"))) < 3:
-        assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
-        time.sleep(0.1)
-    written = len(list(parts.glob("part-*.parquet")))
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    written = kill_after_parts(cmd, env, tmp_path / "runs" / "killme" / "attempts", 3)
     assert 3 <= written < 30, "the run finished before it could be killed"
 
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import write_csv
+from conftest import kill_after_parts, write_csv
 from redline.cluster import storage
 from redline.cluster.config import ScoreConfig, config_hash, validate_config
 from redline.errors import RedlineError
@@ -172,15 +170,7 @@ def test_killed_run_resumes_without_losing_or_duplicating_rows(ray_session, tmp_
     }))
     env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
     cmd = [sys.executable, "-m", "redline", "run", "score", "--config", str(config)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    parts = tmp_path / "runs" / "killme" / "predictions"
-    deadline = time.time() + 180
-    while time.time() < deadline and len(list(parts.glob("part-*.parquet"))) < 3:
-        assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
-        time.sleep(0.2)
-    written = len(list(parts.glob("part-*.parquet")))
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    written = kill_after_parts(cmd, env, tmp_path / "runs" / "killme" / "predictions", 3)
     total_shards = -(-24783 // 500)
     assert 3 <= written < total_shards, "the run finished before it could be killed"
     manifest = json.loads((tmp_path / "runs" / "killme" / "manifest.json").read_text())
@@ -207,6 +197,7 @@ def test_s3_corpus_and_output_on_a_real_s3_server(ray_session, s3_env, tmp_path)
                        "toxic_values": [1]},
                       [{"name": "p", "kind": "profanity-check", "num_cpus": 0.25}], "s3://redline-test/runs", run_name="s3run")
     result = run_score(cfg)
+    assert result.run_uri == "s3://redline-test/runs/s3run" and result.report_html.startswith("s3://")
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket="redline-test", Prefix="runs/s3run/")["Contents"]}
     assert {"runs/s3run/manifest.json", "runs/s3run/report.html", "runs/s3run/predictions/part-00000.parquet",
             "runs/s3run/input/part-00000.parquet", "runs/s3run/plots/roc.png"} <= keys
