@@ -81,6 +81,12 @@ def _best(cands: list[AttackedText], results: list[Scored | None]) -> tuple[int,
     return k, r[1]
 
 
+def _score_and_pick(ctx: SearchContext, cands: list[AttackedText]) -> Request:
+    """Scores candidates in one request; returns (results, (best index, succeeded) or None)."""
+    results = yield from ctx.score([c.text for c in cands])
+    return results, _best(cands, results)
+
+
 class Search:
     name: ClassVar[str]
     needs_gradient: ClassVar[bool] = False
@@ -145,8 +151,7 @@ class GreedyWIR(Search):
             cands, _ = ctx.candidates(current, [i])
             if not cands:
                 continue
-            results = yield from ctx.score([c.text for c in cands])
-            best = _best(cands, results)
+            results, best = yield from _score_and_pick(ctx, cands)
             if best is None:
                 continue
             k, won = best
@@ -179,8 +184,7 @@ class Beam(Search):
             cands = list({c.text: c for c in cands}.values())
             if not cands:
                 break
-            results = yield from ctx.score([c.text for c in cands])
-            best = _best(cands, results)
+            results, best = yield from _score_and_pick(ctx, cands)
             if best is None:
                 break
             k, won = best

@@ -185,9 +185,7 @@ class EmbeddingNeighbours(Transformation):
     def __init__(self, k: int = 50, embeddings_file: str | None = None, model: str | None = None,
                  max_cosine_distance: float | None = None) -> None:
         self.k, self.max_dist = k, max_cosine_distance
-        self.words, matrix = load_word_embeddings(embeddings_file, model)
-        self.index = {w: i for i, w in enumerate(self.words)}
-        self.unit = matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-8)
+        self.words, self.unit, self.index = load_word_embeddings(embeddings_file, model)
 
     @functools.lru_cache(maxsize=100_000)
     def neighbours(self, word: str) -> tuple[str, ...]:
@@ -209,7 +207,14 @@ class EmbeddingNeighbours(Transformation):
 
 
 @functools.cache
-def load_word_embeddings(embeddings_file: str | None, model: str | None) -> tuple[list[str], np.ndarray]:
+def load_word_embeddings(embeddings_file: str | None, model: str | None) -> tuple[list[str], np.ndarray, dict[str, int]]:
+    """(words, unit-normalised vectors, word -> row), loaded and normalised once per process."""
+    words, matrix = _read_word_embeddings(embeddings_file, model)
+    unit = matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-8)
+    return words, unit, {w: i for i, w in enumerate(words)}
+
+
+def _read_word_embeddings(embeddings_file: str | None, model: str | None) -> tuple[list[str], np.ndarray]:
     if embeddings_file:
         words, vectors = [], []
         try:
