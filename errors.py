@@ -14,7 +14,10 @@ def unwrap_user_error(err: BaseException) -> RedlineError | None:
     current: BaseException | None = err
     while current is not None and id(current) not in seen:
         if isinstance(current, RedlineError):
-            return current
+            # Ray re-raises a remote error as a class deriving from both RayTaskError and the
+            # original; its message is the remote traceback, the original is its `cause`.
+            inner = getattr(current, "cause", None)
+            return inner if isinstance(inner, RedlineError) else current
         seen.add(id(current))
         cause = getattr(current, "cause", None)
         current = cause if isinstance(cause, BaseException) else (current.__cause__ or current.__context__)

@@ -330,8 +330,73 @@ class HFDetector(Detector):
         return out
 
 
+# --------------------------------------------------------------------------------------------
+# http: a detector served by `redline serve` (or any server speaking its /v1/detect API)
+
+
+class HTTPOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: str = Field(description="The server's /v1/detect URL (or its root), e.g. http://127.0.0.1:8000/v1/detect.")
+    detector: str | None = Field(None, description="Name of the served detector; default: this detector's name.")
+    api_key_env: str = Field("REDLINE_API_KEY", description="Environment variable holding the server's API key.")
+    timeout_s: float = Field(60.0, gt=0)
+    max_texts: int = Field(256, gt=0, description="Texts per HTTP request (the server's limit).")
+
+
+class HTTPDetector(Detector):
+    kind = "http"
+    description = "a detector served over HTTP by `redline serve` (its /v1/detect endpoint)"
+    Options = HTTPOptions
+
+    def __init__(self, config: DetectorConfig) -> None:
+        super().__init__(config)
+        from redline.serve.client import RedlineClient
+
+        opts: HTTPOptions = self.options  # type: ignore[assignment]
+        self.remote = opts.detector or config.name
+        self.client = RedlineClient(opts.url, api_key_env=opts.api_key_env, timeout=opts.timeout_s)
+        self._rule = self.remote_rule(self.client, self.remote, config)
+
+    @staticmethod
+    def remote_rule(client: Any, remote: str, config: DetectorConfig) -> DecisionRule:
+        """The served detector's labels and decision rule; this config's threshold when set explicitly."""
+        infos = {d.name: d for d in client.detectors()}
+        if remote not in infos:
+            raise RedlineError(f"{client.url} serves no detector '{remote}' (served: {', '.join(infos) or 'none'})")
+        info = infos[remote]
+        threshold = config.threshold if "threshold" in config.model_fields_set else info.threshold
+        rule = config.rule if "rule" in config.model_fields_set else info.rule
+        return DecisionRule(labels=tuple(info.labels), toxic=tuple(lab in info.toxic_labels for lab in info.labels),
+                            multi_label=info.multi_label, threshold=threshold, rule=rule)
+
+    @classmethod
+    def preflight(cls, config: DetectorConfig) -> None:
+        from redline.serve.client import RedlineClient
+
+        opts: HTTPOptions = config.options()  # type: ignore[assignment]
+        with RedlineClient(opts.url, api_key_env=opts.api_key_env, timeout=opts.timeout_s, retries=0) as client:
+            cls.remote_rule(client, opts.detector or config.name, config)
+
+    @property
+    def rule(self) -> DecisionRule:
+        return self._rule
+
+    def predict_proba(self, texts: list[str]) -> np.ndarray:
+        labels = self._rule.labels
+        out = np.zeros((len(texts), len(labels)), dtype=np.float32)
+        step = self.options.max_texts  # type: ignore[attr-defined]
+        for start in range(0, len(texts), step):
+            resp = self.client.detect(texts[start:start + step], detectors=[self.remote])
+            for r in resp.results:
+                d = r.detections[self.remote]
+                if d.error is not None:
+                    raise RedlineError(f"served detector '{self.remote}' failed on a text: {d.error}")
+                out[start + r.index] = [d.probs[lab] for lab in labels]  # type: ignore[index]
+        return out
+
+
 DETECTORS: dict[str, type[Detector]] = {
-    cls.kind: cls for cls in (HFDetector, ProfanityCheckDetector, KeywordDetector)
+    cls.kind: cls for cls in (HFDetector, ProfanityCheckDetector, KeywordDetector, HTTPDetector)
 }
 
 

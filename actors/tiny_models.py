@@ -149,3 +149,108 @@ def build_tiny_mlm(texts: Sequence[str], out_dir: str | Path, *, vocab_size: int
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+def train_bpe_tokenizer(texts: Sequence[str], vocab_size: int = 2000, model_max_length: int = 256):
+    """A byte-level BPE tokenizer (GPT-2 style) trained on `texts`, with <pad>, <s>, </s> and <unk>."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<pad>", "<s>", "</s>", "<unk>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
+                                   unk_token="<unk>", model_max_length=model_max_length)
+
+
+def _train_lm(model, batches, epochs: int, learning_rate: float) -> None:
+    import torch
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
+    model.train()
+    for _ in range(epochs):
+        for batch in batches():
+            loss = model(**batch).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    model.eval()
+
+
+def build_tiny_causal_lm(texts: Sequence[str], out_dir: str | Path, *, chat_template: str | None = None,
+                         vocab_size: int = 2000, hidden_size: int = 64, num_layers: int = 2, max_length: int = 128,
+                         epochs: int = 2, batch_size: int = 16, learning_rate: float = 3e-3, seed: int = 0) -> Path:
+    """Train and save a tiny GPT-2 (DialoGPT-style: turns end with the EOS token) on `texts`,
+    loadable by AutoModelForCausalLM; `chat_template` is stored with the tokenizer when given."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    if not texts:
+        raise RedlineError("tiny causal LM: need some texts")
+    random.seed(seed)
+    torch.manual_seed(seed)
+    tokenizer = train_bpe_tokenizer(texts, vocab_size=vocab_size, model_max_length=max_length)
+    if chat_template:
+        tokenizer.chat_template = chat_template
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=max_length * 2, n_embd=hidden_size, n_layer=num_layers,
+                        n_head=2, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                        pad_token_id=tokenizer.pad_token_id)
+    model = GPT2LMHeadModel(config)
+    lines = [t + tokenizer.eos_token for t in texts]
+
+    def batches():
+        order = random.sample(range(len(lines)), len(lines))
+        for start in range(0, len(order), batch_size):
+            enc = tokenizer([lines[i] for i in order[start:start + batch_size]], padding=True, truncation=True,
+                            max_length=max_length, return_tensors="pt")
+            labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
+            yield {**enc, "labels": labels}
+
+    _train_lm(model, batches, epochs, learning_rate)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def build_tiny_seq2seq(pairs: Sequence[tuple[str, str]], out_dir: str | Path, *, vocab_size: int = 2000,
+                       hidden_size: int = 64, num_layers: int = 2, max_length: int = 128, epochs: int = 2,
+                       batch_size: int = 16, learning_rate: float = 3e-3, seed: int = 0) -> Path:
+    """Train and save a tiny BART (Blenderbot-style encoder-decoder) on (context, response) pairs,
+    loadable by AutoModelForSeq2SeqLM."""
+    import torch
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    if not pairs:
+        raise RedlineError("tiny seq2seq: need some (context, response) pairs")
+    random.seed(seed)
+    torch.manual_seed(seed)
+    tokenizer = train_bpe_tokenizer([t for p in pairs for t in p], vocab_size=vocab_size, model_max_length=max_length)
+    config = BartConfig(vocab_size=len(tokenizer), d_model=hidden_size, encoder_layers=num_layers,
+                        decoder_layers=num_layers, encoder_attention_heads=2, decoder_attention_heads=2,
+                        encoder_ffn_dim=hidden_size * 4, decoder_ffn_dim=hidden_size * 4,
+                        max_position_embeddings=max_length, pad_token_id=tokenizer.pad_token_id,
+                        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                        decoder_start_token_id=tokenizer.eos_token_id, forced_eos_token_id=tokenizer.eos_token_id)
+    model = BartForConditionalGeneration(config)
+
+    def batches():
+        order = random.sample(range(len(pairs)), len(pairs))
+        for start in range(0, len(order), batch_size):
+            chunk = [pairs[i] for i in order[start:start + batch_size]]
+            enc = tokenizer([c for c, _ in chunk], padding=True, truncation=True, max_length=max_length,
+                            return_tensors="pt")
+            target = tokenizer([r + tokenizer.eos_token for _, r in chunk], padding=True, truncation=True,
+                               max_length=max_length, return_tensors="pt")["input_ids"]
+            yield {**enc, "labels": target.masked_fill(target == tokenizer.pad_token_id, -100)}
+
+    _train_lm(model, batches, epochs, learning_rate)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out

@@ -92,6 +92,14 @@ class DetectorConfig(BaseModel):
     num_cpus: float = Field(1.0, ge=0)
     num_gpus: float = Field(0.0, ge=0)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _endpoint_shorthand(cls, data: Any) -> Any:
+        """A detector given only as a served endpoint (`url: http://.../v1/detect`) is kind `http`."""
+        if isinstance(data, dict) and "kind" not in data and str(data.get("url", "")).startswith(("http://", "https://")):
+            return {**data, "kind": "http"}
+        return data
+
     @model_validator(mode="after")
     def _check_kind_options(self) -> "DetectorConfig":
         from redline.actors.registry import detector_class
@@ -111,6 +119,129 @@ class DetectorConfig(BaseModel):
         from redline.actors.registry import detector_class
 
         return detector_class(self.kind).Options.model_validate(dict(self.model_extra or {}))
+
+
+# --------------------------------------------------------------------------------------------
+# Generators
+
+
+class GeneratorConfig(Strict):
+    """A dialogue response generator: a Hugging Face model (`hf`) or an OpenAI-compatible server (`openai`)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="Name used in outputs and as the served model id.")
+    kind: Literal["hf", "openai"] = "hf"
+    model: str | None = Field(None, description="hf: hub id or local directory; openai: the model name to request.")
+    # hf
+    architecture: Literal["auto", "causal", "seq2seq"] = "auto"
+    revision: str | None = None
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    device: str = "auto"
+    chat_template: str | None = Field(None, description="A Jinja chat template overriding the tokenizer's own.")
+    max_input_tokens: int = Field(1024, gt=0, description="Longer prompts are refused with a clear error.")
+    backend: Literal["hf", "vllm"] = Field("hf", description="Serve only: vllm serves the model through "
+                                                              "ray.serve.llm (needs vLLM and a GPU).")
+    # openai
+    base_url: str | None = Field(None, description="openai: the server's base URL, e.g. http://127.0.0.1:8000/v1.")
+    api_key_env: str | None = Field("OPENAI_API_KEY", description="openai: environment variable holding the key.")
+    timeout_s: float = Field(60.0, gt=0)
+    max_retries: int = Field(2, ge=0)
+    concurrency: int = Field(8, gt=0, description="openai: requests in flight at once.")
+    # resources
+    num_cpus: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> "GeneratorConfig":
+        if self.kind == "openai":
+            if not self.base_url or not self.base_url.startswith(("http://", "https://")):
+                raise ValueError(f"generator '{self.name}': kind openai needs base_url (http://... or https://...)")
+            if not self.model:
+                raise ValueError(f"generator '{self.name}': kind openai needs model (the name the server knows)")
+        elif not self.model:
+            raise ValueError(f"generator '{self.name}': kind hf needs model (a hub id or a local directory)")
+        return self
+
+
+# --------------------------------------------------------------------------------------------
+# Serve
+
+
+class Autoscaling(Strict):
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int = Field(2, gt=0)
+    target_ongoing_requests: float = Field(8.0, gt=0)
+
+
+class BatchSettings(Strict):
+    """How `@serve.batch` merges concurrent requests into one model call."""
+
+    enabled: bool = Field(True, description="false: every request is its own model call.")
+    max_batch_size: int = Field(32, gt=0, le=4096, description="Requests merged into one model call.")
+    wait_timeout_s: float = Field(0.005, ge=0, le=10, description="How long a batch waits to fill.")
+
+
+class DeploymentSettings(Strict):
+    """Replicas (fixed or autoscaled), request concurrency and batching of one served model."""
+
+    replicas: int = Field(1, gt=0)
+    autoscaling: Autoscaling | None = None
+    max_ongoing_requests: int = Field(128, gt=0)
+    batch: BatchSettings = Field(default_factory=BatchSettings)
+
+
+class ServedDetectorConfig(DetectorConfig):
+    """A detector plus how it is served."""
+
+    serve: DeploymentSettings = Field(default_factory=DeploymentSettings)
+
+
+class ServedGeneratorConfig(GeneratorConfig):
+    serve: DeploymentSettings = Field(default_factory=lambda: DeploymentSettings(batch=BatchSettings(max_batch_size=8)))
+
+    @model_validator(mode="after")
+    def _servable(self) -> "ServedGeneratorConfig":
+        if self.kind != "hf":
+            raise ValueError(f"generator '{self.name}': Serve hosts Hugging Face models (kind hf), not {self.kind}")
+        return self
+
+
+class ServeLimits(Strict):
+    """What one request may ask for; more is refused with a 4xx naming the limit."""
+
+    max_texts: int = Field(256, gt=0, description="Texts per /v1/detect or /v1/moderations request.")
+    max_text_chars: int = Field(20_000, gt=0)
+    max_request_bytes: int = Field(8_000_000, gt=0)
+    max_n: int = Field(16, gt=0, description="Completions per prompt.")
+    max_tokens: int = Field(1024, gt=0, description="Largest max_tokens a request may ask for.")
+    default_max_tokens: int = Field(64, gt=0)
+    request_timeout_s: float = Field(120.0, gt=0)
+
+
+class ServeConfig(Strict):
+    """`redline serve`: detectors and generation models as HTTP services on Ray Serve."""
+
+    host: str = Field("127.0.0.1", description="Address the HTTP proxy binds to; 0.0.0.0 exposes it to the network.")
+    port: int = Field(8000, gt=0, lt=65536)
+    app_name: str = Field("redline", pattern=r"^[A-Za-z0-9_\-]+$")
+    route_prefix: str = Field("/", pattern=r"^/[A-Za-z0-9_\-/]*$", description="Where the API lives under the server.")
+    api_key_env: str | None = Field("REDLINE_API_KEY", description="When this environment variable is set at "
+                                                                   "start-up, every request must carry its value.")
+    detectors: list[ServedDetectorConfig] = Field(default_factory=list)
+    generators: list[ServedGeneratorConfig] = Field(default_factory=list)
+    limits: ServeLimits = Field(default_factory=ServeLimits)
+    ingress: DeploymentSettings = Field(default_factory=lambda: DeploymentSettings(max_ongoing_requests=512))
+    start_timeout_s: float = Field(600.0, gt=0, description="Give up if the models are not serving by then.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ServeConfig":
+        if not self.detectors and not self.generators:
+            raise ValueError("serve needs at least one detector or generator")
+        for kind, items in (("detector", self.detectors), ("generator", self.generators)):
+            names = [i.name for i in items]
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"{kind} names must be unique; repeated: {', '.join(dupes)}")
+        return self
 
 
 # --------------------------------------------------------------------------------------------

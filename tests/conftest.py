@@ -179,3 +179,22 @@ def kill_after_parts(cmd: list[str], env: dict[str, str], parts: Path, n: int, t
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     return written
+
+
+@pytest.fixture(scope="session")
+def tiny_causal_lm(tmp_path_factory, sample_rows) -> Path:
+    """A tiny GPT-2 (DialoGPT-style, no chat template), built by the same builder users get."""
+    from redline.actors.tiny_models import build_tiny_causal_lm
+
+    return build_tiny_causal_lm([r["text"] for r in sample_rows], tmp_path_factory.mktemp("models") / "tiny-gpt2",
+                                epochs=1, hidden_size=32, num_layers=1, vocab_size=500)
+
+
+@pytest.fixture(scope="session")
+def tiny_seq2seq(tmp_path_factory, sample_rows) -> Path:
+    """A tiny BART (Blenderbot-style encoder-decoder) trained on consecutive sample lines."""
+    from redline.actors.tiny_models import build_tiny_seq2seq
+
+    texts = [r["text"] for r in sample_rows]
+    return build_tiny_seq2seq(list(zip(texts, texts[1:])), tmp_path_factory.mktemp("models") / "tiny-bart",
+                              epochs=1, hidden_size=32, num_layers=1, vocab_size=500)

@@ -1,0 +1,294 @@
+"""Ray Serve: detectors and generators over real HTTP on the session's local Ray."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import pytest
+
+from conftest import free_port
+
+TEXTS = ["you are a complete idiot", "have a lovely day", "shut up you moron", "the weather is nice today",
+         "what a stupid thing to say", "thanks for the help"]
+
+
+@pytest.fixture(scope="module")
+def server(ray_session, tiny_binary_model, tiny_causal_lm, tiny_seq2seq, tmp_path_factory):
+    import os
+
+    from ray import serve
+
+    from redline.cluster.config import ServeConfig
+    from redline.serve import runner
+
+    os.environ["REDLINE_STATE_DIR"] = str(tmp_path_factory.mktemp("serve-state"))
+    config = ServeConfig.model_validate({
+        "port": free_port(),
+        "detectors": [
+            {"name": "profanity-check", "kind": "profanity-check", "num_cpus": 0.1,
+             "serve": {"batch": {"max_batch_size": 64, "wait_timeout_s": 0.05}}},
+            {"name": "tiny-bert", "kind": "hf", "model": str(tiny_binary_model), "num_cpus": 0.1},
+            {"name": "slurs", "kind": "keywords", "patterns": ["idiot", "moron"], "num_cpus": 0.1},
+        ],
+        "generators": [
+            {"name": "tiny-gpt2", "model": str(tiny_causal_lm), "num_cpus": 0.1, "max_input_tokens": 64},
+            {"name": "tiny-bart", "model": str(tiny_seq2seq), "num_cpus": 0.1},
+        ],
+        "limits": {"max_texts": 50, "max_text_chars": 2000, "max_n": 4, "max_tokens": 3000,
+                   "max_request_bytes": 200_000},
+    })
+    state = runner.start(config, announce=lambda _: None)
+    yield {"url": state["url"], "config": config}
+    serve.shutdown()
+
+
+def post(server, path, body, **kwargs):
+    data = body if isinstance(body, (str, bytes)) else json.dumps(body)
+    return httpx.post(server["url"] + path, content=data, headers={"content-type": "application/json"},
+                      timeout=60, **kwargs)
+
+
+def test_detect_matches_the_detectors_called_directly(server, tiny_binary_model):
+    from redline.actors.detectors import build_detector
+    from redline.cluster.config import DetectorConfig
+    from redline.serve.client import RedlineClient
+
+    with RedlineClient(server["url"] + "/v1/detect") as client:
+        resp = client.detect(TEXTS)
+        infos = {d.name: d for d in client.detectors()}
+    assert resp.detectors == ["profanity-check", "tiny-bert", "slurs"]
+    assert infos["tiny-bert"].labels == ["benign", "toxic"] and infos["tiny-bert"].toxic_labels == ["toxic"]
+    for cfg in (DetectorConfig(name="profanity-check", kind="profanity-check"),
+                DetectorConfig(name="tiny-bert", kind="hf", model=str(tiny_binary_model)),
+                DetectorConfig(name="slurs", kind="keywords", patterns=["idiot", "moron"])):
+        probs, score, toxic = build_detector(cfg).detect(TEXTS)
+        labels = infos[cfg.name].labels
+        for i, r in enumerate(resp.results):
+            d = r.detections[cfg.name]
+            assert r.index == i
+            assert d.toxic == bool(toxic[i]) and d.label == ("toxic" if toxic[i] else "benign")
+            assert d.toxic_score == pytest.approx(float(score[i]), abs=1e-5)
+            assert [d.probs[lab] for lab in labels] == pytest.approx(probs[i].tolist(), abs=1e-5)
+    only = post(server, "/v1/detect", {"texts": TEXTS[:2], "detectors": ["slurs"]}).json()
+    assert only["detectors"] == ["slurs"] and only["results"][0]["detections"]["slurs"]["toxic"] is True
+
+
+def test_moderations_work_with_the_openai_client(server):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=server["url"] + "/v1", api_key="unused")
+    resp = client.moderations.create(input=TEXTS, model="slurs")
+    assert resp.model == "slurs"
+    assert [r.flagged for r in resp.results] == [True, False, True, False, False, False]
+    first = resp.results[0].model_dump()
+    assert first["categories"]["toxic"] is True and first["category_scores"]["toxic"] == 1.0
+    default = client.moderations.create(input="you are a complete idiot")  # first served detector
+    assert default.model == "profanity-check" and default.results[0].flagged
+
+
+def test_openai_client_chat_and_completions_on_tiny_models(server):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=server["url"] + "/v1", api_key="unused")
+    assert {m.id for m in client.models.list().data} >= {"tiny-gpt2", "tiny-bart", "profanity-check"}
+    chat = client.chat.completions.create(model="tiny-gpt2", messages=[{"role": "user", "content": "hello there"}],
+                                          n=3, max_tokens=6, temperature=0.9, top_p=0.95, extra_body={"top_k": 20})
+    assert len(chat.choices) == 3 and [c.index for c in chat.choices] == [0, 1, 2]
+    assert all(c.message.role == "assistant" and isinstance(c.message.content, str) for c in chat.choices)
+    assert all(c.finish_reason in ("stop", "length") for c in chat.choices)
+    assert chat.usage.prompt_tokens > 0 and 0 < chat.usage.completion_tokens <= 18
+    done = client.completions.create(model="tiny-bart", prompt=["you are nice", "go away"], n=2, max_tokens=5)
+    assert [c.index for c in done.choices] == [0, 1, 2, 3]
+    assert done.usage.completion_tokens <= 4 * 5
+    # seeded sampling is reproducible; a stop sequence never appears in the text
+    kwargs = dict(model="tiny-gpt2", prompt="you are", n=2, max_tokens=12, temperature=1.0, seed=7)
+    a, b = client.completions.create(**kwargs), client.completions.create(**kwargs)
+    assert [c.text for c in a.choices] == [c.text for c in b.choices]
+    word = next((w for c in a.choices for w in c.text.split() if len(w) > 1), None)
+    if word:
+        stopped = client.completions.create(**kwargs, stop=[word])
+        assert all(word not in c.text for c in stopped.choices)
+        assert any(c.finish_reason == "stop" for c in stopped.choices)
+
+
+def test_concurrent_requests_are_merged_into_batches(server):
+    before = httpx.get(server["url"] + "/v1/stats").json()["detectors"]["profanity-check"]
+    with ThreadPoolExecutor(16) as pool:
+        replies = list(pool.map(lambda t: post(server, "/v1/detect", {"texts": [t], "detectors": ["profanity-check"]}),
+                                TEXTS * 8))
+    assert all(r.status_code == 200 for r in replies)
+    verdicts = {TEXTS[i % len(TEXTS)]: r.json()["results"][0]["detections"]["profanity-check"]["toxic"]
+                for i, r in enumerate(replies)}
+    assert verdicts["you are a complete idiot"] and not verdicts["have a lovely day"]
+    after = httpx.get(server["url"] + "/v1/stats").json()["detectors"]["profanity-check"]
+    requests, calls = after["requests"] - before["requests"], after["model_calls"] - before["model_calls"]
+    assert requests == 48 and calls < requests / 2, (requests, calls)
+
+
+@pytest.mark.parametrize("path,body,status,fragment", [
+    ("/v1/detect", "{not json", 400, "not valid JSON"),
+    ("/v1/detect", {}, 400, "missing field 'texts'"),
+    ("/v1/detect", {"texts": "one text"}, 400, "texts"),
+    ("/v1/detect", {"texts": [1, 2]}, 400, "texts.0"),
+    ("/v1/detect", {"texts": []}, 400, "texts is empty"),
+    ("/v1/detect", {"texts": ["ok", "   "]}, 400, "texts[1] is empty"),
+    ("/v1/detect", {"texts": ["x"] * 51}, 413, "limit is 50"),
+    ("/v1/detect", {"texts": ["x" * 2001]}, 413, "2001 characters"),
+    ("/v1/detect", {"texts": ["x"], "detectors": ["nope"]}, 404, "unknown detector 'nope'"),
+    ("/v1/moderations", {"input": ["x"], "model": "nope"}, 404, "unknown detector"),
+    ("/v1/moderations", {"input": 3}, 400, "input"),
+    ("/v1/chat/completions", {"model": "nope", "messages": [{"role": "user", "content": "hi"}]}, 404, "unknown model 'nope'"),
+    ("/v1/chat/completions", {"model": "tiny-gpt2", "messages": []}, 400, "messages"),
+    ("/v1/chat/completions", {"model": "tiny-gpt2", "messages": [{"role": "robot", "content": "hi"}]}, 400, "role"),
+    ("/v1/chat/completions", {"model": "tiny-gpt2", "messages": [{"role": "user", "content": "hi"}], "n": 5}, 400, "n=5"),
+    ("/v1/chat/completions", {"model": "tiny-gpt2", "messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}, 400, "temperature"),
+    ("/v1/chat/completions", {"model": "tiny-gpt2", "messages": [{"role": "user", "content": "hi"}], "stream": True}, 400, "streaming"),
+    ("/v1/completions", {"model": "tiny-gpt2", "prompt": "hi", "max_tokens": 5000}, 400, "max_tokens=5000"),
+    ("/v1/completions", {"model": "tiny-gpt2", "prompt": "word " * 200}, 400, "accepts at most 64"),
+    ("/v1/detect", {"texts": ["y" * 1000] * 250}, 413, "exceeds the limit"),
+    ("/v1/nothing", {}, 404, "Not Found"),
+])
+def test_bad_requests_get_a_clear_4xx(server, path, body, status, fragment):
+    resp = post(server, path, body)
+    assert resp.status_code == status, resp.text
+    error = resp.json()["error"]
+    assert fragment in error["message"] and error["type"]
+
+
+def test_api_key_is_required_on_every_request_when_set(server, monkeypatch):
+    from openai import AuthenticationError, OpenAI
+    from ray import serve
+
+    from redline.cluster.config import ServeConfig
+    from redline.serve import runner
+
+    monkeypatch.setenv("REDLINE_TEST_KEY", "s3cret-key")
+    cfg = ServeConfig.model_validate({"port": server["config"].port, "app_name": "keyed", "route_prefix": "/keyed",
+                                      "api_key_env": "REDLINE_TEST_KEY",
+                                      "detectors": [{"name": "slurs", "kind": "keywords", "patterns": ["idiot"],
+                                                     "num_cpus": 0.05}]})
+    state = runner.start(cfg, announce=lambda _: None)
+    try:
+        url = state["url"]
+        assert url.endswith("/keyed") and state["api_key_required"]
+        assert httpx.get(url + "/healthz").status_code == 200
+        assert httpx.post(url + "/v1/detect", json={"texts": ["idiot"]}).status_code == 401
+        wrong = httpx.post(url + "/v1/detect", json={"texts": ["idiot"]}, headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401 and "API key" in wrong.json()["error"]["message"]
+        good = httpx.post(url + "/v1/detect", json={"texts": ["idiot"]}, headers={"Authorization": "Bearer s3cret-key"})
+        assert good.status_code == 200 and good.json()["results"][0]["detections"]["slurs"]["toxic"]
+        with pytest.raises(AuthenticationError):
+            OpenAI(base_url=url + "/v1", api_key="nope").moderations.create(input="idiot")
+        assert OpenAI(base_url=url + "/v1", api_key="s3cret-key").moderations.create(input="idiot").results[0].flagged
+        assert "s3cret-key" not in json.dumps(state)
+    finally:
+        serve.delete("keyed")
+
+
+def test_pipelines_take_served_endpoints(server, tmp_path):
+    from redline.actors.detectors import build_detector
+    from redline.actors.generators import SamplingParams, build_generator
+    from redline.cluster.config import DetectorConfig, GeneratorConfig, ScoreConfig, validate_config
+    from redline.pipelines.score import run_score
+
+    remote = DetectorConfig.model_validate({"name": "profanity-check", "url": server["url"] + "/v1/detect"})
+    assert remote.kind == "http"
+    direct = build_detector(DetectorConfig(name="p", kind="profanity-check")).detect(TEXTS)
+    served = build_detector(remote).detect(TEXTS)
+    assert np.allclose(direct[0], served[0], atol=1e-5) and (direct[2] == served[2]).all()
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t, "label": int(i % 2 == 0)}) + "\n" for i, t in enumerate(TEXTS * 5)))
+    cfg = validate_config(ScoreConfig, {
+        "corpus": {"path": str(corpus), "text_column": "text", "label_column": "label", "toxic_values": [1]},
+        "detectors": [{"name": "served-tiny", "url": server["url"], "detector": "tiny-bert", "num_cpus": 0.2}],
+        "output": str(tmp_path / "runs")})
+    result = run_score(cfg)
+    overall = [m for m in result.summary if m["dataset"] == "all"][0]
+    assert overall["n"] == 30 and overall["not_scored"] == 0
+
+    gen = build_generator(GeneratorConfig(name="g", kind="openai", base_url=server["url"] + "/v1", model="tiny-gpt2"))
+    out = gen.chat([[{"role": "user", "content": "hi"}], [{"role": "user", "content": "bye"}]],
+                   SamplingParams(n=2, max_tokens=4))
+    assert [len(r.completions) for r in out] == [2, 2] and out[0].prompt_tokens > 0
+
+
+def test_a_killed_replica_fails_its_request_cleanly_and_is_replaced(server):
+    import ray
+    from ray import serve
+
+    url = server["url"]
+    result = {}
+
+    def stats():
+        return httpx.get(url + "/v1/stats").json()["generators"]["tiny-gpt2"]
+
+    def long_generation():
+        result["resp"] = post(server, "/v1/completions", {"model": "tiny-gpt2", "prompt": ["hello"] * 40, "n": 4,
+                                                         "max_tokens": 3000, "temperature": 1.0})
+
+    calls = stats()["model_calls"]
+    worker = threading.Thread(target=long_generation)
+    worker.start()
+    while stats()["model_calls"] == calls:  # the model is now working on it
+        time.sleep(0.05)
+    replicas = [a for a in ray.util.list_named_actors(all_namespaces=True)
+                if "SERVE_REPLICA" in a["name"] and "generator-tiny-gpt2" in a["name"]]
+    assert len(replicas) == 1, replicas
+    ray.kill(ray.get_actor(replicas[0]["name"], namespace=replicas[0]["namespace"]), no_restart=True)
+    worker.join(timeout=60)
+    assert not worker.is_alive()
+    assert result["resp"].status_code == 503, result["resp"].text
+    assert "replica" in result["resp"].json()["error"]["message"]
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        resp = post(server, "/v1/completions", {"model": "tiny-gpt2", "prompt": "hello", "max_tokens": 3})
+        if resp.status_code == 200:
+            break
+        assert resp.status_code == 503, resp.text
+        time.sleep(1)
+    assert resp.status_code == 200
+    app = serve.status().applications["redline"]
+    assert str(app.deployments["generator-tiny-gpt2"].status).endswith("HEALTHY")
+
+
+def test_deploy_config_matches_serves_schema_and_builds(server):
+    from ray.serve.schema import ServeDeploySchema
+
+    from redline.serve.app import app_builder
+    from redline.serve.runner import deploy_config
+
+    data = deploy_config(server["config"])
+    ServeDeploySchema.model_validate(data) if hasattr(ServeDeploySchema, "model_validate") else ServeDeploySchema.parse_obj(data)
+    assert data["http_options"]["host"] == "127.0.0.1"
+    app = app_builder(data["applications"][0]["args"])
+    assert type(app).__name__ == "Application"
+
+
+def test_replicas_that_cannot_fit_are_refused_up_front(ray_session):
+    from redline.cluster.config import ServeConfig
+    from redline.errors import RedlineError
+    from redline.serve.runner import check_resources
+
+    cfg = ServeConfig.model_validate({"detectors": [{"name": "p", "kind": "profanity-check", "num_cpus": 2,
+                                                     "serve": {"replicas": 4}}]})
+    with pytest.raises(RedlineError, match="need 8.1 CPUs"):
+        check_resources(cfg, strict=True)
+
+
+def test_serve_config_errors_are_one_line():
+    from redline.cluster.config import ServeConfig, validate_config
+    from redline.errors import RedlineError
+
+    for data, fragment in [({}, "at least one detector or generator"),
+                           ({"detectors": [{"name": "a", "kind": "keywords", "patterns": ["x"]}] * 2}, "repeated: a"),
+                           ({"generators": [{"name": "g", "kind": "openai", "base_url": "http://x/v1", "model": "m"}]},
+                            "Serve hosts Hugging Face models"),
+                           ({"port": 0, "detectors": [{"name": "a", "kind": "keywords", "patterns": ["x"]}]}, "port")]:
+        with pytest.raises(RedlineError, match=fragment):
+            validate_config(ServeConfig, data)
