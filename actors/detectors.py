@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
+from redline.actors.hf_loading import device_and_dtype, first_line
 from redline.cluster.config import DetectorConfig
 from redline.errors import RedlineError
 from redline.pipelines.schema import DETECTION_BATCH_SCHEMA
@@ -247,8 +248,7 @@ def _load_hf_config(options: HFOptions) -> Any:
     try:
         return AutoConfig.from_pretrained(options.model, revision=options.revision)
     except (OSError, ValueError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise RedlineError(f"cannot load model '{options.model}': {first}") from None
+        raise RedlineError(f"cannot load model '{options.model}': {first_line(err)}") from None
 
 
 def hf_decision_rule(hf_config: Any, config: DetectorConfig, options: HFOptions) -> DecisionRule:
@@ -288,12 +288,7 @@ class HFDetector(Detector):
         opts: HFOptions = self.options  # type: ignore[assignment]
         hf_config = _load_hf_config(opts)
         self._rule = hf_decision_rule(hf_config, config, opts)
-        if opts.device == "auto":
-            self.device = torch.device("cuda" if torch.cuda.is_available() and config.num_gpus > 0 else "cpu")
-        else:
-            self.device = torch.device(opts.device)
-        dtype = {"auto": torch.float16 if self.device.type == "cuda" else torch.float32,
-                 "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[opts.dtype]
+        self.device, dtype = device_and_dtype(opts.device, opts.dtype, config.num_gpus)
         self.tokenizer = AutoTokenizer.from_pretrained(opts.model, revision=opts.revision)
         self.model = AutoModelForSequenceClassification.from_pretrained(
             opts.model, revision=opts.revision, dtype=dtype

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from redline.actors.hf_loading import device_and_dtype, first_line
 from redline.cluster.config import GeneratorConfig
 from redline.errors import RedlineError
 
@@ -88,18 +89,12 @@ class HFGenerator(Generator):
         try:
             hf_config = AutoConfig.from_pretrained(model, revision=config.revision)
         except (OSError, ValueError) as err:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise RedlineError(f"generator '{config.name}': cannot load model '{model}': {first}") from None
+            raise RedlineError(f"generator '{config.name}': cannot load model '{model}': {first_line(err)}") from None
         arch = config.architecture
         if arch == "auto":
             arch = "seq2seq" if getattr(hf_config, "is_encoder_decoder", False) else "causal"
         self.seq2seq = arch == "seq2seq"
-        if config.device == "auto":
-            self.device = torch.device("cuda" if torch.cuda.is_available() and config.num_gpus > 0 else "cpu")
-        else:
-            self.device = torch.device(config.device)
-        dtype = {"auto": torch.float16 if self.device.type == "cuda" else torch.float32,
-                 "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[config.dtype]
+        self.device, dtype = device_and_dtype(config.device, config.dtype, config.num_gpus)
         self.tokenizer = AutoTokenizer.from_pretrained(model, revision=config.revision)
         if config.chat_template:
             self.tokenizer.chat_template = config.chat_template

@@ -98,11 +98,12 @@ def preflight(config: ServeConfig) -> None:
             continue
         from transformers import AutoConfig
 
+        from redline.actors.hf_loading import first_line
+
         try:
             AutoConfig.from_pretrained(g.model, revision=g.revision)
         except (OSError, ValueError) as err:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise RedlineError(f"generator '{g.name}': cannot load model '{g.model}': {first}") from None
+            raise RedlineError(f"generator '{g.name}': cannot load model '{g.model}': {first_line(err)}") from None
 
 
 def vllm_app(config: ServeConfig) -> Any:
