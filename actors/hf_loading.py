@@ -18,3 +18,14 @@ def device_and_dtype(device: str, dtype: str, num_gpus: float) -> tuple[Any, Any
 def first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
+
+
+def save_model(model: Any, tokenizer: Any, out_dir: Any) -> Any:
+    """`save_pretrained` both into `out_dir` (created); returns it as a Path."""
+    from pathlib import Path
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out

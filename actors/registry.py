@@ -11,9 +11,10 @@ if TYPE_CHECKING:
 
 
 def detector_kinds() -> dict[str, type["Detector"]]:
+    from redline.actors.api_detectors import API_DETECTORS
     from redline.actors.detectors import DETECTORS
 
-    return DETECTORS
+    return {**DETECTORS, **{cls.kind: cls for cls in API_DETECTORS}}
 
 
 def detector_class(kind: str) -> type["Detector"]:

@@ -14,6 +14,7 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
+from redline.actors.hf_loading import save_model
 from redline.errors import RedlineError
 
 log = logging.getLogger(__name__)
@@ -166,14 +167,6 @@ def train_bpe_tokenizer(texts: Sequence[str], vocab_size: int = 2000, model_max_
                                    unk_token="<unk>", model_max_length=model_max_length)
 
 
-def _save(model, tokenizer, out_dir: str | Path) -> Path:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
-
-
 def _train_lm(model, batches, epochs: int, learning_rate: float) -> None:
     import torch
 
@@ -218,7 +211,7 @@ def build_tiny_causal_lm(texts: Sequence[str], out_dir: str | Path, *, chat_temp
             yield {**enc, "labels": labels}
 
     _train_lm(model, batches, epochs, learning_rate)
-    return _save(model, tokenizer, out_dir)
+    return save_model(model, tokenizer, out_dir)
 
 
 def build_tiny_seq2seq(pairs: Sequence[tuple[str, str]], out_dir: str | Path, *, vocab_size: int = 2000,
@@ -253,4 +246,4 @@ def build_tiny_seq2seq(pairs: Sequence[tuple[str, str]], out_dir: str | Path, *,
             yield {**enc, "labels": target.masked_fill(target == tokenizer.pad_token_id, -100)}
 
     _train_lm(model, batches, epochs, learning_rate)
-    return _save(model, tokenizer, out_dir)
+    return save_model(model, tokenizer, out_dir)

@@ -40,7 +40,7 @@ app.add_typer(list_app, name="list")
 app.add_typer(run_app, name="run")
 app.add_typer(train_app, name="train")
 
-PIPELINES = ("score", "attack")
+PIPELINES = ("score", "attack", "taebench", "transfer")
 
 
 @app.callback()
@@ -175,6 +175,75 @@ def run_attack_cmd(
     _show_attack(run_attack(cfg, force=force, verbose=_verbose()))
 
 
+@run_app.command("taebench")
+def run_taebench_cmd(
+    config: ConfigOpt,
+    output: Annotated[Optional[str], typer.Option(help="Override output: a directory or s3:// URI.")] = None,
+    run_name: Annotated[Optional[str], typer.Option(help="Name of the run directory (default taebench-<config hash>).")] = None,
+    set_: SetOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Filter attack runs' adversarial examples into TaeBench (valid TAE) and TaeBench+ (+ valid BAE).
+
+    Stages: dedupe -> grammar (LanguageTool server) -> naturalness (acceptability classifier) ->
+    label filter (LLM judge AND toxicity classifier). Each stage's kept and rejected rows (with
+    reasons) are written to the run directory; the report has the rows left after each stage per
+    goal and seed dataset (the paper's Table 2). A restarted run resumes after the last finished stage.
+    """
+    from redline.cluster.config import TaebenchConfig, load_config
+    from redline.pipelines.report import format_value, taebench_columns
+    from redline.pipelines.taebench import run_taebench
+
+    cfg = load_config(TaebenchConfig, config, {"output": output, "run_name": run_name, **_parse_sets(set_)})
+    result = run_taebench(cfg, force=force, verbose=_verbose())
+    if result.reused:
+        err_console.print(f"[dim]config already filtered in {result.run_uri}; reusing it (pass --force to redo)[/dim]")
+    for name, info in result.manifest.get("stages", {}).items():
+        if not isinstance(info, dict):
+            console.print(f"stage {name}: {info}", style="yellow")
+    cols = taebench_columns(result.summary)
+    table = Table(title="rows remaining after each stage")
+    for _, title, fmt in cols:
+        table.add_column(title, justify="left" if fmt == "s" else "right")
+    for row in result.summary:
+        table.add_row(*(format_value(row.get(k), f) for k, _, f in cols))
+    console.print(table)
+    counts = result.manifest.get("counts", {})
+    console.print(f"TaeBench: {counts.get('taebench')} rows, TaeBench+: {counts.get('taebench_plus')} rows")
+    console.print(f"report: [bold]{result.report_html}[/bold]")
+
+
+@run_app.command("transfer")
+def run_transfer_cmd(
+    config: ConfigOpt,
+    output: Annotated[Optional[str], typer.Option(help="Override output: a directory or s3:// URI.")] = None,
+    run_name: Annotated[Optional[str], typer.Option(help="Name of the run directory (default transfer-<config hash>).")] = None,
+    set_: SetOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Benchmark detectors with a TaeBench run (transfer attack): ASR = FNR on TAE, FPR on BAE.
+
+    Victims are any detector kind: local models, a `redline serve` endpoint (`url:`), OpenAI's
+    moderation API, Llama-Guard-style or self-check LLMs on an OpenAI-compatible endpoint, and
+    AWS Bedrock Guardrails. The original seeds are scored too, for the FNR before the attack.
+    """
+    from redline.cluster.config import TransferConfig, load_config
+    from redline.pipelines.report import format_value
+    from redline.pipelines.transfer import TRANSFER_COLUMNS, run_transfer
+
+    cfg = load_config(TransferConfig, config, {"output": output, "run_name": run_name, **_parse_sets(set_)})
+    result = run_transfer(cfg, force=force, verbose=_verbose())
+    if result.reused:
+        err_console.print(f"[dim]config already benchmarked in {result.run_uri}; reusing it (pass --force to redo)[/dim]")
+    table = Table(title="transfer attack")
+    for _, title, fmt in TRANSFER_COLUMNS:
+        table.add_column(title, justify="left" if fmt == "s" else "right")
+    for row in result.summary:
+        table.add_row(*(format_value(row.get(k), f) for k, _, f in TRANSFER_COLUMNS))
+    console.print(table)
+    console.print(f"report: [bold]{result.report_html}[/bold]")
+
+
 def _show_attack(result: Any) -> None:
     from redline.pipelines.report import ATTACK_COLUMNS, format_value
 
@@ -255,6 +324,86 @@ def train_tiny(
         path = build_tiny_classifier([r["text"] for r in rows], [int(r["label"]) for r in rows], out,
                                      epochs=epochs, hidden_size=hidden_size, num_layers=layers)
     console.print(f"saved: [bold]{path}[/bold] (use it as: kind: hf, model: {path})")
+
+
+def _train_binary(corpus: str, out: Path, base_model: str, label_names: tuple[str, str], *, text_column: str | None,
+                  label_column: str | None, positive_values: list[str] | None, preset: str | None, limit: int | None,
+                  epochs: int, learning_rate: float, batch_size: int, use_for: str) -> None:
+    from redline.actors.trainer import TrainSettings, fine_tune
+    from redline.cluster.config import CorpusConfig, validate_config
+    from redline.cluster.progress import progress_bar
+    from redline.pipelines.corpora import read_corpus
+
+    fields = {"path": corpus, "preset": preset, "text_column": text_column, "label_column": label_column,
+              "toxic_values": positive_values, "limit": limit}
+    cfg = validate_config(CorpusConfig, {k: v for k, v in fields.items() if v is not None}, source="corpus")
+    rows = [r for r in read_corpus(cfg).select(["text", "label", "status"]).to_pylist()
+            if r["status"] == "ok" and r["label"] is not None]
+    if not rows:
+        raise RedlineError(f"{corpus}: no labelled, non-empty rows to train on")
+    settings = TrainSettings(epochs=epochs, learning_rate=learning_rate, batch_size=batch_size)
+    with progress_bar(f"fine-tuning {base_model} on {len(rows):,} rows", total=int(len(rows) * 0.8) * epochs) as advance:
+        result = fine_tune(base_model, [r["text"] for r in rows], [int(r["label"]) for r in rows], out,
+                           label_names=label_names, settings=settings, progress=advance)
+    m = result["held_out"]
+    table = Table(title=f"held-out split ({result['held_out_rows']} rows), best epoch {result['best_epoch']}")
+    for col in ("f1", "recall", "precision", "average_precision", "roc_auc"):
+        table.add_column(col, justify="right")
+    table.add_row(*(format(m[c], ".3f") if m.get(c) is not None else "–"
+                    for c in ("f1", "recall", "precision", "average_precision", "roc_auc")))
+    console.print(table)
+    console.print(f"saved: [bold]{out}[/bold] ({use_for})")
+
+
+BaseModelOpt = Annotated[str, typer.Option(help="Hub id or local directory to fine-tune (e.g. a CoLA model, DistilBERT, MiniLM).")]
+
+
+@train_app.command("naturalness")
+def train_naturalness(
+    corpus: Annotated[str, typer.Option(help="Human-labelled rows: a text column and a natural yes/no column.")],
+    out: Annotated[Path, typer.Option(help="Directory to save the model in (save_pretrained).")],
+    base_model: BaseModelOpt,
+    text_column: Annotated[str, typer.Option(help="Text column.")] = "text",
+    label_column: Annotated[str, typer.Option(help="Column saying whether the text reads naturally.")] = "natural",
+    natural_values: Annotated[Optional[list[str]], typer.Option(help="Values meaning natural (repeatable).")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="Train on at most this many rows.")] = None,
+    epochs: Annotated[int, typer.Option(help="Training epochs.")] = 3,
+    learning_rate: Annotated[float, typer.Option(help="AdamW learning rate.")] = 5e-5,
+    batch_size: Annotated[int, typer.Option(help="Texts per step.")] = 16,
+) -> None:
+    """Fine-tune a text-acceptability classifier for the TaeBench naturalness stage.
+
+    Reports F1, recall, precision, AP and ROC-AUC on a held-out 20%. Use the result as
+    `naturalness: {model: DIR, natural_label: natural}` in a taebench config.
+    """
+    _train_binary(corpus, out, base_model, ("unnatural", "natural"), text_column=text_column, label_column=label_column,
+                  positive_values=natural_values or ["yes", "1", "true", "natural"], preset=None, limit=limit,
+                  epochs=epochs, learning_rate=learning_rate, batch_size=batch_size,
+                  use_for="taebench: naturalness: {model: DIR, natural_label: natural}")
+
+
+@train_app.command("judge-classifier")
+def train_judge_classifier(
+    corpus: Annotated[str, typer.Option(help="Labelled toxic/benign rows (CSV/JSONL/JSON/Parquet, local or s3://).")],
+    out: Annotated[Path, typer.Option(help="Directory to save the model in (save_pretrained).")],
+    base_model: BaseModelOpt,
+    preset: Annotated[Optional[str], typer.Option(help="Column mapping preset: davidson, jigsaw or diasafety.")] = None,
+    text_column: Annotated[Optional[str], typer.Option(help="Text column (without a preset).")] = None,
+    label_column: Annotated[Optional[str], typer.Option(help="Label column (without a preset).")] = None,
+    toxic_values: Annotated[Optional[list[str]], typer.Option(help="Label values meaning toxic (repeatable).")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="Train on at most this many rows.")] = None,
+    epochs: Annotated[int, typer.Option(help="Training epochs.")] = 3,
+    learning_rate: Annotated[float, typer.Option(help="AdamW learning rate.")] = 5e-5,
+    batch_size: Annotated[int, typer.Option(help="Texts per step.")] = 16,
+) -> None:
+    """Fine-tune the toxicity classifier of the TaeBench label filter (benign/toxic).
+
+    Reports held-out metrics; use the result as `classifier: {name: ..., kind: hf, model: DIR}`.
+    """
+    _train_binary(corpus, out, base_model, ("benign", "toxic"), text_column=text_column, label_column=label_column,
+                  positive_values=toxic_values, preset=preset, limit=limit, epochs=epochs,
+                  learning_rate=learning_rate, batch_size=batch_size,
+                  use_for="taebench: classifier: {name: judge-classifier, kind: hf, model: DIR}")
 
 
 # --------------------------------------------------------------------------------------------

@@ -245,6 +245,134 @@ class ServeConfig(Strict):
 
 
 # --------------------------------------------------------------------------------------------
+# Quality filters and judges (TaeBench)
+
+
+class ChatJudgeOptions(Strict):
+    """How to ask a chat model about a text over an OpenAI-compatible API (judges and LLM-based detectors)."""
+
+    base_url: str = Field(description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1.")
+    model: str = Field(description="Model name the server knows.")
+    api_key_env: str | None = Field("OPENAI_API_KEY", description="Environment variable holding the key.")
+    template: str | None = Field(None, description="Prompt with a {text} placeholder; default: the kind's own.")
+    template_file: str | None = Field(None, description="Read the template from this file instead.")
+    system_prompt: str | None = None
+    max_tokens: int = Field(8, gt=0)
+    temperature: float = Field(0.0, ge=0)
+    concurrency: int = Field(8, gt=0, description="Requests in flight per actor.")
+    requests_per_second: float = Field(20.0, gt=0, description="Rate limit per actor.")
+    max_retries: int = Field(4, ge=0, description="Retries on 429, 5xx, timeouts and connection errors.")
+    backoff_s: float = Field(0.5, gt=0, description="First retry delay; doubles each retry.")
+    timeout_s: float = Field(30.0, gt=0)
+    cache_dir: str | None = Field("~/.cache/redline/judge", description="Answer cache (SQLite); null turns it off.")
+    price_per_1k_prompt_tokens: float = Field(0.0, ge=0)
+    price_per_1k_completion_tokens: float = Field(0.0, ge=0)
+
+    def prompt_template(self, default: str) -> str:
+        if self.template_file:
+            path = Path(self.template_file).expanduser()
+            if not path.is_file():
+                raise RedlineError(f"template_file not found: {path}")
+            return path.read_text(encoding="utf-8")
+        return self.template or default
+
+
+class JudgeConfig(ChatJudgeOptions):
+    """The TaeBench label filter's LLM judge (default template: the paper's 5-shot Yes/No/Unsure format)."""
+
+    name: str = "llm-judge"
+    actors: int = Field(1, gt=0)
+    num_cpus: float = Field(0.25, ge=0)
+    batch_size: int = Field(64, gt=0)
+
+
+class GrammarConfig(Strict):
+    url: str | None = Field(None, description="LanguageTool server root, e.g. http://127.0.0.1:8010.")
+    language: str = "en-US"
+    categories: list[str] = Field(["GRAMMAR"], description="Rule category ids counted as grammar errors.")
+    max_new_errors: int = Field(0, ge=0, description="Reject when errors(example) - errors(seed) exceeds this.")
+    skip_if_unavailable: bool = Field(False, description="true: with no server, skip this stage (and say so).")
+    concurrency: int = Field(8, gt=0)
+    timeout_s: float = Field(30.0, gt=0)
+    actors: int = Field(1, gt=0)
+    num_cpus: float = Field(0.25, ge=0)
+    batch_size: int = Field(64, gt=0)
+
+
+class NaturalnessConfig(Strict):
+    """A text-acceptability classifier (any HF sequence classifier, e.g. CoLA-style)."""
+
+    model: str = Field(description="Hub id or local directory (see `redline train naturalness`).")
+    natural_label: str | None = Field(None, description="The label meaning natural/acceptable; default label 1.")
+    threshold: float = Field(0.5, ge=0, le=1, description="Reject below this probability of natural.")
+    max_length: int = Field(128, gt=0)
+    batch_size: int = Field(64, gt=0)
+    actors: int = Field(1, gt=0)
+    num_cpus: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+
+    def detector(self) -> "DetectorConfig":
+        """The same HF loading and batching as detectors, with `natural` in the role of the scored label."""
+        extra: dict[str, Any] = {"model": self.model, "max_length": self.max_length}
+        if self.natural_label:
+            extra["toxic_labels"] = [self.natural_label]
+        return DetectorConfig.model_validate({"name": "naturalness", "kind": "hf", "threshold": self.threshold,
+                                              "rule": "score", "batch_size": self.batch_size, "actors": self.actors,
+                                              "num_cpus": self.num_cpus, "num_gpus": self.num_gpus, **extra})
+
+
+class TransferConfig(Strict):
+    """`redline run transfer`: how often TaeBench's examples fool other detectors (ASR = FNR / FPR)."""
+
+    taebench: str = Field(description="A finished `redline run taebench` run directory (local or s3://).")
+    victims: list[DetectorConfig] = Field(min_length=1, description="Detectors to attack by transfer (any kind).")
+    split: Literal["test", "train", "all"] = Field("test", description="Which TaeBench split to evaluate.")
+    include_seeds: bool = Field(True, description="Also score the original seeds (FNR before the attack).")
+    output: str = "redline-runs"
+    run_name: str | None = None
+    shard_size: int = Field(2_000, gt=0)
+
+    @field_validator("victims")
+    @classmethod
+    def _unique(cls, victims: list[DetectorConfig]) -> list[DetectorConfig]:
+        names = [v.name for v in victims]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"victim names must be unique; repeated: {', '.join(dupes)}")
+        return victims
+
+    @property
+    def detectors(self) -> list[DetectorConfig]:
+        return self.victims
+
+
+class TaebenchConfig(Strict):
+    """`redline run taebench`: filter raw attack output into TaeBench (TAE) and TaeBench+ (+ BAE)."""
+
+    attacks: str | list[str] = Field(description="Attack run directories (local or s3://) whose successes are filtered.")
+    normalise: bool = Field(True, description="Deduplicate case- and whitespace-insensitively.")
+    grammar: GrammarConfig | None = Field(default_factory=GrammarConfig,
+                                          description="null turns the grammar stage off (recorded in the manifest).")
+    naturalness: NaturalnessConfig | None = None
+    judge: JudgeConfig | None = Field(None, description="LLM judge; a TAE needs its Yes, a BAE its No.")
+    classifier: DetectorConfig | None = Field(None, description="Toxicity classifier; must agree with the judge.")
+    test_fraction: float = Field(0.2, ge=0, le=1, description="Share of seeds whose examples form the test split.")
+    seed: int = 0
+    output: str = "redline-runs"
+    run_name: str | None = None
+
+    @property
+    def attack_runs(self) -> list[str]:
+        return self.attacks if isinstance(self.attacks, list) else [self.attacks]
+
+    @model_validator(mode="after")
+    def _label_filter(self) -> "TaebenchConfig":
+        if self.judge is None and self.classifier is None:
+            raise ValueError("the label filter needs a judge, a classifier or both")
+        return self
+
+
+# --------------------------------------------------------------------------------------------
 # Pipelines
 
 

@@ -6,6 +6,7 @@ import base64
 import csv
 import html
 import io
+import json
 import math
 from typing import Any
 
@@ -345,5 +346,133 @@ def write_attack_report(run: storage.RunDir, attempts: pa.Table, summary: list[d
                 ("Attempts", html_table(count_rows, count_cols))]
     if samples:
         sections.append(("Sample successes", html_table(samples, sample_cols)))
+    meta = f"run {html.escape(run.uri)} · config {manifest.get('config_hash')}"
+    storage.write_text(run.path("report.html"), html_page(title, sections, meta))
+
+
+# --------------------------------------------------------------------------------------------
+# TaeBench quality pipeline
+
+
+def taebench_columns(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    cols = [("goal", "goal", "s"), ("dataset", "seed dataset", "s"), ("raw", "raw", "d")]
+    for stage in ("dedupe", "grammar", "naturalness", "label"):
+        if rows and stage in rows[0]:
+            cols += [(stage, f"after {stage}", "d"), (f"{stage}_pct", "% of raw", ".1f")]
+    return cols
+
+
+def plot_funnel(rows: list[dict[str, Any]]) -> bytes | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    overall = [r for r in rows if r["dataset"] == "all"]
+    if not overall:
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 3.2))
+    for r in overall:
+        stages = ["raw"] + [s for s in ("dedupe", "grammar", "naturalness", "label") if s in r]
+        ax.plot(stages, [r[s] for s in stages], marker="o", label=r["goal"].upper())
+    ax.set_ylabel("examples remaining")
+    ax.set_title("quality filters: examples left after each stage")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return png_bytes(fig)
+
+
+def write_taebench_report(run: storage.RunDir, final: pa.Table, table2: list[dict[str, Any]],
+                          manifest: dict[str, Any]) -> None:
+    cols = taebench_columns(table2)
+    png = plot_funnel(table2)
+    if png:
+        storage.write_bytes(run.path("plots", "funnel.png"), png)
+    stage_rows = []
+    for name, info in manifest.get("stages", {}).items():
+        if isinstance(info, dict):
+            top = "; ".join(f"{k} ({v})" for k, v in info["top_reasons"].items()) or "–"
+            stage_rows.append({"stage": name, "in": info["in"], "kept": info["kept"], "rejected": info["rejected"],
+                               "reasons": top})
+        else:
+            stage_rows.append({"stage": name, "in": None, "kept": None, "rejected": None, "reasons": info})
+    stage_cols = [("stage", "stage", "s"), ("in", "in", "d"), ("kept", "kept", "d"), ("rejected", "rejected", "d"),
+                  ("reasons", "main rejection reasons", "s")]
+    samples = [{"goal": r["goal"], "recipes": r["recipes"], "seed": r["seed_text"], "example": r["text"]}
+               for r in final.slice(0, 12).to_pylist()]
+    sample_cols = [("goal", "goal", "s"), ("recipes", "recipes", "s"), ("seed", "seed", "s"), ("example", "kept example", "s")]
+    usage = manifest.get("judge_usage")
+    title = "redline TaeBench report"
+    counts = manifest.get("counts", {})
+    note = (f"{counts.get('raw')} raw adversarial examples -> TaeBench {counts.get('taebench')} (valid TAE), "
+            f"TaeBench+ {counts.get('taebench_plus')} (valid TAE + BAE).")
+    md = [f"# {title}", "", f"Run: `{run.uri}` (config {manifest.get('config_hash')})", "", note, "",
+          "## Rows remaining after each stage (Table 2)", "", markdown_table(table2, cols), "",
+          "## Stages", "", markdown_table(stage_rows, stage_cols), ""]
+    if usage:
+        md += ["## LLM judge usage", "", "```", json.dumps(usage, indent=2), "```", ""]
+    if samples:
+        md += ["## Sample kept examples", "", markdown_table(samples, sample_cols), ""]
+    if png:
+        md.append("![funnel.png](plots/funnel.png)")
+    storage.write_text(run.path("report.md"), "\n".join(md) + "\n")
+    storage.write_text(run.path("counts.csv"), csv_text(table2))
+    sections = [("Rows remaining after each stage", f"<p>{html.escape(note)}</p>" + html_table(table2, cols)),
+                ("Plots", img_tag(png, "funnel") if png else "<p>nothing to plot</p>"),
+                ("Stages", html_table(stage_rows, stage_cols))]
+    if usage:
+        sections.append(("LLM judge usage", f"<pre>{html.escape(json.dumps(usage, indent=2))}</pre>"))
+    if samples:
+        sections.append(("Sample kept examples", html_table(samples, sample_cols)))
+    meta = f"run {html.escape(run.uri)} · config {manifest.get('config_hash')}"
+    storage.write_text(run.path("report.html"), html_page(title, sections, meta))
+
+
+# --------------------------------------------------------------------------------------------
+# Transfer benchmark
+
+
+def plot_transfer(rows: list[dict[str, Any]]) -> bytes | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    overall = [r for r in rows if r["dataset"] == "all"]
+    if not overall:
+        return None
+    series = [("seed_rate", "FNR on seeds"), ("tae_rate", "ASR on TAE (FNR)"), ("bae_rate", "ASR on BAE (FPR)")]
+    x = np.arange(len(overall))
+    width = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(overall) + 2), 3.4))
+    for k, (key, label) in enumerate(series):
+        ax.bar(x + k * width, [r[key] if r[key] is not None else 0 for r in overall], width, label=label)
+    ax.set_xticks(x + width, [r["victim"] for r in overall], rotation=15)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("rate")
+    ax.set_title("transfer attack: how often TaeBench fools each detector")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return png_bytes(fig)
+
+
+def write_transfer_report(run: storage.RunDir, rows: list[dict[str, Any]], cols: list[tuple[str, str, str]],
+                          manifest: dict[str, Any]) -> None:
+    png = plot_transfer(rows)
+    if png:
+        storage.write_bytes(run.path("plots", "transfer.png"), png)
+    title = "redline transfer-attack report"
+    cfg = manifest.get("config", {})
+    note = (f"TaeBench {cfg.get('taebench')} ({cfg.get('split')} split). ASR on TAE = share of toxic adversarial "
+            "examples a victim calls benign (FNR); ASR on BAE = share of benign adversarial examples it calls toxic "
+            "(FPR); FNR on seeds = the same victim on the original toxic seeds.")
+    md = [f"# {title}", "", f"Run: `{run.uri}` (config {manifest.get('config_hash')})", "", note, "",
+          markdown_table(rows, cols), ""]
+    if png:
+        md.append("![transfer.png](plots/transfer.png)")
+    storage.write_text(run.path("report.md"), "\n".join(md) + "\n")
+    storage.write_text(run.path("transfer.csv"), csv_text(rows))
+    sections = [("Transfer attack", f"<p>{html.escape(note)}</p>" + html_table(rows, cols)),
+                ("Plots", img_tag(png, "transfer") if png else "<p>nothing to plot</p>")]
     meta = f"run {html.escape(run.uri)} · config {manifest.get('config_hash')}"
     storage.write_text(run.path("report.html"), html_page(title, sections, meta))

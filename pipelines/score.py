@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -121,6 +121,24 @@ def _score_pending(config: ScoreConfig, run: sharded.Run, shards: list[pa.Table]
     return dict(busy)
 
 
+def score_corpus(run: sharded.Run, config: Any, build: Callable[[], pa.Table], watch: storage.Stopwatch,
+                 verbose: bool) -> pa.Table:
+    """Score the corpus `build` returns with `config.detectors` into `run`'s prediction shards
+    (resuming any already written); returns every prediction."""
+    manifest = run.manifest
+    shards = sharded.prepare_inputs(run, build, config.shard_size, corpus_counts)
+    if manifest["counts"]["rows_in"] == 0:
+        raise RedlineError("the corpus has no rows")
+    watch.lap("read_corpus_s")
+    pending = sharded.pending_shards(run, OUTPUT_DIR, len(shards))
+    busy = _score_pending(config, run, shards, pending, verbose)
+    watch.lap("score_s")
+    predictions = sharded.read_outputs(run, OUTPUT_DIR)
+    manifest["counts"].update(output_counts(predictions, [d.name for d in config.detectors]))
+    manifest["busy_seconds"] = {**manifest.get("busy_seconds", {}), **{k: round(v, 3) for k, v in busy.items()}}
+    return predictions
+
+
 def run_score(config: ScoreConfig, *, force: bool = False, verbose: bool = False) -> sharded.RunResult:
     from redline.pipelines import report
 
@@ -131,16 +149,7 @@ def run_score(config: ScoreConfig, *, force: bool = False, verbose: bool = False
     watch = storage.Stopwatch()
     manifest = run.manifest
     with sharded.lifecycle(run):
-        shards = sharded.prepare_inputs(run, lambda: read_corpora(config.corpora), config.shard_size, corpus_counts)
-        if manifest["counts"]["rows_in"] == 0:
-            raise RedlineError("the corpus has no rows")
-        watch.lap("read_corpus_s")
-        pending = sharded.pending_shards(run, OUTPUT_DIR, len(shards))
-        busy = _score_pending(config, run, shards, pending, verbose)
-        watch.lap("score_s")
-        predictions = sharded.read_outputs(run, OUTPUT_DIR)
-        manifest["counts"].update(output_counts(predictions, [d.name for d in config.detectors]))
-        manifest["busy_seconds"] = {**manifest.get("busy_seconds", {}), **{k: round(v, 3) for k, v in busy.items()}}
+        predictions = score_corpus(run, config, lambda: read_corpora(config.corpora), watch, verbose)
         metrics = report.detector_metrics(predictions)
         manifest["metrics"] = metrics
         report.write_score_report(run.dir, predictions, metrics, manifest)

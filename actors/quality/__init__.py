@@ -1,0 +1,1 @@
+"""Quality filters for adversarial examples: deduplication, grammar, naturalness."""

@@ -1,0 +1,77 @@
+"""Grammar check through a LanguageTool HTTP server (`/v2/check`), as the TaeBench paper filters.
+
+An adversarial example is rejected when it has more grammar errors than its seed by over
+`max_new_errors`, counting only matches whose rule category is one of `categories` (LanguageTool's
+GRAMMAR category holds agreement, plurality and similar rules). Run a server with
+`docker run -p 8010:8010 erikvl87/languagetool` or let `language_tool_python` start one.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import numpy as np
+import pyarrow as pa
+from redline.cluster.config import GrammarConfig
+from redline.errors import RedlineError
+
+
+class LanguageToolClient:
+    def __init__(self, url: str, language: str = "en-US", timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/").removesuffix("/v2/check").removesuffix("/v2")
+        self.language = language
+        self.http = httpx.Client(timeout=timeout)
+
+    def check(self, text: str) -> list[dict[str, Any]]:
+        try:
+            resp = self.http.post(f"{self.url}/v2/check", data={"text": text, "language": self.language})
+        except httpx.TransportError as err:
+            raise RedlineError(f"cannot reach LanguageTool at {self.url} ({type(err).__name__})") from None
+        if resp.status_code != 200:
+            raise RedlineError(f"LanguageTool at {self.url} answered {resp.status_code}: {resp.text[:120]}")
+        return resp.json().get("matches", [])
+
+    def available(self) -> bool:
+        try:
+            self.check("This is a test.")
+            return True
+        except RedlineError:
+            return False
+
+
+def count_errors(matches: list[dict[str, Any]], categories: list[str]) -> int:
+    wanted = set(categories)
+    return sum(1 for m in matches if (m.get("rule", {}).get("category", {}) or {}).get("id") in wanted)
+
+
+GRAMMAR_SCHEMA = pa.schema([pa.field("id", pa.string()), pa.field("grammar_errors", pa.int64()),
+                            pa.field("seed_grammar_errors", pa.int64()), pa.field("grammar_error", pa.string())])
+
+
+class GrammarWorker:
+    """Ray Data actor: counts grammar errors of each text and of its seed (each distinct text once)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = GrammarConfig.model_validate(config)
+        self.client = LanguageToolClient(self.config.url or "", self.config.language, self.config.timeout_s)
+
+    def _count(self, text: str) -> int | str:
+        try:
+            return count_errors(self.client.check(text), self.config.categories)
+        except RedlineError as err:
+            return str(err)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> pa.Table:
+        texts, seeds = [str(t) for t in batch["text"]], [str(t) for t in batch["seed_text"]]
+        distinct = list(dict.fromkeys(texts + seeds))
+        with ThreadPoolExecutor(self.config.concurrency) as pool:
+            counts = dict(zip(distinct, pool.map(self._count, distinct)))
+        errors = [next((c for c in (counts[t], counts[s]) if isinstance(c, str)), None) for t, s in zip(texts, seeds)]
+        return pa.table({
+            "id": pa.array(batch["id"].tolist(), pa.string()),
+            "grammar_errors": [None if e else counts[t] for t, e in zip(texts, errors)],
+            "seed_grammar_errors": [None if e else counts[s] for s, e in zip(seeds, errors)],
+            "grammar_error": errors,
+        }, schema=GRAMMAR_SCHEMA)

@@ -1,0 +1,252 @@
+"""`redline run taebench`: raw attack successes -> TaeBench (valid TAE) and TaeBench+ (+ valid BAE).
+
+Stages, in the paper's order, each keeping some rows and rejecting the rest with a reason:
+1. dedupe       exact (or case/whitespace-normalised) duplicates per goal; the kept row lists every
+                recipe that produced the text
+2. grammar      LanguageTool: more grammar errors than the seed by over `max_new_errors`
+3. naturalness  an acceptability classifier's P(natural) below its threshold
+4. label        LLM judge AND toxicity classifier: a TAE must still be toxic to both, a BAE benign
+Each stage's full table (kept and rejected rows, with its own columns) is written to
+`stages/<n>-<name>.parquet` before the next starts; a restarted run resumes after the last one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import defaultdict
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from redline.actors.detectors import DetectionWorker
+from redline.actors.judges import JudgeWorker, usage_summary
+from redline.actors.quality.grammar import GrammarWorker, LanguageToolClient
+from redline.cluster import storage
+from redline.cluster.config import TaebenchConfig
+from redline.errors import RedlineError
+from redline.pipelines import sharded
+from redline.pipelines.stages import map_table
+
+log = logging.getLogger(__name__)
+
+STAGES = ("dedupe", "grammar", "naturalness", "label")
+PROVENANCE = ["recipe", "transformation", "constraints", "search", "victim", "goal", "seed_id", "seed_text",
+              "seed_label", "dataset", "split", "source", "source_row"]
+
+
+def load_raw(config: TaebenchConfig) -> pa.Table:
+    """Successful attempts of every attack run, as (id, text, label, provenance)."""
+    parts = []
+    for uri in config.attack_runs:
+        manifest = storage.RunDir(uri).manifest()
+        if manifest is None or manifest.get("pipeline") != "attack":
+            raise RedlineError(f"{uri} is not an attack run directory (no attack manifest.json)")
+        if manifest.get("state") != "complete":
+            raise RedlineError(f"attack run {uri} is {manifest.get('state')}; finish it first (rerun its command)")
+        table = sharded.read_outputs(sharded.Run(storage.RunDir(uri), manifest, True), "attempts")
+        parts.append(table.filter(pc.equal(table.column("status"), "success")))
+    raw = pa.concat_tables(parts) if parts else None
+    if raw is None or raw.num_rows == 0:
+        raise RedlineError("the attack runs hold no successful adversarial examples to filter")
+    label = pc.if_else(pc.equal(raw.column("goal"), "tae"), 1, 0).cast(pa.int8())
+    cols = {"id": raw.column("id"), "text": raw.column("perturbed_text"), "label": label}
+    cols.update({c: raw.column(c) for c in PROVENANCE})
+    return pa.table(cols)
+
+
+def _normalise(text: str, on: bool) -> str:
+    return " ".join(text.lower().split()) if on else text
+
+
+def dedupe(table: pa.Table, config: TaebenchConfig) -> pa.Table:
+    firsts: dict[tuple[str, str], int] = {}
+    recipes: dict[tuple[str, str], list[str]] = defaultdict(list)
+    keys = [(g, _normalise(t, config.normalise)) for g, t in zip(table.column("goal").to_pylist(),
+                                                                  table.column("text").to_pylist())]
+    for i, (key, rec) in enumerate(zip(keys, table.column("recipe").to_pylist())):
+        firsts.setdefault(key, i)
+        if rec not in recipes[key]:
+            recipes[key].append(rec)
+    kept = [firsts[k] == i for i, k in enumerate(keys)]
+    return table.append_column("recipes", pa.array([",".join(recipes[k]) for k in keys])).append_column(
+        "kept", pa.array(kept)).append_column(
+        "reject_reason", pa.array([None if k else "duplicate text" for k in kept], pa.string()))
+
+
+def grammar(table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.Table | str:
+    g = config.grammar
+    assert g is not None
+    if not g.url or not LanguageToolClient(g.url, g.language, timeout=10).available():
+        where = f"at {g.url}" if g.url else "(grammar.url is not set)"
+        if g.skip_if_unavailable:
+            return f"skipped: no LanguageTool server {where}"
+        raise RedlineError(f"grammar stage: no LanguageTool server {where}; start one, or set "
+                           f"grammar.skip_if_unavailable: true (or grammar: null) to run without it")
+    out = map_table(table, GrammarWorker, {"config": g.model_dump(mode="json")}, columns=["id", "text", "seed_text"],
+                    actors=g.actors, num_cpus=g.num_cpus, batch_size=g.batch_size, verbose=verbose)
+    errs, seed_errs = out.column("grammar_errors").to_pylist(), out.column("seed_grammar_errors").to_pylist()
+    failures = out.column("grammar_error").to_pylist()
+    reasons = []
+    for e, s, f in zip(errs, seed_errs, failures):
+        if f or e is None:
+            reasons.append(f"grammar check failed: {f or 'no result'}")
+        elif e - s > g.max_new_errors:
+            reasons.append(f"{e - s} more grammar errors than the seed ({e} vs {s})")
+        else:
+            reasons.append(None)
+    return _with_verdict(out, reasons)
+
+
+def naturalness(table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.Table:
+    n = config.naturalness
+    assert n is not None
+    det = n.detector()
+    out = _detect(table, det.model_dump(mode="json"), det, verbose, prefix="natural")
+    reasons = []
+    for score, status in zip(out.column("natural_score").to_pylist(), out.column("natural_status").to_pylist()):
+        if status != "ok":
+            reasons.append("naturalness classifier failed on this text")
+        elif score < n.threshold:
+            reasons.append(f"unnatural: P(natural) {score:.2f} < {n.threshold:g}")
+        else:
+            reasons.append(None)
+    return _with_verdict(out, reasons)
+
+
+def label_filter(table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.Table:
+    """Keep a TAE only if the judge says Yes and the classifier says toxic; a BAE only on No and benign."""
+    out = table
+    if config.judge is not None:
+        j = config.judge
+        out = map_table(out, JudgeWorker, {"config": j.model_dump(mode="json")}, columns=["id", "text"],
+                        actors=j.actors, num_cpus=j.num_cpus, batch_size=j.batch_size, verbose=verbose)
+    if config.classifier is not None:
+        c = config.classifier
+        out = _detect(out, c.model_dump(mode="json"), c, verbose, prefix="classifier")
+    reasons = []
+    for i, goal in enumerate(out.column("goal").to_pylist()):
+        want_toxic = goal == "tae"
+        reason = None
+        if config.judge is not None:
+            verdict = out.column("judge_verdict")[i].as_py()
+            if verdict != ("yes" if want_toxic else "no"):
+                why = out.column("judge_reason")[i].as_py()
+                reason = f"judge says {verdict}" + (f" ({why})" if why else "")
+        if reason is None and config.classifier is not None:
+            status, toxic = out.column("classifier_status")[i].as_py(), out.column("classifier_toxic")[i].as_py()
+            if status != "ok":
+                reason = "classifier failed on this text"
+            elif toxic != want_toxic:
+                reason = f"classifier says {'toxic' if toxic else 'benign'}"
+        reasons.append(reason)
+    return _with_verdict(out, reasons)
+
+
+def _detect(table: pa.Table, worker_config: dict[str, Any], det: Any, verbose: bool, prefix: str) -> pa.Table:
+    out = map_table(table, DetectionWorker, {"config": worker_config}, columns=["id", "text"], actors=det.actors,
+                    num_cpus=det.num_cpus, num_gpus=det.num_gpus, batch_size=det.batch_size, verbose=verbose)
+    renames = {"toxic_score": f"{prefix}_score", "pred_toxic": f"{prefix}_toxic", "det_status": f"{prefix}_status",
+               "det_reason": f"{prefix}_reason"}
+    drop = {"detector", "probs", "seconds"}
+    return pa.table({renames.get(n, n): out.column(n) for n in out.column_names if n not in drop})
+
+
+def _with_verdict(table: pa.Table, reasons: list[str | None]) -> pa.Table:
+    return table.append_column("kept", pa.array([r is None for r in reasons])).append_column(
+        "reject_reason", pa.array(reasons, pa.string()))
+
+
+def bench_split(seed_id: str, test_fraction: float, seed: int) -> str:
+    """train/test by a hash of the seed id: every example of one seed lands in the same split."""
+    h = int(hashlib.sha256(f"{seed}:{seed_id}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return "test" if h < test_fraction else "train"
+
+
+def counts_table(raw: pa.Table, after: dict[str, pa.Table | None]) -> list[dict[str, Any]]:
+    """The paper's Table 2: rows remaining after each stage and % of raw, per goal and seed dataset."""
+    rows = []
+    groups = [("all", None)] + [(d, d) for d in sorted(set(raw.column("dataset").to_pylist()))]
+    for goal in ("tae", "bae"):
+        for name, dataset in groups:
+            def count(t: pa.Table) -> int:
+                m = pc.equal(t.column("goal"), goal)
+                if dataset is not None:
+                    m = pc.and_(m, pc.equal(t.column("dataset"), dataset))
+                return int(pc.sum(m).as_py() or 0)
+
+            n_raw = count(raw)
+            if n_raw == 0:
+                continue
+            row: dict[str, Any] = {"goal": goal, "dataset": name, "raw": n_raw}
+            for stage, table in after.items():
+                if table is not None:
+                    row[stage] = count(table)
+                    row[f"{stage}_pct"] = round(100 * row[stage] / n_raw, 1)
+            rows.append(row)
+    return rows
+
+
+def run_taebench(config: TaebenchConfig, *, force: bool = False, verbose: bool = False) -> sharded.RunResult:
+    from redline.pipelines import report
+
+    run = sharded.open_run("taebench", config, config.output, config.run_name, force)
+    if run.reused:
+        return sharded.RunResult(run.uri, run.manifest, run.manifest.get("counts_table", []), reused=True)
+    manifest = run.manifest
+    watch = storage.Stopwatch()
+    steps: dict[str, Callable[[pa.Table], pa.Table | str] | None] = {
+        "dedupe": lambda t: dedupe(t, config),
+        "grammar": (lambda t: grammar(t, config, verbose)) if config.grammar else None,
+        "naturalness": (lambda t: naturalness(t, config, verbose)) if config.naturalness else None,
+        "label": lambda t: label_filter(t, config, verbose),
+    }
+    with sharded.lifecycle(run):
+        raw = load_raw(config)
+        manifest.setdefault("stages", {})
+        current, after = raw, {}
+        for i, (name, step) in enumerate(steps.items(), start=1):
+            path = run.dir.path("stages", f"{i}-{name}.parquet")
+            if step is None:
+                manifest["stages"][name] = "off (disabled in the config)"
+                after[name] = None
+                continue
+            if storage.exists(path):
+                table = storage.read_parquet(path)
+            else:
+                result = step(current)
+                if isinstance(result, str):  # a stage that says why it did not run
+                    manifest["stages"][name] = result
+                    after[name] = None
+                    continue
+                table = result
+                storage.write_parquet(table, path)
+                watch.lap(f"{name}_s")
+            kept = table.filter(table.column("kept"))
+            reasons = [r for r in table.column("reject_reason").to_pylist() if r]
+            manifest["stages"][name] = {"in": table.num_rows, "kept": kept.num_rows, "rejected": len(reasons),
+                                        "top_reasons": _top(reasons)}
+            if name == "label" and config.judge is not None:
+                manifest["judge_usage"] = usage_summary(table, config.judge)
+            run.dir.write_manifest(manifest)
+            current, after[name] = kept.drop_columns(["kept", "reject_reason"]), kept
+        final = current.append_column("bench_split", pa.array(
+            [bench_split(s, config.test_fraction, config.seed) for s in current.column("seed_id").to_pylist()]))
+        tae = final.filter(pc.equal(final.column("goal"), "tae"))
+        storage.write_parquet(tae, run.dir.path("taebench.parquet"))
+        storage.write_parquet(final, run.dir.path("taebench_plus.parquet"))
+        table2 = counts_table(raw, after)
+        manifest["counts"] = {"raw": raw.num_rows, "taebench": tae.num_rows, "taebench_plus": final.num_rows}
+        manifest["counts_table"] = table2
+        report.write_taebench_report(run.dir, final, table2, manifest)
+        manifest["timings"] = {**manifest.get("timings", {}), **watch.timings}
+        sharded.complete(run)
+    return sharded.RunResult(run.uri, manifest, table2)
+
+
+def _top(reasons: list[str], n: int = 5) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for r in reasons:
+        counts[r.split(" (")[0] if r.startswith("judge says") else r.split(":")[0]] += 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1])[:n])

@@ -1,0 +1,147 @@
+"""Small real HTTP servers speaking third-party APIs, for tests: LanguageTool's /v2/check, an
+OpenAI-compatible chat endpoint with scripted answers and failures, and Bedrock's ApplyGuardrail.
+The client code under test is the code used against the real services."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections import defaultdict
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs
+
+TOXIC_WORDS = ("idiot", "moron", "stupid", "dumb", "loser", "hate", "shut", "trash", "pathetic", "ugly", "fool")
+
+
+def looks_toxic(text: str) -> bool:
+    """Like an LLM judge that sees through typos: a word within edit distance of a toxic word."""
+    from rapidfuzz.distance import Levenshtein
+
+    words = re.findall(r"[\w']+", text.lower())
+    return any(Levenshtein.distance(w, t) <= max(1, len(t) // 3) for w in words for t in TOXIC_WORDS)
+
+
+class _Server:
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> "_Server":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _reply(handler: BaseHTTPRequestHandler, status: int, body: dict, headers: dict | None = None) -> None:
+    data = json.dumps(body).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    for k, v in (headers or {}).items():
+        handler.send_header(k, v)
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+def languagetool() -> _Server:
+    """Flags `a apple`-style article errors and doubled words as GRAMMAR, `teh` as TYPOS."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *_: object) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802
+            if self.path != "/v2/check":
+                return _reply(self, 404, {"error": "not found"})
+            form = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
+            text = form.get("text", [""])[0]
+            matches = []
+            for m in re.finditer(r"\ba [aeiou]\w*|\b(\w+) \1\b", text, re.IGNORECASE):
+                matches.append({"message": "grammar", "offset": m.start(), "length": len(m.group(0)),
+                                "rule": {"id": "EN_A_VS_AN", "category": {"id": "GRAMMAR", "name": "Grammar"}}})
+            for m in re.finditer(r"\bteh\b", text):
+                matches.append({"message": "typo", "offset": m.start(), "length": 3,
+                                "rule": {"id": "MORFOLOGIK_RULE_EN_US", "category": {"id": "TYPOS", "name": "Typos"}}})
+            _reply(self, 200, {"software": {"name": "LanguageTool"}, "matches": matches})
+
+    return _Server(Handler)
+
+
+def openai_judge(slow_s: float = 3.0) -> _Server:
+    """Chat completions that judge the passage by a word list. Texts containing FLAKY fail with 429
+    then 500 before succeeding; SLOW answers after `slow_s`; GARBLE answers nonsense; DOWN always 500."""
+    calls: dict[str, int] = defaultdict(int)
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *_: object) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path.endswith("/moderations"):
+                texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+                results = [{"flagged": looks_toxic(t), "categories": {"harassment": looks_toxic(t)},
+                            "category_scores": {"harassment": 0.9 if looks_toxic(t) else 0.1}} for t in texts]
+                return _reply(self, 200, {"id": "modr-1", "model": body.get("model"), "results": results})
+            prompt = body["messages"][-1]["content"]
+            if "Passage:" in prompt:
+                passage = prompt.rsplit("Passage:", 1)[-1].split("\n")[0]
+            elif 'User message: "' in prompt:
+                passage = prompt.split('User message: "', 1)[1].rsplit('"', 1)[0]
+            else:
+                passage = prompt
+            self.server.requests += 1  # type: ignore[attr-defined]
+            calls[passage] += 1
+            if "FLAKY" in passage and calls[passage] == 1:
+                return _reply(self, 429, {"error": {"message": "rate limited"}}, {"Retry-After": "0.1"})
+            if "FLAKY" in passage and calls[passage] == 2:
+                return _reply(self, 500, {"error": {"message": "boom"}})
+            if "DOWN" in passage:
+                return _reply(self, 500, {"error": {"message": "down"}})
+            if "SLOW" in passage:
+                time.sleep(slow_s)
+            if "GARBLE" in passage:
+                answer = "The passage is interesting."
+            elif body["model"] == "llama-guard":
+                answer = "unsafe\nS10" if looks_toxic(passage) else "safe"
+            else:
+                answer = " Yes" if looks_toxic(passage) else " No"
+            _reply(self, 200, {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                               "choices": [{"index": 0, "message": {"role": "assistant", "content": answer},
+                                            "finish_reason": "stop"}],
+                               "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": 1,
+                                         "total_tokens": len(prompt.split()) + 1}})
+
+    server = _Server(Handler)
+    server.httpd.requests = 0  # type: ignore[attr-defined]
+    return server
+
+
+def bedrock() -> _Server:
+    """Bedrock Runtime's ApplyGuardrail: intervenes on toxic-looking text; guardrail `missing` is a 404."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *_: object) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802
+            m = re.fullmatch(r"/guardrail/([^/]+)/version/([^/]+)/apply", self.path)
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+            if not m:
+                return _reply(self, 404, {"message": "unknown operation"})
+            if m.group(1) == "missing":
+                return _reply(self, 404, {"message": "Guardrail missing not found"},
+                              {"x-amzn-ErrorType": "ResourceNotFoundException"})
+            text = " ".join(c["text"]["text"] for c in body.get("content", []))
+            action = "GUARDRAIL_INTERVENED" if looks_toxic(text) else "NONE"
+            _reply(self, 200, {"usage": {"topicPolicyUnits": 1}, "action": action,
+                               "outputs": [{"text": "blocked"}] if action != "NONE" else [], "assessments": []})
+
+    return _Server(Handler)

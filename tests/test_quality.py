@@ -1,0 +1,274 @@
+"""The TaeBench quality filters: LLM judge, LanguageTool grammar check, and the whole pipeline."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.compute as pc
+import pytest
+
+from standins import languagetool, openai_judge
+
+
+def judge_config(url: str, tmp_path, **kw):
+    from redline.cluster.config import JudgeConfig
+
+    return JudgeConfig(base_url=url + "/v1", model="judge", cache_dir=str(tmp_path / "cache"), backoff_s=0.05,
+                       **kw)
+
+
+def test_judge_parses_retries_and_caches(tmp_path):
+    from redline.actors.judges import LLMJudge, parse_answer
+
+    assert parse_answer("Yes, clearly.") == ("yes", None)
+    assert parse_answer("no") == ("no", None)
+    assert parse_answer("I'm not sure")[0] == "unsure"
+    assert parse_answer("")[1] == "empty answer"
+    with openai_judge(slow_s=2.0) as server:
+        judge = LLMJudge(judge_config(server.url, tmp_path, timeout_s=0.5, max_retries=2))
+        texts = ["you stupid idiot", "lovely weather", "FLAKY you moron", "GARBLE text", "SLOW idiot", "DOWN x"]
+        got = judge.judge(texts)
+        verdicts = [g.verdict for g in got]
+        assert verdicts == ["yes", "no", "yes", "unsure", "unsure", "unsure"]
+        assert got[2].retries == 2 and got[3].reason.startswith("unparseable answer")
+        assert "failed (APITimeoutError) after 2 retries" in got[4].reason
+        assert "HTTP 500" in got[5].reason
+        assert got[0].prompt_tokens > 0 and not got[0].cached
+        before = server.httpd.requests
+        again = judge.judge(texts[:4])  # answered ones come from the cache: no requests
+        assert [g.verdict for g in again] == verdicts[:4] and all(g.cached for g in again)
+        assert server.httpd.requests == before
+
+
+def test_judge_template_needs_placeholder(tmp_path):
+    from redline.actors.judges import LLMJudge
+    from redline.errors import RedlineError
+
+    with pytest.raises(RedlineError, match="placeholder"):
+        LLMJudge(judge_config("http://127.0.0.1:9", tmp_path, template="no slot here"))
+
+
+def test_grammar_counts_only_the_configured_categories():
+    from redline.actors.quality.grammar import LanguageToolClient, count_errors
+
+    with languagetool() as server:
+        client = LanguageToolClient(server.url + "/v2/check")
+        matches = client.check("he ate a apple and teh the the cake")
+        assert count_errors(matches, ["GRAMMAR"]) == 2 and count_errors(matches, ["GRAMMAR", "TYPOS"]) == 3
+    assert not LanguageToolClient(server.url).available()
+
+
+@pytest.fixture(scope="module")
+def attack_run(ray_session, tmp_path_factory):
+    from redline.cluster.config import AttackConfig, validate_config
+    from redline.pipelines.attack import run_attack
+    from redline.pipelines.quickstart import sample_path
+
+    out = tmp_path_factory.mktemp("attack")
+    cfg = validate_config(AttackConfig, {
+        "corpus": {"path": str(sample_path("toxic_sample_test.csv")), "text_column": "text", "label_column": "label",
+                   "toxic_values": ["toxic"], "dataset": "sample"},
+        "victim": {"name": "profanity-check", "kind": "profanity-check"},
+        "recipes": ["deepwordbug", "textbugger"], "goals": ["tae", "bae"], "max_seeds": 20,
+        "num_cpus": 0.5, "output": str(out), "run_name": "atk"})
+    return run_attack(cfg).run_uri
+
+
+def taebench_config(attack_uri, tmp_path, lt_url, judge_url, tiny_binary_model, **over):
+    from redline.cluster.config import TaebenchConfig, validate_config
+
+    data = {"attacks": attack_uri,
+            "grammar": {"url": lt_url, "max_new_errors": 0, "num_cpus": 0.2},
+            "naturalness": {"model": str(tiny_binary_model), "threshold": 0.0, "num_cpus": 0.2},
+            "judge": {"base_url": judge_url + "/v1", "model": "judge", "cache_dir": str(tmp_path / "cache"),
+                      "num_cpus": 0.2},
+            "classifier": {"name": "tiny-bert", "kind": "hf", "model": str(tiny_binary_model), "num_cpus": 0.2},
+            "output": str(tmp_path / "runs"), "run_name": "tb", **over}
+    return validate_config(TaebenchConfig, data)
+
+
+def test_taebench_pipeline_end_to_end(attack_run, tmp_path, tiny_binary_model):
+    from redline.cluster import storage
+    from redline.pipelines.taebench import run_taebench
+
+    with languagetool() as lt, openai_judge() as judge:
+        cfg = taebench_config(attack_run, tmp_path, lt.url, judge.url, tiny_binary_model)
+        result = run_taebench(cfg)
+    m = result.manifest
+    stages = m["stages"]
+    assert list(stages) == ["dedupe", "grammar", "naturalness", "label"]
+    previous = m["counts"]["raw"]
+    for name, info in stages.items():  # every stage's rows add up and feed the next
+        assert info["in"] == previous and info["kept"] + info["rejected"] == info["in"], name
+        previous = info["kept"]
+    assert m["counts"]["taebench_plus"] == stages["label"]["kept"]
+    tae = storage.read_parquet(storage.join(result.run_uri, "taebench.parquet"))
+    plus = storage.read_parquet(storage.join(result.run_uri, "taebench_plus.parquet"))
+    assert tae.num_rows == m["counts"]["taebench"] > 0
+    assert set(plus.column("goal").to_pylist()) <= {"tae", "bae"} and plus.num_rows >= tae.num_rows
+    for row in tae.to_pylist():  # both the judge and the classifier still call every TAE toxic
+        assert row["judge_verdict"] == "yes" and row["classifier_toxic"] and row["label"] == 1
+        assert row["recipe"] in row["recipes"].split(",") and row["bench_split"] in ("train", "test")
+    for row in plus.filter(pc.equal(plus.column("goal"), "bae")).to_pylist():
+        assert row["judge_verdict"] == "no" and not row["classifier_toxic"] and row["label"] == 0
+    overall = [r for r in result.summary if r["dataset"] == "all" and r["goal"] == "tae"][0]
+    assert overall["label"] == tae.num_rows and overall["raw"] >= overall["dedupe"] >= overall["grammar"]
+    assert m["judge_usage"]["requests"] + m["judge_usage"]["cache_hits"] == stages["naturalness"]["kept"]
+    grammar_rows = storage.read_parquet(storage.join(result.run_uri, "stages", "2-grammar.parquet"))
+    rejected = grammar_rows.filter(pc.invert(grammar_rows.column("kept")))
+    assert all("more grammar errors than the seed" in r for r in rejected.column("reject_reason").to_pylist())
+    html = (tmp_path / "runs" / "tb" / "report.html").read_text()
+    assert "Rows remaining after each stage" in html and "data:image/png;base64" in html
+
+
+def test_taebench_without_grammar_server_is_an_error_unless_allowed(attack_run, tmp_path, tiny_binary_model):
+    from redline.errors import RedlineError
+    from redline.pipelines.taebench import run_taebench
+
+    with openai_judge() as judge:
+        cfg = taebench_config(attack_run, tmp_path, "http://127.0.0.1:9", judge.url, tiny_binary_model)
+        with pytest.raises(RedlineError, match="no LanguageTool server at http://127.0.0.1:9"):
+            run_taebench(cfg)
+        cfg = taebench_config(attack_run, tmp_path, "http://127.0.0.1:9", judge.url, tiny_binary_model,
+                              grammar={"url": "http://127.0.0.1:9", "skip_if_unavailable": True}, run_name="tb2",
+                              naturalness=None)
+        result = run_taebench(cfg)
+    assert result.manifest["stages"]["grammar"].startswith("skipped: no LanguageTool server")
+    assert result.manifest["stages"]["naturalness"].startswith("off")
+    assert "grammar" not in result.summary[0]
+    assert json.loads((tmp_path / "runs" / "tb2" / "manifest.json").read_text())["state"] == "complete"
+
+
+def test_api_detector_kinds_against_local_servers(tmp_path, monkeypatch):
+    from redline.actors.detectors import build_detector
+    from redline.cluster.config import DetectorConfig
+    from redline.errors import RedlineError
+    from standins import bedrock
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    texts = ["you stupid idoit", "see you at lunch", "GARBLE nice"]
+    with openai_judge() as chat, bedrock() as aws:
+        common = {"base_url": chat.url + "/v1", "cache_dir": str(tmp_path / "cache")}
+        kinds = {
+            "openai-moderation": {"base_url": chat.url + "/v1"},
+            "llm-judge": {**common, "model": "judge"},
+            "self-check": {**common, "model": "judge"},
+            "llama-guard": {**common, "model": "llama-guard"},
+            "bedrock-guardrail": {"guardrail_id": "g1", "region": "us-east-1", "endpoint_url": aws.url},
+        }
+        for kind, opts in kinds.items():
+            det = build_detector(DetectorConfig.model_validate({"name": kind, "kind": kind, **opts}))
+            probs, score, toxic = det.detect(texts[:2])
+            assert toxic.tolist() == [True, False], kind
+            assert probs.shape == (2, 1) and score[0] > score[1], kind
+        with pytest.raises(RedlineError, match="no verdict for text 0: unparseable answer"):
+            build_detector(DetectorConfig.model_validate({"name": "j", "kind": "llm-judge", **common,
+                                                          "model": "judge"})).detect(texts[2:])
+        with pytest.raises(RedlineError, match="Guardrail missing not found"):
+            build_detector(DetectorConfig.model_validate({"name": "b", "kind": "bedrock-guardrail", "region": "us-east-1",
+                                                          "guardrail_id": "missing", "endpoint_url": aws.url})).detect(["x"])
+
+
+@pytest.fixture(scope="module")
+def taebench_run(attack_run, tmp_path_factory, tiny_binary_model):
+    from redline.pipelines.taebench import run_taebench
+
+    tmp = tmp_path_factory.mktemp("tb")
+    with languagetool() as lt, openai_judge() as judge:
+        return run_taebench(taebench_config(attack_run, tmp, lt.url, judge.url, tiny_binary_model, naturalness=None,
+                                            test_fraction=0.5)).run_uri
+
+
+def test_transfer_benchmark_over_several_victim_kinds(taebench_run, tmp_path, tiny_binary_model):
+    from redline.cluster import storage
+    from redline.cluster.config import TransferConfig, validate_config
+    from redline.pipelines.transfer import run_transfer
+
+    plus = storage.read_parquet(storage.join(taebench_run, "taebench_plus.parquet")).to_pylist()
+    with openai_judge() as chat:
+        cfg = validate_config(TransferConfig, {
+            "taebench": taebench_run, "split": "all", "output": str(tmp_path / "runs"), "run_name": "tr",
+            "victims": [{"name": "profanity-check", "kind": "profanity-check", "num_cpus": 0.2},
+                        {"name": "tiny-bert", "kind": "hf", "model": str(tiny_binary_model), "num_cpus": 0.2},
+                        {"name": "slurs", "kind": "keywords", "patterns": ["idiot", "stupid", "moron"], "num_cpus": 0.2},
+                        {"name": "moderation", "kind": "openai-moderation", "base_url": chat.url + "/v1",
+                         "num_cpus": 0.2}]})
+        result = run_transfer(cfg)
+    rows = {r["victim"]: r for r in result.summary if r["dataset"] == "all"}
+    assert set(rows) == {"profanity-check", "tiny-bert", "slurs", "moderation"}
+    n_tae = sum(r["goal"] == "tae" for r in plus)
+    n_bae = len(plus) - n_tae
+    n_seeds = len({r["seed_id"] for r in plus if r["goal"] == "tae"})
+    for r in rows.values():
+        assert (r["tae_n"], r["bae_n"], r["seed_n"]) == (n_tae, n_bae, n_seeds) and r["not_scored"] == 0
+    # profanity-check was the attack's victim: every TAE fooled it, every BAE too
+    assert rows["profanity-check"]["tae_rate"] == 1.0
+    if n_bae:
+        assert rows["profanity-check"]["bae_rate"] == 1.0
+    # the moderation stand-in sees through typos: the examples kept are those it still calls toxic
+    assert rows["moderation"]["tae_rate"] == 0.0
+    html = (tmp_path / "runs" / "tr" / "report.html").read_text()
+    assert "ASR TAE (FNR)" in html and "data:image/png;base64" in html
+
+
+def test_train_naturalness_and_judge_classifier_commands(tmp_path, sample_rows, tiny_binary_model, capsys):
+    import random
+
+    from redline.cluster.cli import main
+    from redline.pipelines.quickstart import sample_path
+
+    rng = random.Random(0)
+    lines = ["text,natural"]
+    for r in sample_rows[:120]:
+        words = r["text"].split()
+        scrambled = " ".join("".join(rng.sample(w, len(w))) for w in words)
+        lines += [f'"{r["text"]}",yes', f'"{scrambled}",no']
+    corpus = tmp_path / "natural.csv"
+    corpus.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "natural-model"
+    assert main(["train", "naturalness", "--corpus", str(corpus), "--out", str(out), "--base-model",
+                 str(tiny_binary_model), "--epochs", "2", "--learning-rate", "1e-3"]) == 0
+    printed = capsys.readouterr().out
+    assert "roc_auc" in printed and "held-out split" in printed
+    info = json.loads((out / "redline_training.json").read_text())
+    assert info["held_out_rows"] == round(0.2 * info["rows"]) and info["held_out"]["roc_auc"] > 0.5
+    assert json.loads((out / "config.json").read_text())["id2label"] == {"0": "unnatural", "1": "natural"}
+
+    from redline.cluster.config import NaturalnessConfig
+    from redline.actors.detectors import build_detector
+
+    det = build_detector(NaturalnessConfig(model=str(out), natural_label="natural").detector())
+    _, p_natural, _ = det.detect(["you are such an idiot, honestly", "uoy rae scuh na oiidt, hoylntse"])
+    assert p_natural[0] > p_natural[1]
+
+    judge_out = tmp_path / "judge-clf"
+    assert main(["train", "judge-classifier", "--corpus", str(sample_path("toxic_sample_train.csv")),
+                 "--text-column", "text", "--label-column", "label", "--toxic-values", "toxic",
+                 "--out", str(judge_out), "--base-model", str(tiny_binary_model), "--epochs", "1"]) == 0
+    assert (judge_out / "model.safetensors").exists()
+    assert main(["train", "judge-classifier", "--corpus", str(corpus), "--text-column", "text",
+                 "--label-column", "natural", "--toxic-values", "maybe", "--out", str(tmp_path / "x"),
+                 "--base-model", str(tiny_binary_model)]) == 2
+    assert "both classes" in capsys.readouterr().err
+
+
+def test_dedupe_keeps_every_recipe_and_grammar_rejects_new_errors(ray_session, tmp_path):
+    import pyarrow as pa
+
+    from redline.cluster.config import TaebenchConfig
+    from redline.pipelines.taebench import dedupe, grammar
+
+    table = pa.table({
+        "id": ["1", "2", "3", "4"], "goal": ["tae", "tae", "tae", "bae"],
+        "text": ["he ate a apple you idiot", "He  ate a APPLE you idiot", "he ate an apple, idoit", "he ate a apple you idiot"],
+        "seed_text": ["he ate an apple you idiot"] * 3 + ["he ate a apple you idiot"],
+        "recipe": ["deepwordbug", "pwws", "textbugger", "deepwordbug"]})
+    with languagetool() as lt:
+        cfg = TaebenchConfig(attacks="x", grammar={"url": lt.url, "num_cpus": 0.2}, classifier={"name": "k", "kind": "keywords", "patterns": ["x"]})
+        d = dedupe(table, cfg)
+        assert d.column("kept").to_pylist() == [True, False, True, True]  # normalised duplicate; other goal kept
+        assert d.column("recipes").to_pylist()[0] == "deepwordbug,pwws"
+        g = grammar(d.filter(d.column("kept")).drop_columns(["kept", "reject_reason"]), cfg, verbose=False)
+    assert g.column("kept").to_pylist() == [False, True, True]  # row 4's seed has the same error
+    assert g.column("reject_reason")[0].as_py() == "1 more grammar errors than the seed (1 vs 0)"
