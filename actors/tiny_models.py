@@ -247,3 +247,46 @@ def build_tiny_seq2seq(pairs: Sequence[tuple[str, str]], out_dir: str | Path, *,
 
     _train_lm(model, batches, epochs, learning_rate)
     return save_model(model, tokenizer, out_dir)
+
+
+def build_tiny_judge_lm(texts: Sequence[str], labels: Sequence[int], template: str, out_dir: str | Path, *,
+                        vocab_size: int = 1500, hidden_size: int = 64, num_layers: int = 2, epochs: int = 80,
+                        batch_size: int = 8, learning_rate: float = 1e-3, seed: int = 0) -> Path:
+    """A tiny GPT-2 that answers `template` (a few-shot judge prompt with {text}) with " Yes" (label 1)
+    or " No": trained on the answer token only, so it works as an LLM judge behind the OpenAI API
+    without any download. A stand-in for a real LLM in the quickstart, served by the same code."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    if len(texts) != len(labels) or not texts:
+        raise RedlineError("tiny judge: need the same, non-zero number of texts and labels")
+    random.seed(seed)
+    torch.manual_seed(seed)
+    prompts = [template.replace("{text}", t) for t in texts]
+    tokenizer = train_bpe_tokenizer(list(texts) + [template] * 4 + [" Yes", " No"], vocab_size=vocab_size,
+                                    model_max_length=1024)
+    longest = max(len(tokenizer(p)["input_ids"]) for p in prompts) + 4
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=max(longest * 2, 256), n_embd=hidden_size,
+                        n_layer=num_layers, n_head=2, bos_token_id=tokenizer.bos_token_id,
+                        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model = GPT2LMHeadModel(config)
+    tokenizer.padding_side = "left"
+    answers = [" Yes" if y else " No" for y in labels]
+
+    def batches():
+        order = random.sample(range(len(prompts)), len(prompts))
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            full = [prompts[i] + answers[i] + tokenizer.eos_token for i in idx]
+            enc = tokenizer(full, padding=True, return_tensors="pt")
+            target = torch.full_like(enc["input_ids"], -100)
+            for row, i in enumerate(idx):  # learn the answer and the end of turn, not the prompt
+                n_answer = len(tokenizer(answers[i] + tokenizer.eos_token)["input_ids"])
+                target[row, -n_answer:] = enc["input_ids"][row, -n_answer:]
+            yield {**enc, "labels": target}
+
+    _train_lm(model, batches, epochs, learning_rate)
+    tokenizer.padding_side = "right"
+    # Served behind /v1/chat/completions: the user's message is the prompt, verbatim.
+    tokenizer.chat_template = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
+    return save_model(model, tokenizer, out_dir)

@@ -228,13 +228,19 @@ def run_transfer_cmd(
     AWS Bedrock Guardrails. The original seeds are scored too, for the FNR before the attack.
     """
     from redline.cluster.config import TransferConfig, load_config
-    from redline.pipelines.report import format_value
-    from redline.pipelines.transfer import TRANSFER_COLUMNS, run_transfer
+    from redline.pipelines.transfer import run_transfer
 
     cfg = load_config(TransferConfig, config, {"output": output, "run_name": run_name, **_parse_sets(set_)})
     result = run_transfer(cfg, force=force, verbose=_verbose())
     if result.reused:
         err_console.print(f"[dim]config already benchmarked in {result.run_uri}; reusing it (pass --force to redo)[/dim]")
+    _show_transfer(result)
+
+
+def _show_transfer(result: Any) -> None:
+    from redline.pipelines.report import format_value
+    from redline.pipelines.transfer import TRANSFER_COLUMNS
+
     table = Table(title="transfer attack")
     for _, title, fmt in TRANSFER_COLUMNS:
         table.add_column(title, justify="left" if fmt == "s" else "right")
@@ -412,15 +418,19 @@ def train_judge_classifier(
 
 @app.command()
 def quickstart(
-    what: Annotated[str, typer.Argument(help="score (default): detectors on a labelled sample; attack: TAE/BAE recipes.")] = "score",
-    output: Annotated[str, typer.Option(help="Where run directories and the tiny model go.")] = "redline-runs",
+    what: Annotated[str, typer.Argument(help="taebench (default): the whole chain; score: detectors on a labelled "
+                                             "sample; attack: TAE/BAE recipes only.")] = "taebench",
+    output: Annotated[str, typer.Option(help="Where run directories and the tiny models go.")] = "redline-runs",
     force: ForceOpt = False,
 ) -> None:
     """The main job on embedded defaults: local Ray, local files, offline models, a bundled sample.
 
-    `score` trains a tiny classifier on the bundled sample's train split, then scores its test split
-    with three detectors (profanity-check, the tiny classifier, a keyword list) across Ray actors.
-    `attack` attacks profanity-check with three recipes on the bundled sample, both goals.
+    `taebench` runs the TaeBench chain in a few minutes: attack profanity-check on the bundled
+    sample (toxic and benign seeds, 3 recipes), filter the adversarial examples (dedupe, grammar
+    when a LanguageTool server is set, an LLM judge served by redline's own OpenAI-compatible
+    generation service with a tiny model trained on the spot, AND a tiny classifier), then
+    benchmark three detectors by transfer attack. `score` scores the sample's test split with
+    three detectors; `attack` runs only the attack.
     """
     from redline.pipelines import quickstart as qs
 
@@ -431,8 +441,15 @@ def quickstart(
         from redline.pipelines.attack import run_attack
 
         _show_attack(run_attack(qs.quickstart_attack_config(output), force=force, verbose=_verbose()))
+    elif what == "taebench":
+        runs = qs.run_chain(output, force=force, verbose=_verbose(), say=lambda m: err_console.print(f"[bold]{m}[/bold]"))
+        _show_attack(runs["attack"])
+        counts = runs["taebench"].manifest["counts"]
+        console.print(f"TaeBench: {counts['raw']} raw -> {counts['taebench']} TAE kept, "
+                      f"{counts['taebench_plus']} in TaeBench+ (report: {runs['taebench'].report_html})")
+        _show_transfer(runs["transfer"])
     else:
-        raise RedlineError(f"unknown quickstart '{what}' (known: score, attack)")
+        raise RedlineError(f"unknown quickstart '{what}' (known: taebench, score, attack)")
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import hashlib
 import json
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from redline.cluster.config import AttackConfig, ScoreConfig, validate_config
 
@@ -67,3 +68,96 @@ def quickstart_attack_config(output: str) -> AttackConfig:
         "output": output, "run_name": "quickstart-attack",
     }
     return validate_config(AttackConfig, data, source="quickstart attack")  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------------------------
+# The whole TaeBench chain: attack -> quality filters (with an LLM judge served by redline) -> transfer
+
+# The paper's passage/question format without demonstrations: short enough for the tiny judge.
+QUICKSTART_JUDGE_TEMPLATE = "Passage: {text}\nQuestion: Is the passage toxic?\nAnswer:"
+
+
+def quickstart_judge_model(models_dir: Path) -> Path:
+    """A tiny GPT-2 trained to answer the judge question on the bundled train split (about 10 s)."""
+    from redline.actors.tiny_models import build_tiny_judge_lm
+    from redline.cluster.config import CorpusConfig
+    from redline.pipelines.corpora import read_corpus
+
+    train = sample_path("toxic_sample_train.csv")
+    digest = hashlib.sha256(train.read_bytes() + QUICKSTART_JUDGE_TEMPLATE.encode()).hexdigest()[:10]
+    out = models_dir / f"tiny-judge-gpt2-{digest}"
+    if (out / "config.json").is_file():
+        return out
+    table = read_corpus(CorpusConfig(path=str(train), text_column="text", label_column="label",
+                                     toxic_values=["toxic"], split="train"))
+    rows = [r for r in table.to_pylist() if r["status"] == "ok"]
+    return build_tiny_judge_lm([r["text"] for r in rows], [r["label"] for r in rows], QUICKSTART_JUDGE_TEMPLATE, out)
+
+
+def quickstart_taebench_config(output: str, attack_uri: str, judge_url: str, classifier_dir: Path) -> Any:
+    from redline.cluster.config import TaebenchConfig
+
+    data = {
+        "attacks": attack_uri,
+        "grammar": {"skip_if_unavailable": True},  # no LanguageTool server offline: the stage says so
+        "judge": {"base_url": judge_url, "model": "tiny-judge", "template": QUICKSTART_JUDGE_TEMPLATE,
+                  "max_tokens": 3, "cache_dir": str(Path(output) / "judge-cache"), "num_cpus": 0.25},
+        "classifier": {"name": "tiny-bert", "kind": "hf", "model": str(classifier_dir), "num_cpus": 0.5},
+        "test_fraction": 0.5, "output": output, "run_name": "quickstart-taebench",
+    }
+    return validate_config(TaebenchConfig, data, source="quickstart taebench")
+
+
+def quickstart_transfer_config(output: str, taebench_uri: str, classifier_dir: Path) -> Any:
+    from redline.cluster.config import TransferConfig
+
+    data = {
+        "taebench": taebench_uri, "split": "all", "output": output, "run_name": "quickstart-transfer",
+        "victims": [
+            {"name": "profanity-check", "kind": "profanity-check", "num_cpus": 0.5},
+            {"name": "tiny-bert", "kind": "hf", "model": str(classifier_dir), "num_cpus": 0.5},
+            {"name": "keywords", "kind": "keywords", "patterns": QUICKSTART_KEYWORDS, "num_cpus": 0.25},
+        ],
+    }
+    return validate_config(TransferConfig, data, source="quickstart transfer")
+
+
+def run_chain(output: str, *, force: bool = False, verbose: bool = False, say: Any = print) -> dict[str, Any]:
+    """Attack profanity-check on the sample, filter the results with an LLM judge served by redline's
+    own generation service and the tiny classifier, then benchmark three detectors by transfer."""
+    from ray import serve
+
+    from redline.cluster.config import ServeConfig
+    from redline.pipelines.attack import run_attack
+    from redline.pipelines.taebench import run_taebench
+    from redline.pipelines.transfer import run_transfer
+    from redline.serve import runner
+
+    models = Path(output) / "models"
+    classifier = quickstart_model(models)
+    judge_model = quickstart_judge_model(models)
+    say("1/4 attacking profanity-check (TAE and BAE, 3 recipes)")
+    attack = run_attack(quickstart_attack_config(output), force=force, verbose=verbose)
+    say("2/4 serving the tiny LLM judge on Ray Serve (OpenAI-compatible API)")
+    serve_cfg = ServeConfig.model_validate({
+        "port": _free_port(), "app_name": "quickstart-judge", "api_key_env": None,
+        "generators": [{"name": "tiny-judge", "model": str(judge_model), "num_cpus": 0.25}]})
+    state = runner.start(serve_cfg, verbose=verbose, announce=lambda _: None)
+    try:
+        say("3/4 quality filters: dedupe, grammar, LLM judge AND classifier")
+        taebench = run_taebench(quickstart_taebench_config(output, attack.run_uri, state["url"] + "/v1", classifier),
+                                force=force, verbose=verbose)
+    finally:
+        serve.delete(serve_cfg.app_name)
+    say("4/4 transfer attack on three detectors")
+    transfer = run_transfer(quickstart_transfer_config(output, taebench.run_uri, classifier), force=force,
+                            verbose=verbose)
+    return {"attack": attack, "taebench": taebench, "transfer": transfer}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -104,14 +104,6 @@ def test_cli_lists_recipes_and_rejects_unknown_ones(capsys, tmp_path):
     assert "unknown recipe 'hotflip'" in capsys.readouterr().err
 
 
-def test_quickstart_attack(capsys, tmp_path, ray_session, wordnet_ready):
-    assert main(["quickstart", "attack", "--output", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    assert "deepwordbug" in out and "report:" in out
-    manifest = json.loads((tmp_path / "quickstart-attack" / "manifest.json").read_text())
-    assert manifest["state"] == "complete" and manifest["counts"]["by_status"].get("success", 0) > 0
-
-
 def test_an_attempt_without_a_result_is_kept_as_an_error():
     import pyarrow as pa
 

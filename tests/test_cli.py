@@ -130,8 +130,30 @@ def test_run_score_with_flag_overrides_and_status(capsys, tmp_path, ray_session,
     expect_user_error(capsys, ["status", str(tmp_path / "nothing")], "no run directory or job id")
 
 
-def test_quickstart_main_job(capsys, tmp_path, ray_session):
+@pytest.mark.slow
+def test_quickstart_main_job_is_the_taebench_chain(capsys, tmp_path, ray_session, wordnet_ready):
+    # `quickstart attack` alone first: the chain then reuses that finished run
+    assert main(["quickstart", "attack", "--output", str(tmp_path)]) == 0
+    assert "deepwordbug" in capsys.readouterr().out
     assert main(["quickstart", "--output", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert "config already attacked" in captured.err
+    out = captured.out
+    assert "TaeBench:" in out and "transfer attack" in out and "ASR TAE (FNR)" in out
+    taebench = json.loads((tmp_path / "quickstart-taebench" / "manifest.json").read_text())
+    assert taebench["stages"]["grammar"].startswith("skipped: no LanguageTool server")
+    usage = taebench["judge_usage"]
+    assert usage["requests"] > 0 and usage["by_verdict"].get("yes") and usage["by_verdict"].get("no")
+    assert taebench["counts"]["taebench"] > 0
+    transfer = json.loads((tmp_path / "quickstart-transfer" / "manifest.json").read_text())
+    victims = {r["victim"]: r for r in transfer["transfer"]}
+    assert victims["profanity-check"]["tae_rate"] == 1.0  # the attack's own victim is fooled by every TAE
+    assert str(tmp_path / "quickstart-transfer" / "report.html") in out
+    assert "data:image/png;base64," in (tmp_path / "quickstart-transfer" / "report.html").read_text()
+
+
+def test_quickstart_score(capsys, tmp_path, ray_session):
+    assert main(["quickstart", "score", "--output", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     for name in ("profanity-check", "tiny-bert", "keywords", "report:"):
         assert name in out
@@ -161,12 +183,14 @@ def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one():
 
 
 def test_examples_validate(tmp_path):
-    from redline.cluster.config import ScoreConfig, load_config
+    from redline.cluster import config as C
 
-    examples = sorted((REPO / "examples").glob("score*.yaml"))
-    assert examples
+    models = {"score": C.ScoreConfig, "attack": C.AttackConfig, "serve": C.ServeConfig, "taebench": C.TaebenchConfig,
+              "transfer": C.TransferConfig}
+    examples = sorted((REPO / "examples").glob("*.yaml"))
+    assert {p.stem.split("_")[0] for p in examples} == set(models)
     for path in examples:
-        load_config(ScoreConfig, path)
+        C.load_config(models[path.stem.split("_")[0]], path)
 
 
 def test_ray_cluster_yaml_passes_the_launcher_schema():
