@@ -69,7 +69,6 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8765)
     args = parser.parse_args()
 
-    from ray import serve
 
     from redline.actors.tiny_models import build_tiny_causal_lm, build_tiny_classifier
     from redline.cluster.config import CorpusConfig, ServeConfig
@@ -125,7 +124,7 @@ def main() -> None:
             emit(measured=f"batched vs unbatched throughput, {model}", concurrency=c, ours=r["requests_per_s"],
                  baseline=base["requests_per_s"], ratio=round(r["requests_per_s"] / base["requests_per_s"], 2),
                  unit="requests/s", p99_ms_ours=r["p99_ms"], p99_ms_baseline=base["p99_ms"])
-    serve.shutdown()
+    runner.shutdown()
 
 
 if __name__ == "__main__":

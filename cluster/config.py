@@ -21,6 +21,14 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def unique_names(items: list[Any], what: str) -> list[Any]:
+    names = [i.name for i in items]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"{what} names must be unique; repeated: {', '.join(dupes)}")
+    return items
+
+
 # --------------------------------------------------------------------------------------------
 # Corpora
 
@@ -236,11 +244,8 @@ class ServeConfig(Strict):
     def _check(self) -> "ServeConfig":
         if not self.detectors and not self.generators:
             raise ValueError("serve needs at least one detector or generator")
-        for kind, items in (("detector", self.detectors), ("generator", self.generators)):
-            names = [i.name for i in items]
-            dupes = sorted({n for n in names if names.count(n) > 1})
-            if dupes:
-                raise ValueError(f"{kind} names must be unique; repeated: {', '.join(dupes)}")
+        unique_names(self.detectors, "detector")
+        unique_names(self.generators, "generator")
         return self
 
 
@@ -335,11 +340,7 @@ class TransferConfig(Strict):
     @field_validator("victims")
     @classmethod
     def _unique(cls, victims: list[DetectorConfig]) -> list[DetectorConfig]:
-        names = [v.name for v in victims]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"victim names must be unique; repeated: {', '.join(dupes)}")
-        return victims
+        return unique_names(victims, "victim")
 
     @property
     def detectors(self) -> list[DetectorConfig]:
@@ -388,11 +389,7 @@ class ScoreConfig(Strict):
     @field_validator("detectors")
     @classmethod
     def _unique_names(cls, detectors: list[DetectorConfig]) -> list[DetectorConfig]:
-        names = [d.name for d in detectors]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"detector names must be unique; repeated: {', '.join(dupes)}")
-        return detectors
+        return unique_names(detectors, "detector")
 
     @property
     def corpora(self) -> list[CorpusConfig]:
@@ -401,7 +398,10 @@ class ScoreConfig(Strict):
 
 # Fields that change where or how fast work runs but not what it computes: left out of the run key
 # so that, e.g., a rerun with more actors resumes the same run directory.
-EXECUTION_FIELDS = {"output", "run_name", "batch_size", "actors", "num_cpus", "num_gpus"}
+EXECUTION_FIELDS = {"output", "run_name", "batch_size", "actors", "num_cpus", "num_gpus",
+                    # where and how politely an API is called, not what it answers
+                    "base_url", "api_key_env", "concurrency", "requests_per_second", "timeout_s", "max_retries",
+                    "backoff_s", "cache_dir"}
 
 
 def config_hash(config: BaseModel) -> str:

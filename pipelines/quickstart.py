@@ -125,8 +125,6 @@ def quickstart_transfer_config(output: str, taebench_uri: str, classifier_dir: P
 def run_chain(output: str, *, force: bool = False, verbose: bool = False, say: Any = print) -> dict[str, Any]:
     """Attack profanity-check on the sample, filter the results with an LLM judge served by redline's
     own generation service and the tiny classifier, then benchmark three detectors by transfer."""
-    from ray import serve
-
     from redline.cluster.config import ServeConfig
     from redline.pipelines.attack import run_attack
     from redline.pipelines.taebench import run_taebench
@@ -148,7 +146,7 @@ def run_chain(output: str, *, force: bool = False, verbose: bool = False, say: A
         taebench = run_taebench(quickstart_taebench_config(output, attack.run_uri, state["url"] + "/v1", classifier),
                                 force=force, verbose=verbose)
     finally:
-        serve.delete(serve_cfg.app_name)
+        runner.shutdown()
     say("4/4 transfer attack on three detectors")
     transfer = run_transfer(quickstart_transfer_config(output, taebench.run_uri, classifier), force=force,
                             verbose=verbose)

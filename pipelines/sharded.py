@@ -74,13 +74,13 @@ def open_run(pipeline: str, config: BaseModel, output: str, run_name: str | None
     key = config_hash(config)
     run = storage.RunDir(storage.join(output, run_name or f"{pipeline}-{key}"))
     previous = run.manifest()
-    if previous and previous.get("state") == "complete" and not force:
-        return Run(run, previous, reused=True)
     if force and previous:
         clear(run.uri)
         previous = None
     if previous and previous.get("config_hash") not in (None, key):
         raise RedlineError(f"{run.uri} holds a run of a different config; choose another run_name or pass --force")
+    if previous and previous.get("state") == "complete":
+        return Run(run, previous, reused=True)
     manifest: dict[str, Any] = previous or {}
     manifest.update(pipeline=pipeline, state="running", run_uri=run.uri, config=config.model_dump(mode="json"),
                     config_hash=key, versions=storage.package_versions(),

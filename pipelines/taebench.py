@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from collections import defaultdict
 from typing import Any, Callable
 
@@ -247,6 +248,6 @@ def run_taebench(config: TaebenchConfig, *, force: bool = False, verbose: bool =
 
 def _top(reasons: list[str], n: int = 5) -> dict[str, int]:
     counts: dict[str, int] = defaultdict(int)
-    for r in reasons:
-        counts[r.split(" (")[0] if r.startswith("judge says") else r.split(":")[0]] += 1
+    for r in reasons:  # "3 more grammar errors than the seed (4 vs 1)" -> "more grammar errors than the seed"
+        counts[re.sub(r"^\d+ ", "", r.split(" (")[0].split(":")[0])] += 1
     return dict(sorted(counts.items(), key=lambda kv: -kv[1])[:n])

@@ -137,6 +137,9 @@ def start(config: ServeConfig, *, config_file: str | None = None, verbose: bool 
 
     preflight(config)
     local = not os.environ.get("RAY_ADDRESS")
+    if _STARTED_HERE and config.port not in _STARTED_HERE:
+        raise RedlineError(f"this process already serves on port {min(_STARTED_HERE)}; Serve has one HTTP port per "
+                           f"cluster (use that port with another route_prefix, or runner.shutdown() first)")
     if local and config.port not in _STARTED_HERE:
         for st in read_states(config.port):
             if _pid_alive(st.get("pid")):
@@ -218,10 +221,17 @@ def wait_running(apps: list[str], timeout: float) -> None:
         time.sleep(0.5)
 
 
+def shutdown() -> None:
+    """Stop Serve (every application and the proxy) started by this process."""
+    from ray import serve
+
+    serve.shutdown()
+    _STARTED_HERE.clear()
+
+
 def serve_forever(state: dict[str, Any]) -> None:
     """Block until SIGINT/SIGTERM, then shut Serve and the embedded Ray down and remove the state file."""
     import ray
-    from ray import serve
 
     stopping = False
 
@@ -236,7 +246,7 @@ def serve_forever(state: dict[str, Any]) -> None:
             time.sleep(0.2)
     finally:
         try:
-            serve.shutdown()
+            shutdown()
         finally:
             ray.shutdown()
             state_path(state["port"], state["app_name"]).unlink(missing_ok=True)

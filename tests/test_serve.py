@@ -21,7 +21,6 @@ TEXTS = ["you are a complete idiot", "have a lovely day", "shut up you moron", "
 def server(ray_session, tiny_binary_model, tiny_causal_lm, tiny_seq2seq, tmp_path_factory):
     import os
 
-    from ray import serve
 
     from redline.cluster.config import ServeConfig
     from redline.serve import runner
@@ -44,7 +43,7 @@ def server(ray_session, tiny_binary_model, tiny_causal_lm, tiny_seq2seq, tmp_pat
     })
     state = runner.start(config, announce=lambda _: None)
     yield {"url": state["url"], "config": config}
-    serve.shutdown()
+    runner.shutdown()
 
 
 def post(server, path, body, **kwargs):
