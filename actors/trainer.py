@@ -29,6 +29,9 @@ class TrainSettings:
     batch_size: int = 16
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
+    schedule: str = "linear"  # linear | cosine_with_restarts
+    num_cycles: int = 2  # restarts of the cosine schedule
+    patience: int | None = None  # stop after this many epochs without a better held-out F1
     max_length: int = 128
     eval_fraction: float = 0.2
     seed: int = 0
@@ -54,79 +57,118 @@ def binary_metrics(y: np.ndarray, p: np.ndarray) -> dict[str, float | None]:
             "roc_auc": float(roc_auc_score(y, p)) if both else None, "n": int(len(y))}
 
 
+class ClassifierTrainer:
+    """A binary HF sequence classifier being fine-tuned: AdamW, warm-up then a linear or
+    cosine-with-restarts schedule, length-sorted batches padded per batch (dynamic padding), mixed
+    precision (bfloat16 autocast) on GPU."""
+
+    def __init__(self, base_model: str, label_names: tuple[str, str], settings: TrainSettings,
+                 train_rows: int) -> None:
+        import torch
+        from transformers import (AutoModelForSequenceClassification, AutoTokenizer,
+                                  get_cosine_with_hard_restarts_schedule_with_warmup, get_linear_schedule_with_warmup)
+
+        self.s = settings
+        self.torch = torch
+        random.seed(settings.seed)
+        torch.manual_seed(settings.seed)
+        self.device, _ = device_and_dtype(settings.device, "float32", 1 if torch.cuda.is_available() else 0)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(base_model)
+            self.model = AutoModelForSequenceClassification.from_pretrained(
+                base_model, num_labels=2, id2label=dict(enumerate(label_names)),
+                label2id={n: i for i, n in enumerate(label_names)}, problem_type="single_label_classification",
+                ignore_mismatched_sizes=True).to(self.device)
+        except (OSError, ValueError) as err:
+            raise RedlineError(f"cannot load base model '{base_model}': {first_line(err)}") from None
+        # Never longer than the model can take (small models have few position embeddings).
+        positions = getattr(self.model.config, "max_position_embeddings", None)
+        self.max_length = min(settings.max_length, getattr(self.tokenizer, "model_max_length", None) or 10**6,
+                              (positions - 2) if positions else 10**6)
+        total = max(1, (train_rows + settings.batch_size - 1) // settings.batch_size * settings.epochs)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.learning_rate,
+                                           weight_decay=settings.weight_decay)
+        warmup = int(total * settings.warmup_ratio)
+        if settings.schedule == "cosine_with_restarts":
+            self.scheduler = get_cosine_with_hard_restarts_schedule_with_warmup(self.optimizer, warmup, total,
+                                                                                 num_cycles=settings.num_cycles)
+        elif settings.schedule == "linear":
+            self.scheduler = get_linear_schedule_with_warmup(self.optimizer, warmup, total)
+        else:
+            raise RedlineError(f"unknown schedule '{settings.schedule}' (linear, cosine_with_restarts)")
+
+    def _batches(self, texts: list[str], shuffle: bool) -> Any:
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths: little padding
+        chunks = [order[k:k + self.s.batch_size] for k in range(0, len(order), self.s.batch_size)]
+        if shuffle:
+            random.shuffle(chunks)
+        for chunk in chunks:
+            enc = self.tokenizer([texts[i] for i in chunk], padding=True, truncation=True, max_length=self.max_length,
+                                 return_tensors="pt").to(self.device)
+            yield chunk, enc
+
+    def _autocast(self) -> Any:
+        return self.torch.autocast("cuda", dtype=self.torch.bfloat16, enabled=self.device.type == "cuda")
+
+    def train_epoch(self, texts: list[str], labels: list[int], progress: Any = None) -> float:
+        self.model.train()
+        loss_sum = 0.0
+        for chunk, enc in self._batches(texts, shuffle=True):
+            target = self.torch.tensor([labels[i] for i in chunk], device=self.device)
+            with self._autocast():
+                loss = self.model(**enc, labels=target).loss
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            self.scheduler.step()
+            loss_sum += loss.item() * len(chunk)
+            if progress is not None:
+                progress(len(chunk))
+        return loss_sum / max(len(texts), 1)
+
+    def predict(self, texts: list[str]) -> np.ndarray:
+        """P(label 1) per text."""
+        self.model.eval()
+        out = np.zeros(len(texts))
+        with self.torch.inference_mode(), self._autocast():
+            for chunk, enc in self._batches(texts, shuffle=False):
+                out[chunk] = self.torch.softmax(self.model(**enc).logits.float(), -1)[:, 1].cpu().numpy()
+        return out
+
+    def save(self, out_dir: str | Path) -> Path:
+        return save_model(self.model, self.tokenizer, out_dir)
+
+
 def fine_tune(base_model: str, texts: list[str], labels: list[int], out_dir: str | Path, *,
               label_names: tuple[str, str] = ("negative", "positive"), settings: TrainSettings | None = None,
               progress: Any = None) -> dict[str, Any]:
-    """Fine-tune `base_model` (hub id or directory) as a binary classifier; returns held-out metrics."""
-    import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer, get_linear_schedule_with_warmup
-
+    """Fine-tune `base_model` (hub id or directory) as a binary classifier on a held-out split; the
+    best epoch by held-out F1 is saved; returns its metrics and the per-epoch history."""
     s = settings or TrainSettings()
     if len(texts) != len(labels) or len(texts) < 4:
         raise RedlineError("training needs at least 4 labelled texts")
     if len(set(labels)) < 2:
         raise RedlineError("training needs both classes among the labels")
-    random.seed(s.seed)
-    torch.manual_seed(s.seed)
-    device, _ = device_and_dtype(s.device, "float32", 1 if torch.cuda.is_available() else 0)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(base_model)
-        model = AutoModelForSequenceClassification.from_pretrained(
-            base_model, num_labels=2, id2label=dict(enumerate(label_names)),
-            label2id={n: i for i, n in enumerate(label_names)}, problem_type="single_label_classification",
-            ignore_mismatched_sizes=True).to(device)
-    except (OSError, ValueError) as err:
-        raise RedlineError(f"cannot load base model '{base_model}': {first_line(err)}") from None
     train_idx, eval_idx = split_held_out(len(texts), s.eval_fraction, s.seed)
-    steps_per_epoch = (len(train_idx) + s.batch_size - 1) // s.batch_size
-    optimizer = torch.optim.AdamW(model.parameters(), lr=s.learning_rate, weight_decay=s.weight_decay)
-    total = steps_per_epoch * s.epochs
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(total * s.warmup_ratio), total)
-
-    def batches(idx: list[int], shuffle: bool) -> Any:
-        order = sorted(idx, key=lambda i: len(texts[i]))  # similar lengths per batch: little padding
-        chunks = [order[k:k + s.batch_size] for k in range(0, len(order), s.batch_size)]
-        if shuffle:
-            random.shuffle(chunks)
-        for chunk in chunks:
-            enc = tokenizer([texts[i] for i in chunk], padding=True, truncation=True, max_length=s.max_length,
-                            return_tensors="pt").to(device)
-            yield chunk, enc
-
-    def predict(idx: list[int]) -> np.ndarray:
-        model.eval()
-        out = np.zeros(len(texts))
-        with torch.inference_mode():
-            for chunk, enc in batches(idx, shuffle=False):
-                out[chunk] = torch.softmax(model(**enc).logits.float(), -1)[:, 1].cpu().numpy()
-        return out[idx]
-
+    trainer = ClassifierTrainer(base_model, label_names, s, len(train_idx))
+    train_texts, train_labels = [texts[i] for i in train_idx], [labels[i] for i in train_idx]
+    eval_texts, eval_y = [texts[i] for i in eval_idx], np.array([labels[i] for i in eval_idx])
     best: dict[str, Any] | None = None
     history = []
     for epoch in range(1, s.epochs + 1):
-        model.train()
-        loss_sum = 0.0
-        for chunk, enc in batches(train_idx, shuffle=True):
-            target = torch.tensor([labels[i] for i in chunk], device=device)
-            loss = model(**enc, labels=target).loss
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            loss_sum += loss.item() * len(chunk)
-            if progress is not None:
-                progress(len(chunk))
-        metrics = binary_metrics(np.array([labels[i] for i in eval_idx]), predict(eval_idx)) if eval_idx else {}
-        metrics.update(epoch=epoch, train_loss=loss_sum / max(len(train_idx), 1))
+        loss = trainer.train_epoch(train_texts, train_labels, progress)
+        metrics = binary_metrics(eval_y, trainer.predict(eval_texts)) if eval_idx else {}
+        metrics.update(epoch=epoch, train_loss=loss)
         history.append(metrics)
-        score = metrics.get("f1", -metrics["train_loss"])
+        score = metrics.get("f1", -loss)
         if best is None or score > best["score"]:
             best = {"score": score, "metrics": metrics}
-            save_model(model, tokenizer, out_dir)
+            trainer.save(out_dir)
+        elif s.patience is not None and epoch - best["metrics"]["epoch"] >= s.patience:
+            break
     assert best is not None
     result = {"base_model": base_model, "rows": len(texts), "train_rows": len(train_idx), "held_out_rows": len(eval_idx),
               "best_epoch": best["metrics"]["epoch"], "held_out": best["metrics"], "history": history,
               "labels": list(label_names)}
     (Path(out_dir) / "redline_training.json").write_text(json.dumps(result, indent=2))
     return result
-

@@ -40,7 +40,7 @@ app.add_typer(list_app, name="list")
 app.add_typer(run_app, name="run")
 app.add_typer(train_app, name="train")
 
-PIPELINES = ("score", "attack", "taebench", "transfer")
+PIPELINES = ("score", "attack", "taebench", "transfer", "advtrain")
 
 
 @app.callback()
@@ -246,6 +246,35 @@ def _show_transfer(result: Any) -> None:
         table.add_column(title, justify="left" if fmt == "s" else "right")
     for row in result.summary:
         table.add_row(*(format_value(row.get(k), f) for k, _, f in TRANSFER_COLUMNS))
+    console.print(table)
+    console.print(f"report: [bold]{result.report_html}[/bold]")
+
+
+@run_app.command("advtrain")
+def run_advtrain_cmd(
+    config: ConfigOpt,
+    output: Annotated[Optional[str], typer.Option(help="Override output: a directory or s3:// URI.")] = None,
+    run_name: Annotated[Optional[str], typer.Option(help="Name of the run directory (default advtrain-<config hash>).")] = None,
+    set_: SetOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Adversarial training variants (no TAE, unfiltered TAE, TaeBench, TaeBench+, balanced TaeBench+)
+    and any hyper-parameter grid as a Ray Tune sweep; the report is the paper's Table 5, best trial
+    per variant. An interrupted sweep resumes where it stopped when the command is rerun.
+    """
+    from redline.cluster.config import AdvTrainConfig, load_config
+    from redline.pipelines.advtrain import TABLE_COLUMNS, run_advtrain
+    from redline.pipelines.report import format_value
+
+    cfg = load_config(AdvTrainConfig, config, {"output": output, "run_name": run_name, **_parse_sets(set_)})
+    result = run_advtrain(cfg, force=force, verbose=_verbose())
+    if result.reused:
+        err_console.print(f"[dim]config already trained in {result.run_uri}; reusing it (pass --force to redo)[/dim]")
+    table = Table(title="adversarial training: best trial per variant")
+    for _, title, fmt in TABLE_COLUMNS:
+        table.add_column(title, justify="left" if fmt == "s" else "right")
+    for row in result.summary:
+        table.add_row(*(format_value(row.get(k), f) for k, _, f in TABLE_COLUMNS))
     console.print(table)
     console.print(f"report: [bold]{result.report_html}[/bold]")
 

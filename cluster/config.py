@@ -347,6 +347,50 @@ class TransferConfig(Strict):
         return self.victims
 
 
+VARIANTS = ("no_tae", "unfiltered_tae", "taebench", "taebench_plus", "balanced_taebench_plus")
+
+
+class SearchSpace(Strict):
+    """Hyper-parameters swept by Ray Tune: every combination of the lists, `num_samples` times each."""
+
+    learning_rate: list[float] = Field([5e-5], min_length=1)
+    batch_size: list[int] = Field([16], min_length=1)
+    epochs: list[int] = Field([3], min_length=1)
+    augment_ratio: list[float] = Field([1.0], min_length=1,
+                                       description="Adversarial rows added per base training row, at most (1.0: up to "
+                                                   "as many as the base set has).")
+
+
+class AdvTrainConfig(Strict):
+    """`redline run advtrain`: adversarial-training variants (the paper's Table 5) as a Ray Tune sweep."""
+
+    taebench: str = Field(description="A finished `redline run taebench` run directory.")
+    train_corpus: CorpusConfig = Field(description="The seed training set every variant starts from.")
+    test_corpus: CorpusConfig = Field(description="The seed test split (F1 / ROC-AUC column).")
+    base_model: str = Field(description="Hub id or local directory of the model to fine-tune.")
+    variants: list[Literal["no_tae", "unfiltered_tae", "taebench", "taebench_plus", "balanced_taebench_plus"]] = Field(
+        list(VARIANTS), min_length=1)
+    holdout_recipes: list[str] = Field(default_factory=list,
+                                       description="Recipes left out of training TAE, to measure robustness to unseen attacks.")
+    search: SearchSpace = Field(default_factory=SearchSpace)
+    num_samples: int = Field(1, gt=0, description="Trials per grid point (different seeds).")
+    scheduler: Literal["fifo", "asha"] = "fifo"
+    grace_period: int = Field(1, gt=0, description="ASHA: epochs before a trial can be stopped.")
+    reduction_factor: float = Field(2.0, gt=1)
+    metric: Literal["val_f1", "val_balanced_accuracy"] = Field("val_f1", description="Chooses the best trial per variant.")
+    schedule: Literal["linear", "cosine_with_restarts"] = "linear"
+    warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    patience: int | None = Field(None, gt=0, description="Early stopping: epochs without a better validation metric.")
+    max_length: int = Field(128, gt=0)
+    max_train_rows: int | None = Field(None, gt=0, description="Cap on base training rows (a seeded sample).")
+    max_concurrent_trials: int | None = Field(None, gt=0)
+    num_cpus: float = Field(1.0, gt=0, description="CPUs per trial.")
+    num_gpus: float = Field(0.0, ge=0, description="GPUs per trial.")
+    seed: int = 0
+    output: str = "redline-runs"
+    run_name: str | None = None
+
+
 class TaebenchConfig(Strict):
     """`redline run taebench`: filter raw attack output into TaeBench (TAE) and TaeBench+ (+ BAE)."""
 

@@ -159,27 +159,33 @@ def plot_roc(predictions: pa.Table) -> bytes | None:
     return data
 
 
-def plot_rates(metrics: list[dict[str, Any]]) -> bytes | None:
+def grouped_bars(rows: list[dict[str, Any]], name_key: str, series: list[tuple[str, str]], title: str) -> bytes | None:
+    """One group of bars per row (named by `name_key`), one bar per (key, legend) in `series`; rates in [0, 1]."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    overall = [m for m in metrics if m["dataset"] == "all"]
-    if not overall:
+    if not rows:
         return None
-    keys = [("f1_macro", "F1 macro"), ("fnr", "FNR (toxic missed)"), ("fpr", "FPR (benign flagged)")]
-    x = np.arange(len(overall))
-    width = 0.8 / len(keys)
-    fig, ax = plt.subplots(figsize=(max(5.2, 1.6 * len(overall) + 2), 4.0))
-    for j, (key, title) in enumerate(keys):
-        ax.bar(x + j * width - 0.4 + width / 2, [m.get(key) or 0 for m in overall], width, label=title)
-    ax.set_xticks(x, [m["detector"] for m in overall], rotation=15)
-    ax.set(ylim=(0, 1), ylabel="rate", title="Detector quality")
+    x = np.arange(len(rows))
+    width = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(max(5.2, 1.6 * len(rows) + 2), 3.6))
+    for j, (key, label) in enumerate(series):
+        ax.bar(x + j * width - 0.4 + width / 2, [r.get(key) or 0 for r in rows], width, label=label)
+    ax.set_xticks(x, [str(r[name_key]) for r in rows], rotation=15)
+    ax.set(ylim=(0, 1), ylabel="rate", title=title)
     ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
     data = png_bytes(fig)
     plt.close(fig)
     return data
+
+
+def plot_rates(metrics: list[dict[str, Any]]) -> bytes | None:
+    return grouped_bars([m for m in metrics if m["dataset"] == "all"], "detector",
+                        [("f1_macro", "F1 macro"), ("fnr", "FNR (toxic missed)"), ("fpr", "FPR (benign flagged)")],
+                        "Detector quality")
 
 
 def example_errors(predictions: pa.Table, per_detector: int = 5) -> list[dict[str, Any]]:
@@ -433,27 +439,9 @@ def write_taebench_report(run: storage.RunDir, final: pa.Table, table2: list[dic
 
 
 def plot_transfer(rows: list[dict[str, Any]]) -> bytes | None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    overall = [r for r in rows if r["dataset"] == "all"]
-    if not overall:
-        return None
-    series = [("seed_rate", "FNR on seeds"), ("tae_rate", "ASR on TAE (FNR)"), ("bae_rate", "ASR on BAE (FPR)")]
-    x = np.arange(len(overall))
-    width = 0.8 / len(series)
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(overall) + 2), 3.4))
-    for k, (key, label) in enumerate(series):
-        ax.bar(x + k * width, [r[key] if r[key] is not None else 0 for r in overall], width, label=label)
-    ax.set_xticks(x + width, [r["victim"] for r in overall], rotation=15)
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("rate")
-    ax.set_title("transfer attack: how often TaeBench fools each detector")
-    ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
-    return png_bytes(fig)
+    return grouped_bars([r for r in rows if r["dataset"] == "all"], "victim",
+                        [("seed_rate", "FNR on seeds"), ("tae_rate", "ASR on TAE (FNR)"), ("bae_rate", "ASR on BAE (FPR)")],
+                        "transfer attack: how often TaeBench fools each detector")
 
 
 def write_transfer_report(run: storage.RunDir, rows: list[dict[str, Any]], cols: list[tuple[str, str, str]],
@@ -474,5 +462,45 @@ def write_transfer_report(run: storage.RunDir, rows: list[dict[str, Any]], cols:
     storage.write_text(run.path("transfer.csv"), csv_text(rows))
     sections = [("Transfer attack", f"<p>{html.escape(note)}</p>" + html_table(rows, cols)),
                 ("Plots", img_tag(png, "transfer") if png else "<p>nothing to plot</p>")]
+    meta = f"run {html.escape(run.uri)} · config {manifest.get('config_hash')}"
+    storage.write_text(run.path("report.html"), html_page(title, sections, meta))
+
+
+# --------------------------------------------------------------------------------------------
+# Adversarial training
+
+
+def plot_advtrain(table: list[dict[str, Any]]) -> bytes | None:
+    return grouped_bars(table, "variant", [("seed_f1", "seed F1"), ("tae_asr", "TaeBench ASR"),
+                                           ("bae_asr", "TaeBench+ benign ASR"),
+                                           ("plus_balanced_accuracy", "TaeBench+ bal. acc.")],
+                        "adversarial training variants (best trial each)")
+
+
+def write_advtrain_report(run: storage.RunDir, table: list[dict[str, Any]], trials: list[dict[str, Any]],
+                          cols: list[tuple[str, str, str]], manifest: dict[str, Any]) -> None:
+    png = plot_advtrain(table)
+    if png:
+        storage.write_bytes(run.path("plots", "advtrain.png"), png)
+    trial_cols = [("variant", "variant", "s"), ("status", "status", "s"), ("learning_rate", "lr", ".0e"),
+                  ("batch_size", "batch", "d"), ("epochs", "epochs", "d"), ("augment_ratio", "aug. ratio", ".2f"),
+                  ("epochs_run", "epochs run", "d"), ("tae_asr", "TaeBench ASR", ".3f"), ("seed_f1", "seed F1", ".3f")]
+    title = "redline adversarial-training report"
+    data = manifest.get("data", {})
+    note = (f"Base training rows {data.get('base_rows')}; adversarial rows per variant "
+            + ", ".join(f"{k[4:]} {v}" for k, v in data.items() if k.startswith("adv_"))
+            + f"; evaluated on {data.get('seed_test')} seed-test rows, {data.get('tae_test')} TaeBench test TAE, "
+              f"{data.get('bae_test')} TaeBench+ test BAE, {data.get('unseen_tae')} TAE of held-out recipes. "
+              "ASR = FNR on TAE, FPR on BAE (lower is more robust).")
+    md = [f"# {title}", "", f"Run: `{run.uri}` (config {manifest.get('config_hash')})", "", note, "",
+          "## Best trial per variant (Table 5)", "", markdown_table(table, cols), "",
+          "## All trials", "", markdown_table(trials, trial_cols), ""]
+    if png:
+        md.append("![advtrain.png](plots/advtrain.png)")
+    storage.write_text(run.path("report.md"), "\n".join(md) + "\n")
+    storage.write_text(run.path("table.csv"), csv_text(table))
+    sections = [("Best trial per variant", f"<p>{html.escape(note)}</p>" + html_table(table, cols)),
+                ("Plots", img_tag(png, "advtrain") if png else "<p>no finished trials</p>"),
+                ("All trials", html_table(trials, trial_cols))]
     meta = f"run {html.escape(run.uri)} · config {manifest.get('config_hash')}"
     storage.write_text(run.path("report.html"), html_page(title, sections, meta))

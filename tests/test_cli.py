@@ -186,7 +186,7 @@ def test_examples_validate(tmp_path):
     from redline.cluster import config as C
 
     models = {"score": C.ScoreConfig, "attack": C.AttackConfig, "serve": C.ServeConfig, "taebench": C.TaebenchConfig,
-              "transfer": C.TransferConfig}
+              "transfer": C.TransferConfig, "advtrain": C.AdvTrainConfig}
     examples = sorted((REPO / "examples").glob("*.yaml"))
     assert {p.stem.split("_")[0] for p in examples} == set(models)
     for path in examples:

@@ -272,3 +272,88 @@ def test_dedupe_keeps_every_recipe_and_grammar_rejects_new_errors(ray_session, t
         g = grammar(d.filter(d.column("kept")).drop_columns(["kept", "reject_reason"]), cfg, verbose=False)
     assert g.column("kept").to_pylist() == [False, True, True]  # row 4's seed has the same error
     assert g.column("reject_reason")[0].as_py() == "1 more grammar errors than the seed (1 vs 0)"
+
+
+def advtrain_data(taebench_run, tmp_path, tiny_binary_model, **over) -> dict:
+    from redline.pipelines.quickstart import sample_path
+
+    corpus = {"text_column": "text", "label_column": "label", "toxic_values": ["toxic"], "dataset": "sample"}
+    return {"taebench": taebench_run, "base_model": str(tiny_binary_model),
+            "train_corpus": {**corpus, "path": str(sample_path("toxic_sample_train.csv")), "split": "train"},
+            "test_corpus": {**corpus, "path": str(sample_path("toxic_sample_test.csv")), "split": "test"},
+            "holdout_recipes": ["textbugger"], "scheduler": "asha", "grace_period": 1,
+            "search": {"learning_rate": [1e-3], "epochs": [2], "batch_size": [16]},
+            "num_cpus": 0.5, "output": str(tmp_path / "runs"), "run_name": "adv", **over}
+
+
+@pytest.mark.slow
+def test_advtrain_sweep_produces_table5(taebench_run, tmp_path, tiny_binary_model):
+    from redline.cluster.config import AdvTrainConfig, validate_config
+    from redline.pipelines.advtrain import run_advtrain
+
+    cfg = validate_config(AdvTrainConfig, advtrain_data(taebench_run, tmp_path, tiny_binary_model))
+    result = run_advtrain(cfg)
+    table = result.summary
+    assert [r["variant"] for r in table] == ["no_tae", "unfiltered_tae", "taebench", "taebench_plus",
+                                             "balanced_taebench_plus"]
+    data = result.manifest["data"]
+    assert data["adv_no_tae"] == 0 and data["adv_unfiltered_tae"] == data["adv_taebench"] > 0
+    assert data["adv_balanced_taebench_plus"] >= data["adv_taebench_plus"] >= data["adv_taebench"]
+    for row in table:
+        for key in ("seed_f1", "seed_roc_auc", "tae_asr", "val_f1"):
+            assert row[key] is not None and 0 <= row[key] <= 1, (row["variant"], key)
+        assert row["checkpoint"] and (tmp_path / "runs" / "adv").as_posix() in row["checkpoint"]
+    # more training rows for the adversarial variants: base + their adversarial rows
+    assert table[2]["train_rows"] > table[0]["train_rows"]
+    from redline.actors.detectors import build_detector
+    from redline.cluster.config import DetectorConfig
+
+    det = build_detector(DetectorConfig(name="adv", kind="hf", model=table[3]["checkpoint"]))
+    assert det.detect(["you are an idiot"])[0].shape == (1, 2)  # a checkpoint is a usable detector
+    html = (tmp_path / "runs" / "adv" / "report.html").read_text()
+    assert "TaeBench ASR (FNR)" in html and "data:image/png;base64" in html
+
+
+@pytest.mark.slow
+def test_advtrain_resumes_an_interrupted_sweep(taebench_run, tmp_path, tiny_binary_model):
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    data = advtrain_data(taebench_run, tmp_path, tiny_binary_model, scheduler="fifo", max_concurrent_trials=1,
+                         variants=["no_tae", "taebench", "taebench_plus"])
+    cfg = tmp_path / "adv.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    cmd = [sys.executable, "-m", "redline", "run", "advtrain", "--config", str(cfg)]
+    sweep = tmp_path / "runs" / "adv" / "sweep"
+    done = _kill_after_first_trial(cmd, env, sweep)
+    assert done >= 1
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    manifest = json.loads((tmp_path / "runs" / "adv" / "manifest.json").read_text())
+    assert manifest["state"] == "complete" and manifest["resumed_sweep"] is True
+    assert sorted(t["variant"] for t in manifest["trials"]) == ["no_tae", "taebench", "taebench_plus"]
+    assert all(t["status"] == "done" and t["epochs_run"] == 2 for t in manifest["trials"])
+
+
+def _kill_after_first_trial(cmd, env, sweep, timeout=300) -> int:
+    import os
+    import signal
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + timeout
+    finished = 0
+    while time.time() < deadline and proc.poll() is None:
+        finished = sum(1 for p in sweep.glob("*/result.json") if p.read_text().count("\n") >= 2)
+        if finished:
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return finished

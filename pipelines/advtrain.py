@@ -1,0 +1,254 @@
+"""`redline run advtrain`: how much adversarial training with TaeBench makes a detector robust.
+
+The paper's Table 5 as a Ray Tune experiment. Each variant is a data recipe over the same seed
+training set: `no_tae`; `unfiltered_tae` (raw attack successes, as many as TaeBench has);
+`taebench`; `taebench_plus` (+ filtered BAE); `balanced_taebench_plus` (BAE oversampled to match
+the TAE). Adversarial rows come from TaeBench's train split only (and never from `holdout_recipes`).
+Every trial fine-tunes the base model and reports, each epoch, its validation metric and the
+table's columns: seed-test F1 / ROC-AUC, ASR on TaeBench test TAE (FNR), on TaeBench+ test BAE
+(FPR), balanced accuracy over TaeBench+ test, and ASR on TAE of held-out recipes. The report keeps
+the best trial per variant. An interrupted sweep resumes with `Tuner.restore`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import tempfile
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from redline.cluster import storage
+from redline.cluster.config import AdvTrainConfig, TaebenchConfig
+from redline.errors import RedlineError
+from redline.pipelines import sharded
+from redline.pipelines.corpora import read_corpus
+
+log = logging.getLogger(__name__)
+
+EVAL_SETS = ("seed_test", "tae_test", "bae_test", "unseen_tae")
+EPOCH_FILE = "redline_epoch.json"
+
+
+def _labelled(config: Any) -> pa.Table:
+    table = read_corpus(config)
+    ok = table.filter(pc.and_(pc.equal(table.column("status"), "ok"), pc.is_valid(table.column("label"))))
+    return pa.table({"text": ok.column("text"), "label": ok.column("label").cast(pa.int8())})
+
+
+def _uses(recipes: list[str], holdout: set[str]) -> bool:
+    return any(r in holdout for r in recipes)
+
+
+def prepare_data(config: AdvTrainConfig, run: sharded.Run) -> dict[str, str]:
+    """Write the base set, each variant's adversarial rows and the evaluation sets; returns their paths."""
+    from redline.pipelines.taebench import bench_split, load_raw
+
+    manifest = storage.RunDir(config.taebench).manifest()
+    if manifest is None or manifest.get("pipeline") != "taebench" or manifest.get("state") != "complete":
+        raise RedlineError(f"{config.taebench} is not a finished taebench run directory")
+    tb_config = TaebenchConfig.model_validate(manifest["config"])
+    holdout = set(config.holdout_recipes)
+    rng = random.Random(config.seed)
+
+    base = _labelled(config.train_corpus)
+    if config.max_train_rows and base.num_rows > config.max_train_rows:
+        base = base.take(pa.array(sorted(rng.sample(range(base.num_rows), config.max_train_rows))))
+    if base.num_rows == 0 or len(set(base.column("label").to_pylist())) < 2:
+        raise RedlineError("train_corpus needs labelled rows of both classes")
+    plus = storage.read_parquet(storage.join(config.taebench, "taebench_plus.parquet")).to_pylist()
+    seen = [r for r in plus if not _uses(r["recipes"].split(","), holdout)]
+    tae_train = [r for r in seen if r["goal"] == "tae" and r["bench_split"] == "train"]
+    bae_train = [r for r in seen if r["goal"] == "bae" and r["bench_split"] == "train"]
+    raw = [r for r in load_raw(tb_config).to_pylist() if r["goal"] == "tae" and r["recipe"] not in holdout
+           and bench_split(r["seed_id"], tb_config.test_fraction, tb_config.seed) == "train"]
+    unfiltered = rng.sample(raw, min(len(tae_train), len(raw)))
+    oversampled = [bae_train[i % len(bae_train)] for i in range(max(len(tae_train), len(bae_train)))] if bae_train else []
+    adversarial = {"no_tae": [], "unfiltered_tae": unfiltered, "taebench": tae_train, "taebench_plus": tae_train + bae_train,
+                   "balanced_taebench_plus": tae_train + oversampled}
+    evals = {
+        "seed_test": _labelled(config.test_corpus).to_pylist(),
+        "tae_test": [r for r in plus if r["goal"] == "tae" and r["bench_split"] == "test"],
+        "bae_test": [r for r in plus if r["goal"] == "bae" and r["bench_split"] == "test"],
+        "unseen_tae": [r for r in plus if r["goal"] == "tae" and _uses(r["recipes"].split(","), holdout)],
+    }
+    paths = {"base": run.dir.path("data", "base.parquet")}
+    storage.write_parquet(base, paths["base"])
+    for name, rows in [*((f"adv_{v}", adversarial[v]) for v in config.variants), *evals.items()]:
+        paths[name] = run.dir.path("data", f"{name}.parquet")
+        table = pa.table({"text": pa.array([r["text"] for r in rows], pa.string()),
+                          "label": pa.array([int(r["label"]) for r in rows], pa.int8())})
+        storage.write_parquet(table, paths[name])
+    run.manifest["data"] = {"base_rows": base.num_rows, **{f"adv_{v}": len(adversarial[v]) for v in config.variants},
+                            **{k: len(v) for k, v in evals.items()}}
+    if not evals["tae_test"]:
+        raise RedlineError("TaeBench has no test-split TAE rows to evaluate on (raise its test_fraction or attack more seeds)")
+    return paths
+
+
+def _rates(y: np.ndarray, p: np.ndarray) -> dict[str, float | None]:
+    pred = p >= 0.5
+    pos, neg = y == 1, y == 0
+    tpr = float(pred[pos].mean()) if pos.any() else None
+    tnr = float((~pred[neg]).mean()) if neg.any() else None
+    return {"fnr": None if tpr is None else 1 - tpr, "fpr": None if tnr is None else 1 - tnr,
+            "balanced_accuracy": None if tpr is None or tnr is None else (tpr + tnr) / 2}
+
+
+def trial(params: dict[str, Any]) -> None:
+    """One Tune trial: fine-tune on base + this variant's adversarial rows, report every epoch."""
+    from ray import tune
+
+    from redline.actors.trainer import ClassifierTrainer, TrainSettings, binary_metrics, split_held_out
+
+    cfg = AdvTrainConfig.model_validate(params["config"])
+    paths = params["paths"]
+    base = storage.read_parquet(paths["base"]).to_pylist()
+    adv = storage.read_parquet(paths[f"adv_{params['variant']}"]).to_pylist()
+    rng = random.Random(params["seed"])
+    rng.shuffle(adv)
+    rows = base + adv[: int(params["augment_ratio"] * len(base))]
+    train_idx, val_idx = split_held_out(len(rows), 0.1, params["seed"])
+    texts = [rows[i]["text"] for i in train_idx]
+    labels = [int(rows[i]["label"]) for i in train_idx]
+    val_texts, val_y = [rows[i]["text"] for i in val_idx], np.array([rows[i]["label"] for i in val_idx])
+    evals = {name: storage.read_parquet(paths[name]).to_pylist() for name in EVAL_SETS}
+    settings = TrainSettings(epochs=params["epochs"], learning_rate=params["learning_rate"],
+                             batch_size=params["batch_size"], warmup_ratio=cfg.warmup_ratio, schedule=cfg.schedule,
+                             max_length=cfg.max_length, seed=params["seed"])
+    # Resumed after an interruption: continue from the last checkpoint's weights and epoch (the
+    # optimizer and schedule restart for the remaining epochs).
+    source, start, workdir = cfg.base_model, 1, tempfile.mkdtemp(prefix="redline-trial-")
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        source = checkpoint.to_directory(os.path.join(workdir, "resume"))
+        start = json.loads(open(os.path.join(source, EPOCH_FILE)).read())["epoch"] + 1
+    trainer = ClassifierTrainer(source, ("benign", "toxic"), settings, len(texts))
+    best, since_best = -1.0, 0
+    for epoch in range(start, params["epochs"] + 1):
+        loss = trainer.train_epoch(texts, labels)
+        val_p = trainer.predict(val_texts)
+        val, val_metrics = _rates(val_y, val_p), binary_metrics(val_y, val_p)
+        metrics: dict[str, Any] = {"epoch": epoch, "train_loss": loss, "train_rows": len(texts),
+                                   "val_f1": val_metrics["f1"], "val_balanced_accuracy": val["balanced_accuracy"]}
+        for name, data in evals.items():
+            if not data:
+                continue
+            y, p = np.array([r["label"] for r in data]), trainer.predict([r["text"] for r in data])
+            if name == "seed_test":
+                m = binary_metrics(y, p)
+                metrics.update(seed_f1=m["f1"], seed_roc_auc=m["roc_auc"])
+            elif name == "tae_test":
+                metrics["tae_asr"] = _rates(y, p)["fnr"]
+                tae_y, tae_p = y, p
+            elif name == "bae_test":
+                metrics["bae_asr"] = _rates(y, p)["fpr"]
+                metrics["plus_balanced_accuracy"] = _rates(np.concatenate([tae_y, y]), np.concatenate([tae_p, p]))[
+                    "balanced_accuracy"]
+            else:
+                metrics["unseen_tae_asr"] = _rates(y, p)["fnr"]
+        with tempfile.TemporaryDirectory() as tmp:
+            trainer.save(tmp)
+            with open(os.path.join(tmp, EPOCH_FILE), "w") as f:
+                json.dump({"epoch": epoch, "variant": params["variant"]}, f)
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))
+        score = metrics[cfg.metric] or 0.0
+        best, since_best = (score, 0) if score > best else (best, since_best + 1)
+        if cfg.patience is not None and since_best >= cfg.patience:
+            break
+
+
+TABLE_COLUMNS = [("variant", "variant", "s"), ("train_rows", "train rows", "d"), ("learning_rate", "lr", ".0e"),
+                 ("epoch", "best epoch", "d"), ("seed_f1", "seed F1", ".3f"), ("seed_roc_auc", "seed ROC-AUC", ".3f"),
+                 ("tae_asr", "TaeBench ASR (FNR)", ".3f"), ("bae_asr", "TaeBench+ benign ASR (FPR)", ".3f"),
+                 ("plus_balanced_accuracy", "TaeBench+ bal. acc.", ".3f"),
+                 ("unseen_tae_asr", "unseen-recipe ASR", ".3f")]
+
+
+def run_advtrain(config: AdvTrainConfig, *, force: bool = False, verbose: bool = False) -> sharded.RunResult:
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+
+    from redline.cluster.runtime import ensure_ray
+    from redline.pipelines import report
+
+    run = sharded.open_run("advtrain", config, config.output, config.run_name, force)
+    if run.reused:
+        return sharded.RunResult(run.uri, run.manifest, run.manifest.get("table", []), reused=True)
+    watch = storage.Stopwatch()
+    with sharded.lifecycle(run):
+        paths = run.manifest.get("data_paths") or prepare_data(config, run)
+        run.manifest["data_paths"] = paths
+        run.dir.write_manifest(run.manifest)
+        ensure_ray(verbose=verbose)
+        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+        trainable = tune.with_resources(trial, {"cpu": config.num_cpus, "gpu": config.num_gpus})
+        storage_path = run.uri if storage.is_s3(run.uri) else os.path.abspath(run.uri)
+        sweep = storage.join(storage_path, "sweep")
+        if tune.Tuner.can_restore(sweep):
+            log.info("resuming the sweep in %s", sweep)
+            tuner = tune.Tuner.restore(sweep, trainable=trainable, resume_errored=True)
+            run.manifest["resumed_sweep"] = True
+        else:
+            s = config.search
+            space = {"variant": tune.grid_search(list(config.variants)),
+                     "learning_rate": tune.grid_search(s.learning_rate), "batch_size": tune.grid_search(s.batch_size),
+                     "epochs": tune.grid_search(s.epochs), "augment_ratio": tune.grid_search(s.augment_ratio),
+                     "seed": tune.randint(0, 2**31 - 1) if config.num_samples > 1 else config.seed,
+                     "config": config.model_dump(mode="json"), "paths": paths}
+            scheduler = (ASHAScheduler(time_attr="training_iteration", max_t=max(s.epochs),
+                                       grace_period=config.grace_period, reduction_factor=config.reduction_factor)
+                         if config.scheduler == "asha" else None)
+            tuner = tune.Tuner(
+                trainable, param_space=space,
+                tune_config=tune.TuneConfig(metric=config.metric, mode="max", num_samples=config.num_samples,
+                                            scheduler=scheduler, max_concurrent_trials=config.max_concurrent_trials),
+                run_config=tune.RunConfig(name="sweep", storage_path=storage_path, verbose=1 if verbose else 0,
+                                          checkpoint_config=tune.CheckpointConfig(
+                                              num_to_keep=1, checkpoint_score_attribute=config.metric,
+                                              checkpoint_score_order="max")))
+        results = tuner.fit()
+        watch.lap("sweep_s")
+        trials, table = summarize(results, config)
+        failed = [t for t in trials if t["status"] == "error"]
+        run.manifest["failed_trials"] = len(failed)
+        if not table:
+            first = (failed[0].get("error") or "no result").strip().splitlines()[-1] if failed else "no trials ran"
+            raise RedlineError(f"every trial of the sweep failed ({len(failed)}); the last line of the first error: {first}")
+        run.manifest.update(trials=trials, table=table)
+        report.write_advtrain_report(run.dir, table, trials, TABLE_COLUMNS, run.manifest)
+        run.manifest["timings"] = {**run.manifest.get("timings", {}), **watch.timings}
+        sharded.complete(run)
+    return sharded.RunResult(run.uri, run.manifest, table)
+
+
+def summarize(results: Any, config: AdvTrainConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every trial at its best epoch, and the best trial per variant (the report's table)."""
+    trials = []
+    for r in results:
+        if r.metrics_dataframe is None or r.metrics_dataframe.empty:
+            trials.append({"variant": r.config["variant"], "status": "error", "error": str(r.error)[:300]})
+            continue
+        df = r.metrics_dataframe
+        best = df.loc[df[config.metric].fillna(-1).idxmax()]
+        row = {"variant": r.config["variant"], "status": "error" if r.error else "done",
+               "learning_rate": r.config["learning_rate"], "batch_size": r.config["batch_size"],
+               "epochs": r.config["epochs"], "augment_ratio": r.config["augment_ratio"],
+               "epochs_run": int(df["epoch"].max()), "checkpoint": r.checkpoint.path if r.checkpoint else None}
+        for key, *_ in TABLE_COLUMNS:
+            if key in best and key not in row:
+                value = best[key]
+                row[key] = None if value != value else (int(value) if key in ("epoch", "train_rows") else float(value))
+        row[config.metric] = float(best[config.metric])
+        trials.append(row)
+    table = []
+    for variant in config.variants:
+        mine = [t for t in trials if t["variant"] == variant and t["status"] == "done"]
+        if mine:
+            table.append(max(mine, key=lambda t: t[config.metric]))
+    return trials, table
