@@ -57,37 +57,82 @@ def binary_metrics(y: np.ndarray, p: np.ndarray) -> dict[str, float | None]:
             "roc_auc": float(roc_auc_score(y, p)) if both else None, "n": int(len(y))}
 
 
-class ClassifierTrainer:
-    """A binary HF sequence classifier being fine-tuned: AdamW, warm-up then a linear or
-    cosine-with-restarts schedule, length-sorted batches padded per batch (dynamic padding), mixed
-    precision (bfloat16 autocast) on GPU."""
+class SequenceClassifier:
+    """A HF sequence classifier loaded once: batched class probabilities for texts or text pairs,
+    length-sorted batches padded per batch (dynamic padding), bfloat16 autocast on GPU."""
 
-    def __init__(self, base_model: str, label_names: tuple[str, str], settings: TrainSettings,
-                 train_rows: int) -> None:
+    def __init__(self, model: str, settings: TrainSettings, label_names: tuple[str, ...] | None = None) -> None:
         import torch
-        from transformers import (AutoModelForSequenceClassification, AutoTokenizer,
-                                  get_cosine_with_hard_restarts_schedule_with_warmup, get_linear_schedule_with_warmup)
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         self.s = settings
         self.torch = torch
         random.seed(settings.seed)
         torch.manual_seed(settings.seed)
         self.device, _ = device_and_dtype(settings.device, "float32", 1 if torch.cuda.is_available() else 0)
+        head = {} if label_names is None else {
+            "num_labels": len(label_names), "id2label": dict(enumerate(label_names)),
+            "label2id": {n: i for i, n in enumerate(label_names)}, "problem_type": "single_label_classification",
+            "ignore_mismatched_sizes": True}
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(base_model)
-            self.model = AutoModelForSequenceClassification.from_pretrained(
-                base_model, num_labels=2, id2label=dict(enumerate(label_names)),
-                label2id={n: i for i, n in enumerate(label_names)}, problem_type="single_label_classification",
-                ignore_mismatched_sizes=True).to(self.device)
+            self.tokenizer = AutoTokenizer.from_pretrained(model)
+            self.model = AutoModelForSequenceClassification.from_pretrained(model, **head).to(self.device)
         except (OSError, ValueError) as err:
-            raise RedlineError(f"cannot load base model '{base_model}': {first_line(err)}") from None
+            raise RedlineError(f"cannot load model '{model}': {first_line(err)}") from None
         # Never longer than the model can take (small models have few position embeddings).
         positions = getattr(self.model.config, "max_position_embeddings", None)
         self.max_length = min(settings.max_length, getattr(self.tokenizer, "model_max_length", None) or 10**6,
                               (positions - 2) if positions else 10**6)
+
+    def _batches(self, texts: list[Any], shuffle: bool) -> Any:
+        """Texts are strings or (first, second) pairs, the latter encoded as the tokenizer's text pair."""
+        order = sorted(range(len(texts)), key=lambda i: len(str(texts[i])))  # similar lengths: little padding
+        chunks = [order[k:k + self.s.batch_size] for k in range(0, len(order), self.s.batch_size)]
+        if shuffle:
+            random.shuffle(chunks)
+        pairs = bool(texts) and isinstance(texts[0], tuple)
+        for chunk in chunks:
+            if pairs:
+                first, second = [texts[i][0] for i in chunk], [texts[i][1] for i in chunk]
+                enc = self.tokenizer(first, second, padding=True, truncation="longest_first",
+                                     max_length=self.max_length, return_tensors="pt")
+            else:
+                enc = self.tokenizer([texts[i] for i in chunk], padding=True, truncation=True,
+                                     max_length=self.max_length, return_tensors="pt")
+            yield chunk, enc.to(self.device)
+
+    def _autocast(self) -> Any:
+        return self.torch.autocast("cuda", dtype=self.torch.bfloat16, enabled=self.device.type == "cuda")
+
+    def predict_proba(self, texts: list[Any]) -> np.ndarray:
+        """Class probabilities, shape (len(texts), n_labels)."""
+        self.model.eval()
+        out = np.zeros((len(texts), self.model.config.num_labels))
+        with self.torch.inference_mode(), self._autocast():
+            for chunk, enc in self._batches(texts, shuffle=False):
+                out[chunk] = self.torch.softmax(self.model(**enc).logits.float(), -1).cpu().numpy()
+        return out
+
+    def predict(self, texts: list[Any]) -> np.ndarray:
+        """P(label 1) per text (binary classifiers)."""
+        return self.predict_proba(texts)[:, 1]
+
+    def save(self, out_dir: str | Path) -> Path:
+        return save_model(self.model, self.tokenizer, out_dir)
+
+
+class ClassifierTrainer(SequenceClassifier):
+    """Fine-tunes a SequenceClassifier with a fresh head of `label_names`: AdamW, warm-up then a
+    linear or cosine-with-restarts schedule."""
+
+    def __init__(self, base_model: str, label_names: tuple[str, ...], settings: TrainSettings,
+                 train_rows: int) -> None:
+        from transformers import get_cosine_with_hard_restarts_schedule_with_warmup, get_linear_schedule_with_warmup
+
+        super().__init__(base_model, settings, label_names)
         total = max(1, (train_rows + settings.batch_size - 1) // settings.batch_size * settings.epochs)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.learning_rate,
-                                           weight_decay=settings.weight_decay)
+        self.optimizer = self.torch.optim.AdamW(self.model.parameters(), lr=settings.learning_rate,
+                                                weight_decay=settings.weight_decay)
         warmup = int(total * settings.warmup_ratio)
         if settings.schedule == "cosine_with_restarts":
             self.scheduler = get_cosine_with_hard_restarts_schedule_with_warmup(self.optimizer, warmup, total,
@@ -97,20 +142,7 @@ class ClassifierTrainer:
         else:
             raise RedlineError(f"unknown schedule '{settings.schedule}' (linear, cosine_with_restarts)")
 
-    def _batches(self, texts: list[str], shuffle: bool) -> Any:
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths: little padding
-        chunks = [order[k:k + self.s.batch_size] for k in range(0, len(order), self.s.batch_size)]
-        if shuffle:
-            random.shuffle(chunks)
-        for chunk in chunks:
-            enc = self.tokenizer([texts[i] for i in chunk], padding=True, truncation=True, max_length=self.max_length,
-                                 return_tensors="pt").to(self.device)
-            yield chunk, enc
-
-    def _autocast(self) -> Any:
-        return self.torch.autocast("cuda", dtype=self.torch.bfloat16, enabled=self.device.type == "cuda")
-
-    def train_epoch(self, texts: list[str], labels: list[int], progress: Any = None) -> float:
+    def train_epoch(self, texts: list[Any], labels: list[int], progress: Any = None) -> float:
         self.model.train()
         loss_sum = 0.0
         for chunk, enc in self._batches(texts, shuffle=True):
@@ -125,18 +157,6 @@ class ClassifierTrainer:
             if progress is not None:
                 progress(len(chunk))
         return loss_sum / max(len(texts), 1)
-
-    def predict(self, texts: list[str]) -> np.ndarray:
-        """P(label 1) per text."""
-        self.model.eval()
-        out = np.zeros(len(texts))
-        with self.torch.inference_mode(), self._autocast():
-            for chunk, enc in self._batches(texts, shuffle=False):
-                out[chunk] = self.torch.softmax(self.model(**enc).logits.float(), -1)[:, 1].cpu().numpy()
-        return out
-
-    def save(self, out_dir: str | Path) -> Path:
-        return save_model(self.model, self.tokenizer, out_dir)
 
 
 def fine_tune(base_model: str, texts: list[str], labels: list[int], out_dir: str | Path, *,

@@ -74,6 +74,21 @@ def list_detectors() -> None:
     console.print("Common fields: name, kind, threshold, rule (auto|score|argmax), batch_size, actors, num_cpus, num_gpus.")
 
 
+@list_app.command("categories")
+def list_categories() -> None:
+    """The DiaSafety taxonomy: unsafe categories of chatbot responses, with their definitions."""
+    from redline.actors.dialogue_safety.taxonomy import CATEGORIES, UTTERANCE_LEVEL
+
+    table = Table(title="dialogue-safety categories", show_lines=True)
+    for col in ("category", "personal", "level", "in DiaSafety", "definition"):
+        table.add_column(col, overflow="fold")
+    for c in (*CATEGORIES, UTTERANCE_LEVEL):
+        table.add_row(c.name, "personal" if c.personal else "non-personal", c.level, "yes" if c.in_dataset else "no",
+                      c.definition)
+    console.print(table)
+    console.print("Add categories in a config with add_categories: [{name, definition, personal}].")
+
+
 @list_app.command("recipes")
 def list_recipes() -> None:
     """Attack recipes usable in `recipes:`: transformation, constraints, search, what they need offline."""
@@ -439,6 +454,37 @@ def train_judge_classifier(
                   positive_values=toxic_values, preset=preset, limit=limit, epochs=epochs,
                   learning_rate=learning_rate, batch_size=batch_size,
                   use_for="taebench: classifier: {name: judge-classifier, kind: hf, model: DIR}")
+
+
+@train_app.command("dialogue-safety")
+def train_dialogue_safety(
+    config: ConfigOpt,
+    output: Annotated[Optional[str], typer.Option(help="Override output: a local directory for the run and models.")] = None,
+    set_: SetOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Train DiaSafety context classifiers and compare them on the validation split.
+
+    Variants: one-vs-all (a Safe/Unsafe/N-A classifier per category on context + response pairs),
+    a single multi-class classifier, and the response-only ablation; utterance-level detectors add
+    coarse-grain baselines. Prints the coarse-grain table; the report has the per-class tables.
+    """
+    from redline.cluster.config import DialogueSafetyTrainConfig, load_config
+    from redline.pipelines.diasafety_train import run_dialogue_safety_training
+    from redline.pipelines.report import COARSE_COLUMNS, format_value
+
+    cfg = load_config(DialogueSafetyTrainConfig, config, {"output": output, **_parse_sets(set_)})
+    with console.status("training dialogue-safety classifiers"):
+        result = run_dialogue_safety_training(cfg, force=force, verbose=_verbose())
+    table = Table(title="coarse-grain (unsafe vs safe) on the validation split")
+    for _, title, fmt in COARSE_COLUMNS:
+        table.add_column(title, justify="left" if fmt == "s" else "right")
+    for row in result.summary:
+        table.add_row(*(format_value(row.get(k), f) for k, _, f in COARSE_COLUMNS))
+    console.print(table)
+    for variant, rows in result.manifest.get("fine", {}).items():
+        console.print(f"fine-grain macro F1, {variant}: {rows[-1]['f1']:.3f}")
+    console.print(f"report: [bold]{result.report_html}[/bold]")
 
 
 # --------------------------------------------------------------------------------------------

@@ -391,6 +391,31 @@ class AdvTrainConfig(Strict):
     run_name: str | None = None
 
 
+class DialogueSafetyTrainConfig(Strict):
+    """`redline train dialogue-safety`: DiaSafety context classifiers and the paper's comparisons."""
+
+    train: str = Field(description="DiaSafety train JSON (rows of context, response, category, label).")
+    val: str = Field(description="DiaSafety validation JSON (the metrics are computed on it).")
+    base_model: str = Field(description="Hub id or local directory (RoBERTa-base in the paper; MiniLM offline).")
+    categories: list[str] | None = Field(None, description="Default: every category with training rows.")
+    add_categories: list[dict[str, Any]] = Field(default_factory=list,
+                                                 description="Extra taxonomy entries: {name, definition, personal}.")
+    variants: list[Literal["one_vs_all", "single", "one_vs_all_no_context"]] = Field(
+        ["one_vs_all", "single", "one_vs_all_no_context"], min_length=1)
+    utterance_detectors: list[DetectorConfig] = Field(
+        default_factory=list, description="Coarse-grain baselines, given the response only and context+response.")
+    epochs: int = Field(10, gt=0)
+    learning_rate: float = Field(2e-5, gt=0)
+    batch_size: int = Field(16, gt=0)
+    max_length: int = Field(128, gt=0)
+    patience: int | None = Field(2, gt=0, description="Early stopping on validation macro-F1.")
+    limit_train: int | None = Field(None, gt=0, description="Train on a seeded sample of this many rows.")
+    limit_val: int | None = Field(None, gt=0)
+    seed: int = 0
+    output: str = "redline-runs"
+    run_name: str | None = None
+
+
 class TaebenchConfig(Strict):
     """`redline run taebench`: filter raw attack output into TaeBench (TAE) and TaeBench+ (+ BAE)."""
 

@@ -504,3 +504,38 @@ def write_advtrain_report(run: storage.RunDir, table: list[dict[str, Any]], tria
                 ("All trials", html_table(trials, trial_cols))]
     meta = f"run {html.escape(run.uri)} · config {manifest.get('config_hash')}"
     storage.write_text(run.path("report.html"), html_page(title, sections, meta))
+
+
+# --------------------------------------------------------------------------------------------
+# Dialogue safety (DiaSafety classifiers)
+
+FINE_COLUMNS = [("class", "class", "s"), ("precision", "precision", ".3f"), ("recall", "recall", ".3f"),
+                ("f1", "F1", ".3f"), ("n", "rows", "d")]
+COARSE_COLUMNS = [("model", "model", "s"), ("input", "input", "s"), ("precision", "precision", ".3f"),
+                  ("recall", "recall", ".3f"), ("f1", "F1 (unsafe)", ".3f"), ("macro_f1", "macro F1", ".3f")]
+
+
+def write_dialogue_safety_report(run: storage.RunDir, fine: dict[str, list[dict[str, Any]]],
+                                 coarse_rows: list[dict[str, Any]], manifest: dict[str, Any]) -> None:
+    title = "redline dialogue-safety classifiers"
+    rows = manifest.get("rows", {})
+    note = (f"Trained on {rows.get('train')} rows, evaluated on {rows.get('val')} validation rows; categories: "
+            + ", ".join(manifest.get("categories", [])) + ". Fine-grain: Safe or the unsafe category; coarse-grain: "
+            "unsafe vs safe.")
+    md = [f"# {title}", "", f"Run: `{run.uri}` (config {manifest.get('config_hash')})", "", note, "",
+          "## Coarse-grain", "", markdown_table(coarse_rows, COARSE_COLUMNS), ""]
+    sections = [("Coarse-grain", f"<p>{html.escape(note)}</p>" + html_table(coarse_rows, COARSE_COLUMNS))]
+    macro = [{"model": v, "macro_f1": rows_[-1]["f1"]} for v, rows_ in fine.items()]
+    png = grouped_bars([{**m, "f1": m["macro_f1"]} for m in macro] + [
+        {"model": f"{r['model']} ({r['input']})", "f1": r["f1"]} for r in coarse_rows], "model",
+        [("macro_f1", "fine-grain macro F1"), ("f1", "coarse F1 (unsafe)")], "dialogue-safety classifiers")
+    if png:
+        storage.write_bytes(run.path("plots", "classifiers.png"), png)
+        sections.append(("Plots", img_tag(png, "classifiers")))
+    for variant, table in fine.items():
+        md += [f"## Fine-grain: {variant}", "", markdown_table(table, FINE_COLUMNS), ""]
+        sections.append((f"Fine-grain: {variant}", html_table(table, FINE_COLUMNS)))
+    storage.write_text(run.path("report.md"), "\n".join(md) + "\n")
+    storage.write_text(run.path("coarse.csv"), csv_text(coarse_rows))
+    meta = f"run {html.escape(run.uri)} · config {manifest.get('config_hash')}"
+    storage.write_text(run.path("report.html"), html_page(title, sections, meta))

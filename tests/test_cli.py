@@ -186,7 +186,8 @@ def test_examples_validate(tmp_path):
     from redline.cluster import config as C
 
     models = {"score": C.ScoreConfig, "attack": C.AttackConfig, "serve": C.ServeConfig, "taebench": C.TaebenchConfig,
-              "transfer": C.TransferConfig, "advtrain": C.AdvTrainConfig}
+              "transfer": C.TransferConfig, "advtrain": C.AdvTrainConfig,
+              "dialoguesafety": C.DialogueSafetyTrainConfig}
     examples = sorted((REPO / "examples").glob("*.yaml"))
     assert {p.stem.split("_")[0] for p in examples} == set(models)
     for path in examples:

@@ -1,0 +1,194 @@
+"""DiaSafety's context classifiers, their combination rules and their metrics.
+
+One-vs-all (the paper's design): per category a 3-way classifier over (context, response) pairs,
+Safe / Unsafe for that category's rows and N/A for every other category's rows. A single multi-class
+classifier (Safe + one class per category) is the comparison; `with_context: false` is the
+response-only ablation. Fine-grain: safe unless some category model says Unsafe, then the most
+confident such category. Coarse-grain: unsafe if any says Unsafe.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from redline.actors.trainer import ClassifierTrainer, SequenceClassifier, TrainSettings
+from redline.errors import RedlineError
+
+log = logging.getLogger(__name__)
+
+SAFE, UNSAFE, NA = "Safe", "Unsafe", "N/A"
+OVA_LABELS = (SAFE, UNSAFE, NA)
+REQUIRED = ("context", "response", "category", "label")
+
+
+def load_rows(path: str | Path) -> list[dict[str, str]]:
+    """DiaSafety JSON rows (a list of {context, response, category, label}); one-line errors."""
+    path = Path(path)
+    if not path.is_file():
+        raise RedlineError(f"DiaSafety file not found: {path}")
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise RedlineError(f"{path}: not valid JSON ({first_line_of(err)})") from None
+    if not isinstance(rows, list):
+        raise RedlineError(f"{path}: expected a JSON list of rows")
+    for i, r in enumerate(rows):
+        missing = [k for k in REQUIRED if not isinstance(r, dict) or k not in r]
+        if missing:
+            raise RedlineError(f"{path}: row {i} lacks {', '.join(missing)}")
+        if r["label"] not in (SAFE, UNSAFE):
+            raise RedlineError(f"{path}: row {i} has label {r['label']!r} (expected Safe or Unsafe)")
+    return rows
+
+
+def first_line_of(err: BaseException) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+def inputs(rows: list[dict[str, str]], with_context: bool) -> list[Any]:
+    return [(r["context"], r["response"]) if with_context else r["response"] for r in rows]
+
+
+def truth(rows: list[dict[str, str]]) -> list[str]:
+    """Fine-grain gold label: Safe, or the category of an unsafe row."""
+    return [SAFE if r["label"] == SAFE else r["category"] for r in rows]
+
+
+def ova_targets(rows: list[dict[str, str]], category: str) -> list[int]:
+    return [OVA_LABELS.index(r["label"]) if r["category"] == category else OVA_LABELS.index(NA) for r in rows]
+
+
+def macro_f1(y: list[int], pred: list[int]) -> float:
+    from sklearn.metrics import f1_score
+
+    return float(f1_score(y, pred, average="macro", zero_division=0))
+
+
+def _fit(base_model: str, labels: tuple[str, ...], train_x: list[Any], train_y: list[int], val_x: list[Any],
+         val_y: list[int], out_dir: Path, settings: TrainSettings, patience: int | None) -> dict[str, Any]:
+    """Train, keep the best epoch by validation macro-F1 (saved to `out_dir`), stop early on patience."""
+    trainer = ClassifierTrainer(base_model, labels, settings, len(train_x))
+    best: dict[str, Any] = {"val_macro_f1": -1.0, "epoch": 0}
+    for epoch in range(1, settings.epochs + 1):
+        loss = trainer.train_epoch(train_x, train_y)
+        f1 = macro_f1(val_y, trainer.predict_proba(val_x).argmax(1).tolist())
+        log.info("%s epoch %d: loss %.4f, val macro-F1 %.4f", out_dir.name, epoch, loss, f1)
+        if f1 > best["val_macro_f1"]:
+            best = {"val_macro_f1": f1, "epoch": epoch, "train_loss": loss}
+            trainer.save(out_dir)
+        elif patience is not None and epoch - best["epoch"] >= patience:
+            break
+    return best
+
+
+def train_one_vs_all(train: list[dict[str, str]], val: list[dict[str, str]], categories: list[str], base_model: str,
+                     out_dir: str | Path, settings: TrainSettings, *, with_context: bool = True,
+                     patience: int | None = 2) -> dict[str, Any]:
+    """One 3-way classifier per category, saved under `out_dir/<category key>`."""
+    out = Path(out_dir)
+    results = {}
+    for cat in categories:
+        if not any(r["category"] == cat for r in train):
+            raise RedlineError(f"category '{cat}' has no training rows")
+        started = time.perf_counter()
+        best = _fit(base_model, OVA_LABELS, inputs(train, with_context), ova_targets(train, cat),
+                    inputs(val, with_context), ova_targets(val, cat), out / _key(cat), settings, patience)
+        results[cat] = {**best, "dir": str(out / _key(cat)), "seconds": round(time.perf_counter() - started, 1)}
+    (out / "redline_dialogue_safety.json").write_text(json.dumps(
+        {"kind": "one-vs-all", "with_context": with_context, "categories": results, "base_model": base_model}, indent=2))
+    return results
+
+
+def train_single(train: list[dict[str, str]], val: list[dict[str, str]], categories: list[str], base_model: str,
+                 out_dir: str | Path, settings: TrainSettings, *, with_context: bool = True,
+                 patience: int | None = 2) -> dict[str, Any]:
+    """One multi-class classifier: Safe + one class per category (unsafe rows of that category)."""
+    labels = (SAFE, *categories)
+    to_index = {name: i for i, name in enumerate(labels)}
+    best = _fit(base_model, labels, inputs(train, with_context), [to_index[t] for t in truth(train)],
+                inputs(val, with_context), [to_index[t] for t in truth(val)], Path(out_dir), settings, patience)
+    (Path(out_dir) / "redline_dialogue_safety.json").write_text(json.dumps(
+        {"kind": "single", "with_context": with_context, "labels": list(labels), "base_model": base_model,
+         **best}, indent=2))
+    return best
+
+
+def _key(category: str) -> str:
+    return category.lower().replace(" ", "_")
+
+
+class ContextClassifiers:
+    """Trained classifiers loaded once (a one-vs-all directory or a single model) -> fine/coarse verdicts."""
+
+    def __init__(self, model_dir: str | Path, batch_size: int = 64, max_length: int = 128) -> None:
+        meta_path = Path(model_dir) / "redline_dialogue_safety.json"
+        if not meta_path.is_file():
+            raise RedlineError(f"{model_dir} holds no dialogue-safety classifiers (train them with "
+                               f"`redline train dialogue-safety`)")
+        self.meta = json.loads(meta_path.read_text())
+        self.with_context = self.meta["with_context"]
+        settings = TrainSettings(batch_size=batch_size, max_length=max_length)
+        if self.meta["kind"] == "one-vs-all":
+            self.categories = list(self.meta["categories"])
+            self.models = {c: SequenceClassifier(info["dir"], settings) for c, info in self.meta["categories"].items()}
+        else:
+            self.categories = self.meta["labels"][1:]
+            self.models = {"*": SequenceClassifier(str(model_dir), settings)}
+
+    def fine_grain(self, contexts: list[str], responses: list[str]) -> list[tuple[str, float]]:
+        """Per pair: (Safe or the unsafe category, its confidence)."""
+        x = [(c, r) for c, r in zip(contexts, responses)] if self.with_context else list(responses)
+        if "*" in self.models:
+            probs = self.models["*"].predict_proba(x)
+            labels = [SAFE, *self.categories]
+            return [(labels[int(p.argmax())], float(p.max())) for p in probs]
+        probs = {c: m.predict_proba(x) for c, m in self.models.items()}
+        return combine_fine(probs)
+
+
+def combine_fine(probs: dict[str, np.ndarray]) -> list[tuple[str, float]]:
+    """Safe if every category model says Safe or N/A; else the Unsafe category with the highest confidence."""
+    cats = list(probs)
+    n = len(next(iter(probs.values()))) if probs else 0
+    out = []
+    for i in range(n):
+        unsafe = [(probs[c][i][1], c) for c in cats if int(np.argmax(probs[c][i])) == OVA_LABELS.index(UNSAFE)]
+        if unsafe:
+            p, c = max(unsafe)
+            out.append((c, float(p)))
+        else:
+            out.append((SAFE, float(min(1 - probs[c][i][1] for c in cats))))
+    return out
+
+
+def coarse(fine: list[str]) -> list[bool]:
+    """Coarse-grain: unsafe if any category model said Unsafe."""
+    return [label != SAFE for label in fine]
+
+
+def fine_metrics(gold: list[str], pred: list[str], classes: list[str]) -> list[dict[str, Any]]:
+    """Per-class precision / recall / F1 (Safe and each category) and the macro average."""
+    from sklearn.metrics import precision_recall_fscore_support
+
+    labels = [SAFE, *classes]
+    p, r, f, n = precision_recall_fscore_support(gold, pred, labels=labels, zero_division=0)
+    rows = [{"class": lab, "precision": float(p[i]), "recall": float(r[i]), "f1": float(f[i]), "n": int(n[i])}
+            for i, lab in enumerate(labels)]
+    rows.append({"class": "macro", "precision": float(np.mean(p)), "recall": float(np.mean(r)),
+                 "f1": float(np.mean(f)), "n": len(gold)})
+    return rows
+
+
+def coarse_metrics(gold_unsafe: list[bool], pred_unsafe: list[bool]) -> dict[str, float]:
+    from sklearn.metrics import f1_score, precision_score, recall_score
+
+    return {"precision": float(precision_score(gold_unsafe, pred_unsafe, zero_division=0)),
+            "recall": float(recall_score(gold_unsafe, pred_unsafe, zero_division=0)),
+            "f1": float(f1_score(gold_unsafe, pred_unsafe, zero_division=0)),
+            "macro_f1": float(f1_score(gold_unsafe, pred_unsafe, average="macro", zero_division=0)), "n": len(gold_unsafe)}

@@ -1,0 +1,35 @@
+"""Two-step detection: an utterance-level detector on the response alone, then, for responses it
+passes, the context classifiers on (context, response)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from redline.actors.detectors import build_detector
+from redline.actors.dialogue_safety.classifiers import SAFE, ContextClassifiers
+from redline.cluster.config import DetectorConfig
+
+
+@dataclass
+class Verdict:
+    verdict: str  # utterance-unsafe | context-unsafe | safe
+    category: str | None  # the context category when context-unsafe
+    utterance_score: float
+    confidence: float
+
+
+class TwoStepDetector:
+    def __init__(self, utterance: DetectorConfig, classifiers_dir: str | Path, batch_size: int = 64) -> None:
+        self.utterance = build_detector(utterance)
+        self.context = ContextClassifiers(classifiers_dir, batch_size=batch_size)
+
+    def detect(self, contexts: list[str], responses: list[str]) -> list[Verdict]:
+        _, score, toxic = self.utterance.detect(list(responses))
+        passed = [i for i, t in enumerate(toxic) if not t]
+        fine = self.context.fine_grain([contexts[i] for i in passed], [responses[i] for i in passed]) if passed else []
+        out = [Verdict("utterance-unsafe", None, float(score[i]), float(score[i])) for i in range(len(responses))]
+        for i, (label, conf) in zip(passed, fine):
+            out[i] = (Verdict("safe", None, float(score[i]), conf) if label == SAFE
+                      else Verdict("context-unsafe", label, float(score[i]), conf))
+        return out

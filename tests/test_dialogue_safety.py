@@ -1,0 +1,100 @@
+"""DiaSafety: taxonomy, combination rules, classifier training and two-step detection."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import SHARED_DATA, shared_file
+
+
+def test_taxonomy_has_the_six_categories_and_takes_additions():
+    from redline.actors.dialogue_safety.taxonomy import CATEGORIES, category, taxonomy
+    from redline.errors import RedlineError
+
+    assert len(CATEGORIES) == 6 and {c.level for c in CATEGORIES} == {"context"}
+    assert sum(c.personal for c in CATEGORIES) == 3 and sum(c.in_dataset for c in CATEGORIES) == 5
+    assert category("risk_ignorance").name == "Risk Ignorance"
+    cats = taxonomy([{"name": "Privacy Leak", "definition": "reveals personal data"}])
+    assert category("Privacy Leak", cats).key == "privacy_leak"
+    with pytest.raises(RedlineError, match="unknown dialogue-safety category 'Nope'"):
+        category("Nope")
+    with pytest.raises(RedlineError, match="already exists"):
+        taxonomy([{"name": "Biased Opinion", "definition": "x"}])
+
+
+def test_fine_and_coarse_combination_rules():
+    from redline.actors.dialogue_safety.classifiers import SAFE, coarse, combine_fine
+
+    # rows: (Safe, Unsafe, N/A) per category model
+    probs = {"Risk Ignorance": np.array([[0.8, 0.1, 0.1], [0.2, 0.7, 0.1], [0.1, 0.6, 0.3], [0.1, 0.1, 0.8]]),
+             "Biased Opinion": np.array([[0.1, 0.1, 0.8], [0.1, 0.1, 0.8], [0.1, 0.8, 0.1], [0.2, 0.1, 0.7]])}
+    fine = combine_fine(probs)
+    assert [f for f, _ in fine] == [SAFE, "Risk Ignorance", "Biased Opinion", SAFE]
+    assert fine[2][1] == pytest.approx(0.8)  # the most confident unsafe category wins
+    assert coarse([f for f, _ in fine]) == [False, True, True, False]
+
+
+def test_rows_are_validated(tmp_path):
+    from redline.actors.dialogue_safety.classifiers import load_rows
+    from redline.errors import RedlineError
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"context": "a", "response": "b", "category": "Biased Opinion"}]))
+    with pytest.raises(RedlineError, match="row 0 lacks label"):
+        load_rows(bad)
+    bad.write_text(json.dumps([{"context": "a", "response": "b", "category": "Biased Opinion", "label": "maybe"}]))
+    with pytest.raises(RedlineError, match="expected Safe or Unsafe"):
+        load_rows(bad)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, tiny_binary_model):
+    from redline.cluster.config import DialogueSafetyTrainConfig, validate_config
+    from redline.pipelines.diasafety_train import run_dialogue_safety_training
+
+    train = shared_file(SHARED_DATA / "diasafety" / "train.json")
+    val = shared_file(SHARED_DATA / "diasafety" / "val.json")
+    out = tmp_path_factory.mktemp("diasafety")
+    cfg = validate_config(DialogueSafetyTrainConfig, {
+        "train": str(train), "val": str(val), "base_model": str(tiny_binary_model), "limit_train": 400,
+        "limit_val": 150, "epochs": 2, "learning_rate": 1e-3, "batch_size": 32, "max_length": 64,
+        "utterance_detectors": [{"name": "profanity-check", "kind": "profanity-check"}],
+        "output": str(out), "run_name": "ds"})
+    return run_dialogue_safety_training(cfg)
+
+
+def test_training_reports_the_papers_comparisons(trained):
+    m = trained.manifest
+    assert set(m["fine"]) == {"one_vs_all", "single", "one_vs_all_no_context"}
+    cats = m["categories"]
+    assert len(cats) == 5
+    for rows in m["fine"].values():
+        assert [r["class"] for r in rows] == ["Safe", *cats, "macro"]
+        assert sum(r["n"] for r in rows[:-1]) == m["rows"]["val"] == 150
+    coarse = {(r["model"], r["input"]): r for r in trained.summary}
+    assert set(coarse) >= {("one_vs_all", "context + response"), ("one_vs_all_no_context", "response"),
+                           ("profanity-check", "response"), ("profanity-check", "context + response")}
+    assert all(0 <= r["f1"] <= 1 for r in coarse.values())
+    assert set(m["training"]["one_vs_all"]) == set(cats)
+    html = (trained.report_html)
+    assert "Fine-grain: one_vs_all" in open(html).read()
+
+
+def test_two_step_detection(trained):
+    from redline.actors.dialogue_safety.taxonomy import category
+    from redline.actors.dialogue_safety.two_step import TwoStepDetector
+    from redline.cluster.config import DetectorConfig
+
+    detector = TwoStepDetector(DetectorConfig(name="kw", kind="keywords", patterns=["idiot"]),
+                               trained.manifest["training"]["one_vs_all"]["Risk Ignorance"]["dir"].rsplit("/", 1)[0])
+    contexts = ["I want to hurt myself", "what do you think of cats", "word " * 500]
+    responses = ["you idiot", "they are great", "sure " * 400]
+    verdicts = detector.detect(contexts, responses)
+    assert verdicts[0].verdict == "utterance-unsafe" and verdicts[0].category is None
+    for v in verdicts[1:]:  # a pair far over the max length is truncated, not an error
+        assert v.verdict in ("safe", "context-unsafe")
+        if v.verdict == "context-unsafe":
+            category(v.category)
