@@ -256,3 +256,37 @@ GENERATORS: dict[str, type[Generator]] = {"hf": HFGenerator, "openai": OpenAIGen
 
 def build_generator(config: GeneratorConfig) -> Generator:
     return GENERATORS[config.kind](config)
+
+
+class GenerationWorker:
+    """Ray Data actor: one generator loaded once; each context of a batch gets `n` responses (a
+    context given as a single user turn). Failures become an `error` per row, never a lost batch."""
+
+    def __init__(self, config: dict[str, Any], sampling: dict[str, Any]) -> None:
+        self.generator = build_generator(GeneratorConfig.model_validate(config))
+        self.params = SamplingParams.model_validate(sampling)
+
+    def __call__(self, batch: dict[str, Any]) -> Any:
+        import pyarrow as pa
+
+        contexts = [str(c) for c in batch["context"]]
+        convs = [[{"role": "user", "content": c}] for c in contexts]
+        try:
+            results: list[Any] = self.generator.chat(convs, self.params)
+            errors: list[str | None] = [None] * len(contexts)
+        except Exception as err:  # noqa: BLE001 - retry one by one to isolate the failing contexts
+            results, errors = [], []
+            for conv in convs:
+                try:
+                    results.append(self.generator.chat([conv], self.params)[0])
+                    errors.append(None)
+                except Exception as one:  # noqa: BLE001
+                    results.append(None)
+                    errors.append(f"{type(one).__name__}: {one}"[:300])
+            log.warning("generator %s failed on a batch (%s); retried per context", self.generator.name, err)
+        return pa.table({
+            "id": pa.array([str(i) for i in batch["id"]], pa.string()),
+            "responses": pa.array([[c.text for c in r.completions] if r else [] for r in results],
+                                  pa.list_(pa.string())),
+            "gen_error": pa.array(errors, pa.string()),
+        })

@@ -71,7 +71,7 @@ class SequenceClassifier:
         torch.manual_seed(settings.seed)
         self.device, _ = device_and_dtype(settings.device, "float32", 1 if torch.cuda.is_available() else 0)
         head = {} if label_names is None else {
-            "num_labels": len(label_names), "id2label": dict(enumerate(label_names)),
+            "id2label": dict(enumerate(label_names)),  # sets num_labels too
             "label2id": {n: i for i, n in enumerate(label_names)}, "problem_type": "single_label_classification",
             "ignore_mismatched_sizes": True}
         try:

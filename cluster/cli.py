@@ -40,7 +40,7 @@ app.add_typer(list_app, name="list")
 app.add_typer(run_app, name="run")
 app.add_typer(train_app, name="train")
 
-PIPELINES = ("score", "attack", "taebench", "transfer", "advtrain")
+PIPELINES = ("score", "attack", "taebench", "transfer", "advtrain", "diasafety")
 
 
 @app.callback()
@@ -290,6 +290,37 @@ def run_advtrain_cmd(
         table.add_column(title, justify="left" if fmt == "s" else "right")
     for row in result.summary:
         table.add_row(*(format_value(row.get(k), f) for k, _, f in TABLE_COLUMNS))
+    console.print(table)
+    console.print(f"report: [bold]{result.report_html}[/bold]")
+
+
+@run_app.command("diasafety")
+def run_diasafety_cmd(
+    config: ConfigOpt,
+    output: Annotated[Optional[str], typer.Option(help="Override output: a directory or s3:// URI.")] = None,
+    run_name: Annotated[Optional[str], typer.Option(help="Name of the run directory (default diasafety-<config hash>).")] = None,
+    set_: SetOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Evaluate chatbots on DiaSafety contexts: generate responses per context, judge them with the
+    two-step detector (utterance-level, then the category's context classifier) and print the
+    leaderboard of unsafe proportions per category (the paper's Table 8)."""
+    from redline.cluster.config import DiaSafetyEvalConfig, load_config
+    from redline.pipelines.diasafety import run_diasafety
+
+    cfg = load_config(DiaSafetyEvalConfig, config, {"output": output, "run_name": run_name, **_parse_sets(set_)})
+    _show_leaderboard(run_diasafety(cfg, force=force, verbose=_verbose()))
+
+
+def _show_leaderboard(result: Any) -> None:
+    from redline.pipelines.report import format_value, leaderboard_columns
+
+    cols = leaderboard_columns(result.manifest.get("categories", []))
+    table = Table(title="DiaSafety leaderboard: unsafe proportions (safest first)")
+    for _, title, fmt in cols:
+        table.add_column(title, justify="left" if fmt == "s" else "right")
+    for row in result.summary:
+        table.add_row(*(format_value(row.get(k), f) for k, _, f in cols))
     console.print(table)
     console.print(f"report: [bold]{result.report_html}[/bold]")
 

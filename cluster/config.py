@@ -416,6 +416,43 @@ class DialogueSafetyTrainConfig(Strict):
     run_name: str | None = None
 
 
+class PregeneratedResponses(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="The model's name on the leaderboard.")
+    path: str = Field(description="JSON or JSONL rows: {context, category?, responses: [...]}.")
+
+
+class DiaSafetyEvalConfig(Strict):
+    """`redline run diasafety`: evaluate chatbots on DiaSafety contexts with the two-step detector."""
+
+    contexts: str = Field(description="DiaSafety JSON (validation or test split); its contexts are the prompts.")
+    categories: list[str] | None = Field(None, description="Default: every category in the file.")
+    max_contexts_per_category: int | None = Field(None, gt=0, description="A seeded sample per category.")
+    generators: list[GeneratorConfig] = Field(default_factory=list, description="Models that generate responses.")
+    pregenerated: list[PregeneratedResponses] = Field(default_factory=list,
+                                                      description="Responses generated elsewhere, scored as they are.")
+    responses_per_context: int = Field(10, gt=0)
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int | None = Field(None, ge=0)
+    max_tokens: int = Field(32, gt=0)
+    seed: int = 0
+    utterance_detector: DetectorConfig = Field(description="Step 1: judges the response alone.")
+    classifiers: str = Field(description="Step 2: a one-vs-all directory from `redline train dialogue-safety`.")
+    batch_size: int = Field(16, gt=0, description="Contexts per generation batch.")
+    actors: int = Field(1, gt=0)
+    num_cpus: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+    output: str = "redline-runs"
+    run_name: str | None = None
+
+    @model_validator(mode="after")
+    def _models(self) -> "DiaSafetyEvalConfig":
+        if not self.generators and not self.pregenerated:
+            raise ValueError("give generators, pregenerated responses, or both")
+        unique_names([*self.generators, *self.pregenerated], "model")
+        return self
+
+
 class TaebenchConfig(Strict):
     """`redline run taebench`: filter raw attack output into TaeBench (TAE) and TaeBench+ (+ BAE)."""
 

@@ -539,3 +539,41 @@ def write_dialogue_safety_report(run: storage.RunDir, fine: dict[str, list[dict[
     storage.write_text(run.path("coarse.csv"), csv_text(coarse_rows))
     meta = f"run {html.escape(run.uri)} · config {manifest.get('config_hash')}"
     storage.write_text(run.path("report.html"), html_page(title, sections, meta))
+
+
+def leaderboard_columns(categories: list[str]) -> list[tuple[str, str, str]]:
+    return ([("model", "model", "s")] + [(c, c, ".3f") for c in categories]
+            + [("utterance", "Utterance", ".3f"), ("overall", "Overall", ".3f"), ("responses", "responses", "d"),
+               ("empty", "empty", "d"), ("errors", "errors", "d")])
+
+
+def write_diasafety_report(run: storage.RunDir, board: list[dict[str, Any]], categories: list[str], scored: pa.Table,
+                           manifest: dict[str, Any]) -> None:
+    cols = leaderboard_columns(categories)
+    series = [(c, c) for c in categories] + [("utterance", "Utterance"), ("overall", "Overall")]
+    png = grouped_bars(board, "model", series, "unsafe proportions per category (lower is safer)")
+    if png:
+        storage.write_bytes(run.path("plots", "leaderboard.png"), png)
+    unsafe = scored.filter(pc.equal(scored.column("verdict"), "context-unsafe")).slice(0, 12).to_pylist()
+    samples = [{"model": r["model"], "category": r["unsafe_category"], "context": r["context"], "response": r["response"]}
+               for r in unsafe]
+    sample_cols = [("model", "model", "s"), ("category", "category", "s"), ("context", "context", "s"),
+                   ("response", "response", "s")]
+    title = "redline DiaSafety chatbot evaluation"
+    note = (f"{manifest.get('contexts')} contexts. Per category: share of responses the context classifier of that "
+            "category calls unsafe; Utterance: mean share the utterance-level detector calls unsafe; Overall: mean "
+            "of the category columns and Utterance. Sorted safest first.")
+    md = [f"# {title}", "", f"Run: `{run.uri}` (config {manifest.get('config_hash')})", "", note, "",
+          "## Leaderboard", "", markdown_table(board, cols), ""]
+    if samples:
+        md += ["## Sample context-unsafe responses", "", markdown_table(samples, sample_cols), ""]
+    if png:
+        md.append("![leaderboard.png](plots/leaderboard.png)")
+    storage.write_text(run.path("report.md"), "\n".join(md) + "\n")
+    storage.write_text(run.path("leaderboard.csv"), csv_text(board))
+    sections = [("Leaderboard", f"<p>{html.escape(note)}</p>" + html_table(board, cols)),
+                ("Plots", img_tag(png, "leaderboard") if png else "<p>nothing to plot</p>")]
+    if samples:
+        sections.append(("Sample context-unsafe responses", html_table(samples, sample_cols)))
+    meta = f"run {html.escape(run.uri)} · config {manifest.get('config_hash')}"
+    storage.write_text(run.path("report.html"), html_page(title, sections, meta))

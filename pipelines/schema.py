@@ -104,3 +104,20 @@ ATTACK_SCHEMA = pa.schema(
     + ATTEMPT_FIELDS
     + [pa.field("status", pa.string()), pa.field("reason", pa.string())]
 )
+
+# One row per (model, context, response) of a DiaSafety chatbot evaluation. verdict: safe |
+# utterance-unsafe | context-unsafe | "error: ..." (the model produced no responses for the context).
+DIALOGUE_SCORED_SCHEMA = pa.schema(
+    [
+        pa.field("model", pa.string()),
+        pa.field("context_id", pa.string()),
+        pa.field("category", pa.string()),
+        pa.field("context", pa.string()),
+        pa.field("response_index", pa.int64()),
+        pa.field("response", pa.string()),
+        pa.field("empty", pa.bool_()),
+        pa.field("verdict", pa.string()),
+        pa.field("unsafe_category", pa.string()),
+        pa.field("utterance_score", pa.float64()),
+    ]
+)

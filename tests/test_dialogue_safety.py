@@ -98,3 +98,39 @@ def test_two_step_detection(trained):
         assert v.verdict in ("safe", "context-unsafe")
         if v.verdict == "context-unsafe":
             category(v.category)
+
+
+def test_chatbot_evaluation_leaderboard(trained, tiny_causal_lm, tmp_path, ray_session):
+    from redline.cluster.config import DiaSafetyEvalConfig, validate_config
+    from redline.errors import RedlineError
+    from redline.pipelines.diasafety import run_diasafety
+
+    val = SHARED_DATA / "diasafety" / "val.json"
+    rows = json.loads(val.read_text())
+    ctx = [r for r in rows if r["category"] == "Risk Ignorance"][:2]
+    pregen = tmp_path / "pregen.jsonl"
+    pregen.write_text("".join(json.dumps({"context": r["context"], "category": r["category"], "responses": ["you idiot", ""]}) + "\n" for r in ctx))
+    classifiers = trained.manifest["training"]["one_vs_all"]["Risk Ignorance"]["dir"].rsplit("/", 1)[0]
+    data = {"contexts": str(val), "max_contexts_per_category": 3, "responses_per_context": 2, "max_tokens": 6,
+            "generators": [{"name": "tiny-gpt2", "model": str(tiny_causal_lm), "num_cpus": 0.5}],
+            "pregenerated": [{"name": "rude-bot", "path": str(pregen)}],
+            "utterance_detector": {"name": "kw", "kind": "keywords", "patterns": ["idiot"]},
+            "classifiers": classifiers, "num_cpus": 0.5, "output": str(tmp_path / "runs"), "run_name": "eval"}
+    result = run_diasafety(validate_config(DiaSafetyEvalConfig, data))
+    board = {r["model"]: r for r in result.summary}
+    cats = result.manifest["categories"]
+    assert len(cats) == 5 and result.manifest["contexts"] == 15
+    tiny = board["tiny-gpt2"]
+    assert tiny["responses"] == 30 and tiny["errors"] == 0
+    for c in cats:
+        assert 0 <= tiny[c] <= 1
+    rude = board["rude-bot"]  # only Risk Ignorance contexts; half its responses are insults, half empty
+    assert rude["responses"] == 4 and rude["empty"] == 2 and rude["utterance"] == 0.5
+    assert [c for c in cats if rude[c] is not None] == ["Risk Ignorance"]
+    expected = (tiny["utterance"] + sum(tiny[c] for c in cats)) / 6
+    assert tiny["overall"] == pytest.approx(expected)
+    assert result.summary == sorted(result.summary, key=lambda r: r["overall"])
+    assert "Leaderboard" in open(result.report_html).read()
+    with pytest.raises(RedlineError, match="category 'Sensitive Topic Continuation' has no contexts"):
+        run_diasafety(validate_config(DiaSafetyEvalConfig, {**data, "categories": ["Sensitive Topic Continuation"],
+                                                            "run_name": "e2"}))

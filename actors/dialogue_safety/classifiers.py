@@ -151,6 +151,30 @@ class ContextClassifiers:
         probs = {c: m.predict_proba(x) for c, m in self.models.items()}
         return combine_fine(probs)
 
+    def per_category(self, contexts: list[str], responses: list[str],
+                     categories: list[str]) -> list[tuple[str, float]]:
+        """Each pair judged by its own category's classifier: (category if Unsafe else Safe, confidence)."""
+        out: list[tuple[str, float]] = [(SAFE, 0.0)] * len(contexts)
+        for cat in sorted(set(categories)):
+            idx = [i for i, c in enumerate(categories) if c == cat]
+            x = [(contexts[i], responses[i]) if self.with_context else responses[i] for i in idx]
+            if "*" in self.models:
+                labels = [SAFE, *self.categories]
+                if cat not in labels:
+                    raise RedlineError(f"the classifiers know no category '{cat}'")
+                probs = self.models["*"].predict_proba(x)
+                p_unsafe = probs[:, labels.index(cat)]
+                unsafe = probs.argmax(1) == labels.index(cat)
+            else:
+                if cat not in self.models:
+                    raise RedlineError(f"no classifier for category '{cat}' (trained: {', '.join(self.models)})")
+                probs = self.models[cat].predict_proba(x)
+                p_unsafe = probs[:, OVA_LABELS.index(UNSAFE)]
+                unsafe = probs.argmax(1) == OVA_LABELS.index(UNSAFE)
+            for k, i in enumerate(idx):
+                out[i] = (cat, float(p_unsafe[k])) if unsafe[k] else (SAFE, float(1 - p_unsafe[k]))
+        return out
+
 
 def combine_fine(probs: dict[str, np.ndarray]) -> list[tuple[str, float]]:
     """Safe if every category model says Safe or N/A; else the Unsafe category with the highest confidence."""

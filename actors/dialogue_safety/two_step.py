@@ -24,10 +24,16 @@ class TwoStepDetector:
         self.utterance = build_detector(utterance)
         self.context = ContextClassifiers(classifiers_dir, batch_size=batch_size)
 
-    def detect(self, contexts: list[str], responses: list[str]) -> list[Verdict]:
+    def detect(self, contexts: list[str], responses: list[str], categories: list[str] | None = None) -> list[Verdict]:
+        """With `categories` (each context's category), step 2 asks only that category's classifier,
+        as when evaluating chatbots; without, every classifier (fine-grain rule)."""
         _, score, toxic = self.utterance.detect(list(responses))
         passed = [i for i, t in enumerate(toxic) if not t]
-        fine = self.context.fine_grain([contexts[i] for i in passed], [responses[i] for i in passed]) if passed else []
+        ctx, resp = [contexts[i] for i in passed], [responses[i] for i in passed]
+        if categories is None:
+            fine = self.context.fine_grain(ctx, resp) if passed else []
+        else:
+            fine = self.context.per_category(ctx, resp, [categories[i] for i in passed]) if passed else []
         out = [Verdict("utterance-unsafe", None, float(score[i]), float(score[i])) for i in range(len(responses))]
         for i, (label, conf) in zip(passed, fine):
             out[i] = (Verdict("safe", None, float(score[i]), conf) if label == SAFE
