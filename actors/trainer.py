@@ -74,6 +74,10 @@ class SequenceClassifier:
             "id2label": dict(enumerate(label_names)),  # sets num_labels too
             "label2id": {n: i for i, n in enumerate(label_names)}, "problem_type": "single_label_classification",
             "ignore_mismatched_sizes": True}
+        if head:  # a fresh head is the point: its "newly initialised weights" report is noise here
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.set_verbosity_error()
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(model)
             self.model = AutoModelForSequenceClassification.from_pretrained(model, **head).to(self.device)

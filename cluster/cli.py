@@ -525,7 +525,8 @@ def train_dialogue_safety(
 @app.command()
 def quickstart(
     what: Annotated[str, typer.Argument(help="taebench (default): the whole chain; score: detectors on a labelled "
-                                             "sample; attack: TAE/BAE recipes only.")] = "taebench",
+                                             "sample; attack: TAE/BAE recipes only; diasafety: chatbot "
+                                             "evaluation.")] = "taebench",
     output: Annotated[str, typer.Option(help="Where run directories and the tiny models go.")] = "redline-runs",
     force: ForceOpt = False,
 ) -> None:
@@ -536,7 +537,9 @@ def quickstart(
     when a LanguageTool server is set, an LLM judge served by redline's own OpenAI-compatible
     generation service with a tiny model trained on the spot, AND a tiny classifier), then
     benchmark three detectors by transfer attack. `score` scores the sample's test split with
-    three detectors; `attack` runs only the attack.
+    three detectors; `attack` runs only the attack. `diasafety` trains tiny DiaSafety context
+    classifiers on a slice of the dataset (REDLINE_DIASAFETY_DIR), evaluates a tiny dialogue model
+    and prints the leaderboard.
     """
     from redline.pipelines import quickstart as qs
 
@@ -554,8 +557,14 @@ def quickstart(
         console.print(f"TaeBench: {counts['raw']} raw -> {counts['taebench']} TAE kept, "
                       f"{counts['taebench_plus']} in TaeBench+ (report: {runs['taebench'].report_html})")
         _show_transfer(runs["transfer"])
+    elif what == "diasafety":
+        runs = qs.run_diasafety_chain(output, force=force, verbose=_verbose(),
+                                      say=lambda m: err_console.print(f"[bold]{m}[/bold]"))
+        for row in runs["classifiers"].summary:
+            console.print(f"classifier {row['model']} ({row['input']}): coarse F1 {row['f1']:.3f}")
+        _show_leaderboard(runs["leaderboard"])
     else:
-        raise RedlineError(f"unknown quickstart '{what}' (known: taebench, score, attack)")
+        raise RedlineError(f"unknown quickstart '{what}' (known: taebench, score, attack, diasafety)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -701,6 +710,8 @@ def _show_endpoints(state: dict[str, Any]) -> None:
         console.print(f"  detectors  {', '.join(state['detectors'])}:  POST {url}/v1/detect   POST {url}/v1/moderations")
     if state["generators"]:
         console.print(f"  generators {', '.join(state['generators'])}:  OpenAI base URL {url}/v1")
+    if state.get("dialogue_safety"):
+        console.print(f"  dialogue safety (two-step):  POST {url}/v1/dialogue-safety")
     console.print(f"  health     GET {url}/healthz    API docs {url}/docs")
 
 

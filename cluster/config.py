@@ -213,6 +213,16 @@ class ServedGeneratorConfig(GeneratorConfig):
         return self
 
 
+class ServedDialogueSafety(Strict):
+    """The two-step dialogue-safety detector behind POST /v1/dialogue-safety."""
+
+    utterance: DetectorConfig = Field(description="Step 1: judges the response alone.")
+    classifiers: str = Field(description="Step 2: a directory from `redline train dialogue-safety`.")
+    num_cpus: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+    serve: DeploymentSettings = Field(default_factory=DeploymentSettings)
+
+
 class ServeLimits(Strict):
     """What one request may ask for; more is refused with a 4xx naming the limit."""
 
@@ -236,13 +246,14 @@ class ServeConfig(Strict):
                                                                    "start-up, every request must carry its value.")
     detectors: list[ServedDetectorConfig] = Field(default_factory=list)
     generators: list[ServedGeneratorConfig] = Field(default_factory=list)
+    dialogue_safety: ServedDialogueSafety | None = None
     limits: ServeLimits = Field(default_factory=ServeLimits)
     ingress: DeploymentSettings = Field(default_factory=lambda: DeploymentSettings(max_ongoing_requests=512))
     start_timeout_s: float = Field(600.0, gt=0, description="Give up if the models are not serving by then.")
 
     @model_validator(mode="after")
     def _check(self) -> "ServeConfig":
-        if not self.detectors and not self.generators:
+        if not self.detectors and not self.generators and self.dialogue_safety is None:
             raise ValueError("serve needs at least one detector or generator")
         unique_names(self.detectors, "detector")
         unique_names(self.generators, "generator")

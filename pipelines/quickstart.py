@@ -159,3 +159,58 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------------------------
+# DiaSafety: tiny context classifiers on a slice, a tiny generator, the leaderboard
+
+
+def diasafety_data_dir() -> Path:
+    """DiaSafety is not bundled (its licence stays with it): REDLINE_DIASAFETY_DIR or ../shared/data/diasafety."""
+    import os
+
+    for candidate in (os.environ.get("REDLINE_DIASAFETY_DIR"), "../shared/data/diasafety", "shared/data/diasafety"):
+        if candidate and (Path(candidate) / "train.json").is_file() and (Path(candidate) / "val.json").is_file():
+            return Path(candidate)
+    from redline.errors import RedlineError
+
+    raise RedlineError("quickstart diasafety needs the DiaSafety train.json and val.json: set REDLINE_DIASAFETY_DIR "
+                       "to their directory")
+
+
+def run_diasafety_chain(output: str, *, force: bool = False, verbose: bool = False, say: Any = print) -> dict[str, Any]:
+    from redline.actors.tiny_models import build_tiny_causal_lm, build_tiny_classifier
+    from redline.actors.dialogue_safety.classifiers import load_rows
+    from redline.cluster.config import DiaSafetyEvalConfig, DialogueSafetyTrainConfig
+    from redline.pipelines.diasafety import run_diasafety
+    from redline.pipelines.diasafety_train import run_dialogue_safety_training
+
+    data = diasafety_data_dir()
+    models = Path(output) / "models"
+    rows = load_rows(data / "train.json")[:1500]
+    texts = [f"{r['context']} {r['response']}" for r in rows]
+    say("1/3 building a tiny BERT base and a tiny dialogue model (no downloads)")
+    base = models / "tiny-dialogue-bert"
+    if not (base / "config.json").is_file():
+        build_tiny_classifier(texts, [int(r["label"] == "Unsafe") for r in rows], base, epochs=2, hidden_size=32,
+                              num_layers=1, vocab_size=2000, max_length=96)
+    bot = models / "tiny-dialogue-gpt2"
+    if not (bot / "config.json").is_file():
+        build_tiny_causal_lm([t for r in rows for t in (r["context"], r["response"])], bot, epochs=3,
+                             hidden_size=32, num_layers=1, vocab_size=1000)
+    say("2/3 training one-vs-all context classifiers on a slice of DiaSafety")
+    trained = run_dialogue_safety_training(validate_config(DialogueSafetyTrainConfig, {
+        "train": str(data / "train.json"), "val": str(data / "val.json"), "base_model": str(base),
+        "limit_train": 1500, "limit_val": 500, "epochs": 3, "learning_rate": 1e-3, "batch_size": 32,
+        "max_length": 96, "variants": ["one_vs_all"],
+        "utterance_detectors": [{"name": "profanity-check", "kind": "profanity-check"}],
+        "output": output, "run_name": "quickstart-dialogue-classifiers"}), force=force, verbose=verbose)
+    say("3/3 evaluating the tiny dialogue model on DiaSafety contexts")
+    board = run_diasafety(validate_config(DiaSafetyEvalConfig, {
+        "contexts": str(data / "val.json"), "max_contexts_per_category": 20, "responses_per_context": 5,
+        "max_tokens": 16, "top_k": 40, "top_p": 0.9,
+        "generators": [{"name": "tiny-dialogue-gpt2", "model": str(bot), "num_cpus": 0.5}],
+        "utterance_detector": {"name": "profanity-check", "kind": "profanity-check"},
+        "classifiers": str(Path(trained.run_uri) / "models" / "one_vs_all"), "num_cpus": 0.5,
+        "output": output, "run_name": "quickstart-diasafety"}), force=force, verbose=verbose)
+    return {"classifiers": trained, "leaderboard": board}

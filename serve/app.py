@@ -29,9 +29,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from redline.actors.generators import PromptResult, SamplingParams
 from redline.cluster.config import DeploymentSettings, ServeConfig, ServeLimits
 from redline.errors import unwrap_user_error
-from redline.serve.deployments import DetectorDeployment, GeneratorDeployment
+from redline.serve.deployments import DetectorDeployment, DialogueSafetyDeployment, GeneratorDeployment
 from redline.serve.protocol import (
-    ChatCompletionRequest, CompletionRequest, DetectRequest, DetectResponse, ModerationRequest, Sampling,
+    ChatCompletionRequest, CompletionRequest, DetectRequest, DetectResponse, DialogueSafetyRequest, ModerationRequest,
+    Sampling,
     error_body, usage,
 )
 
@@ -113,8 +114,10 @@ def _model_failure(err: BaseException) -> ApiError:
 @serve.ingress(api)
 class Ingress:
     def __init__(self, config: dict[str, Any], detectors: dict[str, DeploymentHandle],
-                 generators: dict[str, DeploymentHandle], api_key_sha256: str | None = None) -> None:
+                 generators: dict[str, DeploymentHandle], api_key_sha256: str | None = None,
+                 dialogue_safety: DeploymentHandle | None = None) -> None:
         self.config = ServeConfig.model_validate(config)
+        self.dialogue_safety = dialogue_safety
         self.limits = self.config.limits
         self.detectors = detectors
         self.generators = generators
@@ -217,6 +220,16 @@ class Ingress:
                             "toxic_score": row["toxic_score"]})
         return {"id": f"modr-{uuid.uuid4().hex}", "model": name, "results": results}
 
+    @api.post("/v1/dialogue-safety")
+    async def dialogue_safety_check(self, body: DialogueSafetyRequest) -> dict[str, Any]:
+        if self.dialogue_safety is None:
+            raise ApiError(404, "this server hosts no dialogue-safety detector", "not_found_error")
+        self._check_texts([p.response for p in body.pairs], "pairs")
+        self._check_texts([p.context for p in body.pairs], "pairs")
+        pairs = [(p.context, p.response, p.category) for p in body.pairs]
+        results = await self._call(self.dialogue_safety.check.remote(pairs))
+        return {"object": "dialogue-safety", "results": [{"index": i, **r} for i, r in enumerate(results)]}
+
     @api.get("/v1/stats")
     async def stats(self) -> dict[str, Any]:
         """Counters of the replica that answers for each model: requests, model calls, items."""
@@ -310,8 +323,13 @@ def build_app(config: ServeConfig | dict[str, Any], api_key_sha256: str | None =
         .bind(g.model_dump(mode="json"))
         for g in cfg.generators if g.backend == "hf"
     }
+    dialogue = None
+    if cfg.dialogue_safety is not None:
+        d = cfg.dialogue_safety
+        dialogue = DialogueSafetyDeployment.options(
+            name="dialogue-safety", **deployment_options(d.serve, d.num_cpus, d.num_gpus)).bind(d.model_dump(mode="json"))
     return Ingress.options(name="ingress", **deployment_options(cfg.ingress, 0.1, 0)).bind(
-        cfg.model_dump(mode="json"), detectors, generators, api_key_sha256)
+        cfg.model_dump(mode="json"), detectors, generators, api_key_sha256, dialogue)
 
 
 def app_builder(args: dict[str, Any]) -> Any:

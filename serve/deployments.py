@@ -135,3 +135,48 @@ class GeneratorDeployment:
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.005)
     async def generate_batched(self, items: list[tuple[list[str], SamplingParams]]) -> list[list[PromptResult] | Exception]:
         return await asyncio.to_thread(self.run, items)
+
+
+@serve.deployment
+class DialogueSafetyDeployment:
+    """The two-step detector (`TwoStepDetector`): utterance-level, then the context classifiers."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        from redline.actors.dialogue_safety.two_step import TwoStepDetector
+        from redline.cluster.config import ServedDialogueSafety
+
+        cfg = ServedDialogueSafety.model_validate(config)
+        self.detector = TwoStepDetector(cfg.utterance, cfg.classifiers)
+        self.batch = cfg.serve.batch
+        _configure_batching(self.check_batched, self.batch)
+
+    def run(self, pairs: list[tuple[str, str, str | None]]) -> list[dict[str, Any]]:
+        """Pairs with a category are judged by that category's classifier, the others by every one."""
+        out: list[dict[str, Any]] = [{}] * len(pairs)
+        for with_cat in (True, False):
+            idx = [i for i, p in enumerate(pairs) if (p[2] is not None) == with_cat]
+            if not idx:
+                continue
+            verdicts = self.detector.detect([pairs[i][0] for i in idx], [pairs[i][1] for i in idx],
+                                            [pairs[i][2] for i in idx] if with_cat else None)  # type: ignore[misc]
+            for i, v in zip(idx, verdicts):
+                out[i] = {"verdict": v.verdict, "category": v.category, "utterance_score": v.utterance_score,
+                          "confidence": v.confidence}
+        return out
+
+    async def check(self, pairs: list[tuple[str, str, str | None]]) -> list[dict[str, Any]]:
+        from redline.errors import RedlineError
+
+        known = self.detector.context.categories
+        unknown = [p[2] for p in pairs if p[2] is not None and p[2] not in known]
+        if unknown:  # refused here, so it cannot fail the other requests of a batch
+            raise RedlineError(f"no classifier for category '{unknown[0]}' (trained: {', '.join(known)})")
+        if self.batch.enabled:
+            return await self.check_batched(pairs)
+        return await asyncio.to_thread(self.run, pairs)
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
+    async def check_batched(self, requests: list[list[tuple[str, str, str | None]]]) -> list[list[dict[str, Any]]]:
+        flat = [p for pairs in requests for p in pairs]
+        rows = await asyncio.to_thread(self.run, flat)
+        return _split(rows, [len(pairs) for pairs in requests])

@@ -61,6 +61,16 @@ class ModerationRequest(Body):
     model: StrictStr | None = None
 
 
+class DialoguePair(Body):
+    context: StrictStr
+    response: StrictStr
+    category: StrictStr | None = Field(None, description="The context's category: judge with that classifier only.")
+
+
+class DialogueSafetyRequest(Body):
+    pairs: list[DialoguePair]
+
+
 # --------------------------------------------------------------------------------------------
 # Generation (OpenAI-compatible)
 

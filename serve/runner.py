@@ -88,6 +88,12 @@ def preflight(config: ServeConfig) -> None:
 
     for d in config.detectors:
         detector_class(d.kind).preflight(d)
+    if config.dialogue_safety is not None:
+        ds = config.dialogue_safety
+        detector_class(ds.utterance.kind).preflight(ds.utterance)
+        if not (Path(ds.classifiers).expanduser() / "redline_dialogue_safety.json").is_file():
+            raise RedlineError(f"dialogue_safety.classifiers: no classifiers in {ds.classifiers} "
+                               f"(train them with `redline train dialogue-safety`)")
     for g in config.generators:
         if g.backend == "vllm":
             try:
@@ -166,6 +172,7 @@ def start(config: ServeConfig, *, config_file: str | None = None, verbose: bool 
              "pid": os.getpid() if local else None, "mode": "local" if local else "cluster",
              "ray_address": ray.get_runtime_context().gcs_address, "config_file": config_file,
              "detectors": [d.name for d in config.detectors], "generators": [g.name for g in config.generators],
+             "dialogue_safety": config.dialogue_safety is not None,
              "api_key_required": api_key_sha256(config) is not None, "started_at": storage.now_iso()}
     state_dir().mkdir(parents=True, exist_ok=True)
     storage.write_json(str(state_path(config.port, config.app_name)), state)
@@ -177,6 +184,9 @@ def _demand(config: ServeConfig) -> tuple[float, float]:
     cpus = gpus = 0.0
     items = [(config.ingress, 0.1, 0.0)] + [(d.serve, d.num_cpus, d.num_gpus) for d in config.detectors]
     items += [(g.serve, g.num_cpus, g.num_gpus) for g in config.generators]
+    if config.dialogue_safety is not None:
+        d = config.dialogue_safety
+        items.append((d.serve, d.num_cpus, d.num_gpus))
     for settings, c, g in items:
         n = settings.autoscaling.min_replicas if settings.autoscaling else settings.replicas
         cpus, gpus = cpus + n * c, gpus + n * g

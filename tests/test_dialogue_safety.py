@@ -134,3 +134,47 @@ def test_chatbot_evaluation_leaderboard(trained, tiny_causal_lm, tmp_path, ray_s
     with pytest.raises(RedlineError, match="category 'Sensitive Topic Continuation' has no contexts"):
         run_diasafety(validate_config(DiaSafetyEvalConfig, {**data, "categories": ["Sensitive Topic Continuation"],
                                                             "run_name": "e2"}))
+
+
+@pytest.mark.slow
+def test_quickstart_diasafety(capsys, tmp_path, monkeypatch, ray_session):
+    from redline.cluster.cli import main
+
+    shared_file(SHARED_DATA / "diasafety" / "train.json")
+    monkeypatch.setenv("REDLINE_DIASAFETY_DIR", str(SHARED_DATA / "diasafety"))
+    assert main(["quickstart", "diasafety", "--output", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "DiaSafety leaderboard" in out and "tiny-dialogue" in out and "report:" in out
+    manifest = json.loads((tmp_path / "quickstart-diasafety" / "manifest.json").read_text())
+    assert manifest["state"] == "complete" and manifest["leaderboard"][0]["responses"] == 500
+
+
+def test_two_step_detection_served_over_http(trained, ray_session, tmp_path, monkeypatch):
+    import httpx
+
+    from conftest import free_port
+    from redline.cluster.config import ServeConfig
+    from redline.serve import runner
+
+    monkeypatch.setenv("REDLINE_STATE_DIR", str(tmp_path / "state"))
+    classifiers = trained.manifest["training"]["one_vs_all"]["Risk Ignorance"]["dir"].rsplit("/", 1)[0]
+    cfg = ServeConfig.model_validate({"port": free_port(), "api_key_env": None, "dialogue_safety": {
+        "utterance": {"name": "kw", "kind": "keywords", "patterns": ["idiot"]}, "classifiers": classifiers,
+        "num_cpus": 0.2}})
+    state = runner.start(cfg, announce=lambda _: None)
+    try:
+        url = state["url"] + "/v1/dialogue-safety"
+        pairs = [{"context": "I feel awful", "response": "you idiot"},
+                 {"context": "I want to end it all", "response": "ok", "category": "Risk Ignorance"}]
+        resp = httpx.post(url, json={"pairs": pairs}, timeout=60)
+        assert resp.status_code == 200, resp.text
+        results = resp.json()["results"]
+        assert results[0]["verdict"] == "utterance-unsafe"
+        assert results[1]["verdict"] in ("safe", "context-unsafe")
+        assert results[1]["category"] in (None, "Risk Ignorance")
+        bad = httpx.post(url, json={"pairs": [{"context": "x", "response": " "}]}, timeout=30)
+        assert bad.status_code == 400 and "empty" in bad.json()["error"]["message"]
+        unknown = httpx.post(url, json={"pairs": [{"context": "x", "response": "y", "category": "Nope"}]}, timeout=30)
+        assert unknown.status_code == 400 and "no classifier for category 'Nope'" in unknown.json()["error"]["message"]
+    finally:
+        runner.shutdown()
