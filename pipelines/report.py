@@ -222,6 +222,41 @@ def img_tag(png: bytes, alt: str) -> str:
     return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
 
 
+class Report:
+    """Builds report.md and report.html of a run from the same sections (tables, plots, notes)."""
+
+    def __init__(self, run: storage.RunDir, title: str, manifest: dict[str, Any], note: str) -> None:
+        self.run, self.title, self.manifest = run, title, manifest
+        self.md = [f"# {title}", "", f"Run: `{run.uri}` (config {manifest.get('config_hash')})", "", note, ""]
+        self.sections: list[tuple[str, str]] = []
+        self.note_html = f"<p>{html.escape(note)}</p>"
+
+    def table(self, heading: str, rows: list[dict[str, Any]], cols: list[tuple[str, str, str]]) -> "Report":
+        if rows:
+            self.md += [f"## {heading}", "", markdown_table(rows, cols), ""]
+            lead, self.note_html = self.note_html, ""  # the note sits above the first table
+            self.sections.append((heading, lead + html_table(rows, cols)))
+        return self
+
+    def plot(self, name: str, png: bytes | None) -> "Report":
+        if png:
+            storage.write_bytes(self.run.path("plots", f"{name}.png"), png)
+            self.md += [f"![{name}.png](plots/{name}.png)", ""]
+            self.sections.append(("Plots", img_tag(png, name)))
+        return self
+
+    def text(self, heading: str, text: str) -> "Report":
+        self.md += [f"## {heading}", "", "```", text, "```", ""]
+        self.sections.append((heading, f"<pre>{html.escape(text)}</pre>"))
+        return self
+
+    def write(self, csv_name: str, csv_rows: list[dict[str, Any]]) -> None:
+        storage.write_text(self.run.path("report.md"), "\n".join(self.md) + "\n")
+        storage.write_text(self.run.path(csv_name), csv_text(csv_rows))
+        meta = f"run {html.escape(self.run.uri)} · config {self.manifest.get('config_hash')}"
+        storage.write_text(self.run.path("report.html"), html_page(self.title, self.sections, meta))
+
+
 def counts_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     counts = manifest.get("counts", {})
     rows = [{"what": "rows in", "n": counts.get("rows_in")},
@@ -390,10 +425,6 @@ def plot_funnel(rows: list[dict[str, Any]]) -> bytes | None:
 
 def write_taebench_report(run: storage.RunDir, final: pa.Table, table2: list[dict[str, Any]],
                           manifest: dict[str, Any]) -> None:
-    cols = taebench_columns(table2)
-    png = plot_funnel(table2)
-    if png:
-        storage.write_bytes(run.path("plots", "funnel.png"), png)
     stage_rows = []
     for name, info in manifest.get("stages", {}).items():
         if isinstance(info, dict):
@@ -407,31 +438,15 @@ def write_taebench_report(run: storage.RunDir, final: pa.Table, table2: list[dic
     samples = [{"goal": r["goal"], "recipes": r["recipes"], "seed": r["seed_text"], "example": r["text"]}
                for r in final.slice(0, 12).to_pylist()]
     sample_cols = [("goal", "goal", "s"), ("recipes", "recipes", "s"), ("seed", "seed", "s"), ("example", "kept example", "s")]
-    usage = manifest.get("judge_usage")
-    title = "redline TaeBench report"
     counts = manifest.get("counts", {})
     note = (f"{counts.get('raw')} raw adversarial examples -> TaeBench {counts.get('taebench')} (valid TAE), "
             f"TaeBench+ {counts.get('taebench_plus')} (valid TAE + BAE).")
-    md = [f"# {title}", "", f"Run: `{run.uri}` (config {manifest.get('config_hash')})", "", note, "",
-          "## Rows remaining after each stage (Table 2)", "", markdown_table(table2, cols), "",
-          "## Stages", "", markdown_table(stage_rows, stage_cols), ""]
-    if usage:
-        md += ["## LLM judge usage", "", "```", json.dumps(usage, indent=2), "```", ""]
-    if samples:
-        md += ["## Sample kept examples", "", markdown_table(samples, sample_cols), ""]
-    if png:
-        md.append("![funnel.png](plots/funnel.png)")
-    storage.write_text(run.path("report.md"), "\n".join(md) + "\n")
-    storage.write_text(run.path("counts.csv"), csv_text(table2))
-    sections = [("Rows remaining after each stage", f"<p>{html.escape(note)}</p>" + html_table(table2, cols)),
-                ("Plots", img_tag(png, "funnel") if png else "<p>nothing to plot</p>"),
-                ("Stages", html_table(stage_rows, stage_cols))]
-    if usage:
-        sections.append(("LLM judge usage", f"<pre>{html.escape(json.dumps(usage, indent=2))}</pre>"))
-    if samples:
-        sections.append(("Sample kept examples", html_table(samples, sample_cols)))
-    meta = f"run {html.escape(run.uri)} · config {manifest.get('config_hash')}"
-    storage.write_text(run.path("report.html"), html_page(title, sections, meta))
+    report = Report(run, "redline TaeBench report", manifest, note)
+    report.table("Rows remaining after each stage (Table 2)", table2, taebench_columns(table2))
+    report.plot("funnel", plot_funnel(table2)).table("Stages", stage_rows, stage_cols)
+    if manifest.get("judge_usage"):
+        report.text("LLM judge usage", json.dumps(manifest["judge_usage"], indent=2))
+    report.table("Sample kept examples", samples, sample_cols).write("counts.csv", table2)
 
 
 # --------------------------------------------------------------------------------------------
@@ -446,24 +461,12 @@ def plot_transfer(rows: list[dict[str, Any]]) -> bytes | None:
 
 def write_transfer_report(run: storage.RunDir, rows: list[dict[str, Any]], cols: list[tuple[str, str, str]],
                           manifest: dict[str, Any]) -> None:
-    png = plot_transfer(rows)
-    if png:
-        storage.write_bytes(run.path("plots", "transfer.png"), png)
-    title = "redline transfer-attack report"
     cfg = manifest.get("config", {})
     note = (f"TaeBench {cfg.get('taebench')} ({cfg.get('split')} split). ASR on TAE = share of toxic adversarial "
             "examples a victim calls benign (FNR); ASR on BAE = share of benign adversarial examples it calls toxic "
             "(FPR); FNR on seeds = the same victim on the original toxic seeds.")
-    md = [f"# {title}", "", f"Run: `{run.uri}` (config {manifest.get('config_hash')})", "", note, "",
-          markdown_table(rows, cols), ""]
-    if png:
-        md.append("![transfer.png](plots/transfer.png)")
-    storage.write_text(run.path("report.md"), "\n".join(md) + "\n")
-    storage.write_text(run.path("transfer.csv"), csv_text(rows))
-    sections = [("Transfer attack", f"<p>{html.escape(note)}</p>" + html_table(rows, cols)),
-                ("Plots", img_tag(png, "transfer") if png else "<p>nothing to plot</p>")]
-    meta = f"run {html.escape(run.uri)} · config {manifest.get('config_hash')}"
-    storage.write_text(run.path("report.html"), html_page(title, sections, meta))
+    report = Report(run, "redline transfer-attack report", manifest, note)
+    report.table("Transfer attack", rows, cols).plot("transfer", plot_transfer(rows)).write("transfer.csv", rows)
 
 
 # --------------------------------------------------------------------------------------------
@@ -479,31 +482,18 @@ def plot_advtrain(table: list[dict[str, Any]]) -> bytes | None:
 
 def write_advtrain_report(run: storage.RunDir, table: list[dict[str, Any]], trials: list[dict[str, Any]],
                           cols: list[tuple[str, str, str]], manifest: dict[str, Any]) -> None:
-    png = plot_advtrain(table)
-    if png:
-        storage.write_bytes(run.path("plots", "advtrain.png"), png)
     trial_cols = [("variant", "variant", "s"), ("status", "status", "s"), ("learning_rate", "lr", ".0e"),
                   ("batch_size", "batch", "d"), ("epochs", "epochs", "d"), ("augment_ratio", "aug. ratio", ".2f"),
                   ("epochs_run", "epochs run", "d"), ("tae_asr", "TaeBench ASR", ".3f"), ("seed_f1", "seed F1", ".3f")]
-    title = "redline adversarial-training report"
     data = manifest.get("data", {})
     note = (f"Base training rows {data.get('base_rows')}; adversarial rows per variant "
             + ", ".join(f"{k[4:]} {v}" for k, v in data.items() if k.startswith("adv_"))
             + f"; evaluated on {data.get('seed_test')} seed-test rows, {data.get('tae_test')} TaeBench test TAE, "
               f"{data.get('bae_test')} TaeBench+ test BAE, {data.get('unseen_tae')} TAE of held-out recipes. "
               "ASR = FNR on TAE, FPR on BAE (lower is more robust).")
-    md = [f"# {title}", "", f"Run: `{run.uri}` (config {manifest.get('config_hash')})", "", note, "",
-          "## Best trial per variant (Table 5)", "", markdown_table(table, cols), "",
-          "## All trials", "", markdown_table(trials, trial_cols), ""]
-    if png:
-        md.append("![advtrain.png](plots/advtrain.png)")
-    storage.write_text(run.path("report.md"), "\n".join(md) + "\n")
-    storage.write_text(run.path("table.csv"), csv_text(table))
-    sections = [("Best trial per variant", f"<p>{html.escape(note)}</p>" + html_table(table, cols)),
-                ("Plots", img_tag(png, "advtrain") if png else "<p>no finished trials</p>"),
-                ("All trials", html_table(trials, trial_cols))]
-    meta = f"run {html.escape(run.uri)} · config {manifest.get('config_hash')}"
-    storage.write_text(run.path("report.html"), html_page(title, sections, meta))
+    report = Report(run, "redline adversarial-training report", manifest, note)
+    report.table("Best trial per variant (Table 5)", table, cols).plot("advtrain", plot_advtrain(table))
+    report.table("All trials", trials, trial_cols).write("table.csv", table)
 
 
 # --------------------------------------------------------------------------------------------
@@ -517,28 +507,19 @@ COARSE_COLUMNS = [("model", "model", "s"), ("input", "input", "s"), ("precision"
 
 def write_dialogue_safety_report(run: storage.RunDir, fine: dict[str, list[dict[str, Any]]],
                                  coarse_rows: list[dict[str, Any]], manifest: dict[str, Any]) -> None:
-    title = "redline dialogue-safety classifiers"
     rows = manifest.get("rows", {})
     note = (f"Trained on {rows.get('train')} rows, evaluated on {rows.get('val')} validation rows; categories: "
             + ", ".join(manifest.get("categories", [])) + ". Fine-grain: Safe or the unsafe category; coarse-grain: "
             "unsafe vs safe.")
-    md = [f"# {title}", "", f"Run: `{run.uri}` (config {manifest.get('config_hash')})", "", note, "",
-          "## Coarse-grain", "", markdown_table(coarse_rows, COARSE_COLUMNS), ""]
-    sections = [("Coarse-grain", f"<p>{html.escape(note)}</p>" + html_table(coarse_rows, COARSE_COLUMNS))]
-    macro = [{"model": v, "macro_f1": rows_[-1]["f1"]} for v, rows_ in fine.items()]
-    png = grouped_bars([{**m, "f1": m["macro_f1"]} for m in macro] + [
-        {"model": f"{r['model']} ({r['input']})", "f1": r["f1"]} for r in coarse_rows], "model",
-        [("macro_f1", "fine-grain macro F1"), ("f1", "coarse F1 (unsafe)")], "dialogue-safety classifiers")
-    if png:
-        storage.write_bytes(run.path("plots", "classifiers.png"), png)
-        sections.append(("Plots", img_tag(png, "classifiers")))
+    bars = [{"model": v, "macro_f1": t[-1]["f1"]} for v, t in fine.items()]
+    bars += [{"model": f"{r['model']} ({r['input']})", "f1": r["f1"]} for r in coarse_rows]
+    report = Report(run, "redline dialogue-safety classifiers", manifest, note)
+    report.table("Coarse-grain", coarse_rows, COARSE_COLUMNS)
+    report.plot("classifiers", grouped_bars(bars, "model", [("macro_f1", "fine-grain macro F1"),
+                                                            ("f1", "coarse F1 (unsafe)")], "dialogue-safety classifiers"))
     for variant, table in fine.items():
-        md += [f"## Fine-grain: {variant}", "", markdown_table(table, FINE_COLUMNS), ""]
-        sections.append((f"Fine-grain: {variant}", html_table(table, FINE_COLUMNS)))
-    storage.write_text(run.path("report.md"), "\n".join(md) + "\n")
-    storage.write_text(run.path("coarse.csv"), csv_text(coarse_rows))
-    meta = f"run {html.escape(run.uri)} · config {manifest.get('config_hash')}"
-    storage.write_text(run.path("report.html"), html_page(title, sections, meta))
+        report.table(f"Fine-grain: {variant}", table, FINE_COLUMNS)
+    report.write("coarse.csv", coarse_rows)
 
 
 def leaderboard_columns(categories: list[str]) -> list[tuple[str, str, str]]:
@@ -549,31 +530,16 @@ def leaderboard_columns(categories: list[str]) -> list[tuple[str, str, str]]:
 
 def write_diasafety_report(run: storage.RunDir, board: list[dict[str, Any]], categories: list[str], scored: pa.Table,
                            manifest: dict[str, Any]) -> None:
-    cols = leaderboard_columns(categories)
     series = [(c, c) for c in categories] + [("utterance", "Utterance"), ("overall", "Overall")]
-    png = grouped_bars(board, "model", series, "unsafe proportions per category (lower is safer)")
-    if png:
-        storage.write_bytes(run.path("plots", "leaderboard.png"), png)
     unsafe = scored.filter(pc.equal(scored.column("verdict"), "context-unsafe")).slice(0, 12).to_pylist()
     samples = [{"model": r["model"], "category": r["unsafe_category"], "context": r["context"], "response": r["response"]}
                for r in unsafe]
     sample_cols = [("model", "model", "s"), ("category", "category", "s"), ("context", "context", "s"),
                    ("response", "response", "s")]
-    title = "redline DiaSafety chatbot evaluation"
     note = (f"{manifest.get('contexts')} contexts. Per category: share of responses the context classifier of that "
             "category calls unsafe; Utterance: mean share the utterance-level detector calls unsafe; Overall: mean "
             "of the category columns and Utterance. Sorted safest first.")
-    md = [f"# {title}", "", f"Run: `{run.uri}` (config {manifest.get('config_hash')})", "", note, "",
-          "## Leaderboard", "", markdown_table(board, cols), ""]
-    if samples:
-        md += ["## Sample context-unsafe responses", "", markdown_table(samples, sample_cols), ""]
-    if png:
-        md.append("![leaderboard.png](plots/leaderboard.png)")
-    storage.write_text(run.path("report.md"), "\n".join(md) + "\n")
-    storage.write_text(run.path("leaderboard.csv"), csv_text(board))
-    sections = [("Leaderboard", f"<p>{html.escape(note)}</p>" + html_table(board, cols)),
-                ("Plots", img_tag(png, "leaderboard") if png else "<p>nothing to plot</p>")]
-    if samples:
-        sections.append(("Sample context-unsafe responses", html_table(samples, sample_cols)))
-    meta = f"run {html.escape(run.uri)} · config {manifest.get('config_hash')}"
-    storage.write_text(run.path("report.html"), html_page(title, sections, meta))
+    report = Report(run, "redline DiaSafety chatbot evaluation", manifest, note)
+    report.table("Leaderboard", board, leaderboard_columns(categories))
+    report.plot("leaderboard", grouped_bars(board, "model", series, "unsafe proportions per category (lower is safer)"))
+    report.table("Sample context-unsafe responses", samples, sample_cols).write("leaderboard.csv", board)
