@@ -420,6 +420,9 @@ class DialogueSafetyTrainConfig(Strict):
     batch_size: int = Field(16, gt=0)
     max_length: int = Field(128, gt=0)
     patience: int | None = Field(2, gt=0, description="Early stopping on validation macro-F1.")
+    tune_trials: bool = Field(False, description="Train the one-vs-all categories in parallel as Ray Tune trials.")
+    trial_cpus: float = Field(1.0, gt=0, description="CPUs per trial (with tune_trials).")
+    trial_gpus: float = Field(0.0, ge=0, description="GPUs per trial (with tune_trials).")
     limit_train: int | None = Field(None, gt=0, description="Train on a seeded sample of this many rows.")
     limit_val: int | None = Field(None, gt=0)
     seed: int = 0
@@ -515,7 +518,8 @@ class ScoreConfig(Strict):
 
 # Fields that change where or how fast work runs but not what it computes: left out of the run key
 # so that, e.g., a rerun with more actors resumes the same run directory.
-EXECUTION_FIELDS = {"output", "run_name", "batch_size", "actors", "num_cpus", "num_gpus",
+EXECUTION_FIELDS = {"output", "run_name", "batch_size", "actors", "num_cpus", "num_gpus", "tune_trials", "trial_cpus",
+                    "trial_gpus",
                     # where and how politely an API is called, not what it answers
                     "base_url", "api_key_env", "concurrency", "requests_per_second", "timeout_s", "max_retries",
                     "backoff_s", "cache_dir"}

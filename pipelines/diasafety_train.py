@@ -62,8 +62,10 @@ def run_dialogue_safety_training(config: DialogueSafetyTrainConfig, *, force: bo
                 training[variant] = C.train_single(train, val, chosen, config.base_model, out, settings,
                                                    with_context=True, patience=config.patience)
             else:
+                resources = {"cpu": config.trial_cpus, "gpu": config.trial_gpus} if config.tune_trials else None
                 training[variant] = C.train_one_vs_all(train, val, chosen, config.base_model, out, settings,
-                                                       with_context=with_context, patience=config.patience)
+                                                       with_context=with_context, patience=config.patience,
+                                                       trial_resources=resources)
             watch.lap(f"train_{variant}_s")
             pred = [label for label, _ in C.ContextClassifiers(out, batch_size=64,
                                                                max_length=config.max_length).fine_grain(

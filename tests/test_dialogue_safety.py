@@ -178,3 +178,25 @@ def test_two_step_detection_served_over_http(trained, ray_session, tmp_path, mon
         assert unknown.status_code == 400 and "no classifier for category 'Nope'" in unknown.json()["error"]["message"]
     finally:
         runner.shutdown()
+
+
+def test_categories_train_in_parallel_as_tune_trials(tmp_path, tiny_binary_model, ray_session):
+    from pathlib import Path
+
+    from redline.actors.dialogue_safety.classifiers import ContextClassifiers
+    from redline.cluster.config import DialogueSafetyTrainConfig, validate_config
+    from redline.pipelines.diasafety_train import run_dialogue_safety_training
+
+    train = shared_file(SHARED_DATA / "diasafety" / "train.json")
+    cfg = validate_config(DialogueSafetyTrainConfig, {
+        "train": str(train), "val": str(SHARED_DATA / "diasafety" / "val.json"), "base_model": str(tiny_binary_model),
+        "limit_train": 300, "limit_val": 100, "epochs": 1, "learning_rate": 1e-3, "max_length": 64,
+        "variants": ["one_vs_all"], "tune_trials": True, "trial_cpus": 0.5,
+        "output": str(tmp_path), "run_name": "tuned"})
+    result = run_dialogue_safety_training(cfg)
+    trained = result.manifest["training"]["one_vs_all"]
+    assert len(trained) == 5
+    for info in trained.values():
+        assert (Path(info["dir"]) / "config.json").is_file() and 0 <= info["val_macro_f1"] <= 1
+    verdicts = ContextClassifiers(tmp_path / "tuned" / "models" / "one_vs_all").fine_grain(["hi"], ["hello"])
+    assert len(verdicts) == 1

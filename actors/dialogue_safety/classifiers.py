@@ -87,19 +87,65 @@ def _fit(base_model: str, labels: tuple[str, ...], train_x: list[Any], train_y: 
     return best
 
 
+def _category_trial(params: dict[str, Any], train: list[dict[str, str]], val: list[dict[str, str]]) -> None:
+    """A Tune trial: one category's classifier, reported once with its best epoch as the checkpoint."""
+    import tempfile
+
+    from ray import tune
+
+    cat, with_context = params["category"], params["with_context"]
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        best = _fit(params["base_model"], OVA_LABELS, inputs(train, with_context), ova_targets(train, cat),
+                    inputs(val, with_context), ova_targets(val, cat), Path(tmp), params["settings"], params["patience"])
+        tune.report({**best, "seconds": round(time.perf_counter() - started, 1)},
+                    checkpoint=tune.Checkpoint.from_directory(tmp))
+
+
+def _train_as_trials(train: list[dict[str, str]], val: list[dict[str, str]], categories: list[str], base_model: str,
+                     out: Path, settings: TrainSettings, with_context: bool, patience: int | None,
+                     resources: dict[str, float]) -> dict[str, Any]:
+    """Every category a Ray Tune trial (spread over the cluster by `resources`); best models copied to `out`."""
+    from ray import tune
+
+    from redline.cluster.runtime import ensure_ray
+
+    ensure_ray()
+    tuner = tune.Tuner(
+        tune.with_resources(tune.with_parameters(_category_trial, train=train, val=val), resources),
+        param_space={"category": tune.grid_search(categories), "with_context": with_context, "base_model": base_model,
+                     "settings": settings, "patience": patience},
+        run_config=tune.RunConfig(name="trials", storage_path=str((out / "tune").absolute()), verbose=0))
+    results = {}
+    for r in tuner.fit():
+        cat = r.config["category"]
+        if r.error or r.checkpoint is None:
+            raise RedlineError(f"training the '{cat}' classifier failed: {str(r.error).strip().splitlines()[-1]}")
+        r.checkpoint.to_directory(str(out / _key(cat)))
+        results[cat] = {k: r.metrics[k] for k in ("val_macro_f1", "epoch", "train_loss", "seconds")}
+        results[cat]["dir"] = str(out / _key(cat))
+    return {c: results[c] for c in categories}
+
+
 def train_one_vs_all(train: list[dict[str, str]], val: list[dict[str, str]], categories: list[str], base_model: str,
                      out_dir: str | Path, settings: TrainSettings, *, with_context: bool = True,
-                     patience: int | None = 2) -> dict[str, Any]:
-    """One 3-way classifier per category, saved under `out_dir/<category key>`."""
+                     patience: int | None = 2, trial_resources: dict[str, float] | None = None) -> dict[str, Any]:
+    """One 3-way classifier per category, saved under `out_dir/<category key>`; with `trial_resources`
+    the categories train in parallel as Ray Tune trials."""
     out = Path(out_dir)
-    results = {}
     for cat in categories:
         if not any(r["category"] == cat for r in train):
             raise RedlineError(f"category '{cat}' has no training rows")
-        started = time.perf_counter()
-        best = _fit(base_model, OVA_LABELS, inputs(train, with_context), ova_targets(train, cat),
-                    inputs(val, with_context), ova_targets(val, cat), out / _key(cat), settings, patience)
-        results[cat] = {**best, "dir": str(out / _key(cat)), "seconds": round(time.perf_counter() - started, 1)}
+    if trial_resources is not None:
+        results = _train_as_trials(train, val, categories, base_model, out, settings, with_context, patience,
+                                   trial_resources)
+    else:
+        results = {}
+        for cat in categories:
+            started = time.perf_counter()
+            best = _fit(base_model, OVA_LABELS, inputs(train, with_context), ova_targets(train, cat),
+                        inputs(val, with_context), ova_targets(val, cat), out / _key(cat), settings, patience)
+            results[cat] = {**best, "dir": str(out / _key(cat)), "seconds": round(time.perf_counter() - started, 1)}
     (out / "redline_dialogue_safety.json").write_text(json.dumps(
         {"kind": "one-vs-all", "with_context": with_context, "categories": results, "base_model": base_model}, indent=2))
     return results
