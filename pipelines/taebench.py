@@ -126,17 +126,19 @@ def label_filter(table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.T
     if config.classifier is not None:
         c = config.classifier
         out = _detect(out, c.model_dump(mode="json"), c, verbose, prefix="classifier")
+    col = {name: out.column(name).to_pylist() for name in out.column_names
+           if name in ("judge_verdict", "judge_reason", "classifier_status", "classifier_toxic")}
     reasons = []
     for i, goal in enumerate(out.column("goal").to_pylist()):
         want_toxic = goal == "tae"
         reason = None
         if config.judge is not None:
-            verdict = out.column("judge_verdict")[i].as_py()
+            verdict = col["judge_verdict"][i]
             if verdict != ("yes" if want_toxic else "no"):
-                why = out.column("judge_reason")[i].as_py()
+                why = col["judge_reason"][i]
                 reason = f"judge says {verdict}" + (f" ({why})" if why else "")
         if reason is None and config.classifier is not None:
-            status, toxic = out.column("classifier_status")[i].as_py(), out.column("classifier_toxic")[i].as_py()
+            status, toxic = col["classifier_status"][i], col["classifier_toxic"][i]
             if status != "ok":
                 reason = "classifier failed on this text"
             elif toxic != want_toxic:
