@@ -37,7 +37,8 @@ class _DecidedByService(Detector):
 
     def detect(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         score, toxic = self.decide(texts)
-        return score.reshape(-1, 1).astype(np.float32), score.astype(np.float64), toxic
+        score = score.astype(np.float64)
+        return score.reshape(-1, 1), score, toxic
 
     def decide(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError

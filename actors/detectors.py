@@ -116,11 +116,12 @@ class Detector(ABC):
 
     @abstractmethod
     def predict_proba(self, texts: list[str]) -> np.ndarray:
-        """Probabilities of shape (len(texts), len(labels)), float32."""
+        """Probabilities of shape (len(texts), len(labels)). Float64: near 0 or 1, float32 rounds
+        small changes away, and attack search climbs exactly those."""
 
     def detect(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """texts -> (probs, toxic score, toxic decision)."""
-        probs = np.asarray(self.predict_proba(texts), dtype=np.float32).reshape(len(texts), -1)
+        probs = np.asarray(self.predict_proba(texts), dtype=np.float64).reshape(len(texts), -1)
         score, toxic = self.rule.decide(probs)
         return probs, score, toxic
 
@@ -153,8 +154,8 @@ class ProfanityCheckDetector(Detector):
 
     def predict_proba(self, texts: list[str]) -> np.ndarray:
         if not texts:
-            return np.zeros((0, 1), dtype=np.float32)
-        return self._model.predict_proba(self._vectorizer.transform(texts))[:, 1:2].astype(np.float32)
+            return np.zeros((0, 1))
+        return self._model.predict_proba(self._vectorizer.transform(texts))[:, 1:2]
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,7 +212,7 @@ class KeywordDetector(Detector):
 
     def predict_proba(self, texts: list[str]) -> np.ndarray:
         search = self._pattern.search
-        return np.array([[1.0 if search(t) else 0.0] for t in texts], dtype=np.float32).reshape(-1, 1)
+        return np.array([[1.0 if search(t) else 0.0] for t in texts]).reshape(-1, 1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -308,7 +309,7 @@ class HFDetector(Detector):
     def predict_proba(self, texts: list[str]) -> np.ndarray:
         torch = self._torch
         n_labels = len(self._rule.labels)
-        out = np.zeros((len(texts), n_labels), dtype=np.float32)
+        out = np.zeros((len(texts), n_labels))
         if not texts:
             return out
         # Sort by length so each model batch pads to a similar length (dynamic padding).
@@ -319,7 +320,7 @@ class HFDetector(Detector):
                 idx = order[start:start + step]
                 enc = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
                                      max_length=self.max_length, return_tensors="pt").to(self.device)
-                logits = self.model(**enc).logits.float()
+                logits = self.model(**enc).logits.double()
                 probs = torch.sigmoid(logits) if self._rule.multi_label else torch.softmax(logits, dim=-1)
                 out[idx] = probs.cpu().numpy()
         return out
@@ -378,7 +379,7 @@ class HTTPDetector(Detector):
 
     def predict_proba(self, texts: list[str]) -> np.ndarray:
         labels = self._rule.labels
-        out = np.zeros((len(texts), len(labels)), dtype=np.float32)
+        out = np.zeros((len(texts), len(labels)))
         step = self.options.max_texts  # type: ignore[attr-defined]
         for start in range(0, len(texts), step):
             resp = self.client.detect(texts[start:start + step], detectors=[self.remote])

@@ -1,10 +1,11 @@
 """redline's attack pipeline vs TextAttack 0.3.11 on the same recipes, victim and seeds, in one run.
 
     .venv/bin/python bench/attack_vs_textattack.py [--seeds 2000] [--recipes deepwordbug,pwws]
-        [--textattack-python bench/.textattack-venv/bin/python]
+        [--victims profanity-check,tiny-bert] [--textattack-python bench/.textattack-venv/bin/python]
 
-Seeds: Davidson toxic tweets that the victim (profanity-check) flags as toxic; goal: make it say
-benign (TextAttack: TargetedClassification to class 0). TextAttack runs in its own environment
+Victims: profanity-check, and a tiny BERT trained here on 4,000 Davidson tweets that are not seeds.
+Seeds: Davidson toxic tweets that the victim flags as toxic; goal: make it say benign
+(TextAttack: TargetedClassification to class 0). TextAttack runs in its own environment
 (create it with: python3 -m venv bench/.textattack-venv && bench/.textattack-venv/bin/pip install
 torch==2.13.0 textattack==0.3.11 'transformers<5' alt-profanity-check). Timings: redline's wall
 seconds include actor start-up and writing the run directory, not Ray's own start-up; TextAttack's
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import subprocess
 import tempfile
 import time
@@ -49,6 +51,9 @@ def main() -> None:
     parser.add_argument("--corpus", default=str(DEFAULT_CORPUS))
     parser.add_argument("--seeds", type=int, default=2000)
     parser.add_argument("--recipes", default="deepwordbug,pwws")
+    parser.add_argument("--victims", default="profanity-check,tiny-bert")
+    parser.add_argument("--tiny-bert-seeds", type=int, default=500,
+                        help="seeds for the tiny BERT victim (TextAttack is slow on a model victim)")
     parser.add_argument("--actors", type=int, default=2)
     parser.add_argument("--textattack-python", default=os.environ.get(
         "REDLINE_TEXTATTACK_PYTHON", str(HERE / ".textattack-venv" / "bin" / "python")))
@@ -57,37 +62,51 @@ def main() -> None:
     import ray
 
     from redline.actors.detectors import build_detector
+    from redline.actors.tiny_models import build_tiny_classifier
     from redline.cluster.config import AttackConfig, CorpusConfig, DetectorConfig, validate_config
     from redline.cluster.runtime import ensure_ray
     from redline.pipelines.attack import run_attack
     from redline.pipelines.corpora import read_corpus
 
     work = Path(tempfile.mkdtemp(prefix="redline-attack-bench-"))
-    corpus = read_corpus(CorpusConfig(path=args.corpus, preset="davidson"))
-    toxic = [r for r in corpus.to_pylist() if r["label"] == 1 and r["status"] == "ok"]
-    victim = build_detector(DetectorConfig(name="profanity-check", kind="profanity-check"))
-    flagged = [r for r, t in zip(toxic, victim.detect([r["text"] for r in toxic])[2]) if t][: args.seeds]
-    seeds_file = work / "seeds.jsonl"
-    seeds_file.write_text("".join(json.dumps({"text": r["text"], "label": "toxic"}) + "\n" for r in flagged))
-    on = f"{len(flagged)} Davidson toxic seeds flagged by profanity-check, {os.cpu_count()} CPUs"
-
+    corpus = [r for r in read_corpus(CorpusConfig(path=args.corpus, preset="davidson")).to_pylist() if r["status"] == "ok"]
+    random.Random(0).shuffle(corpus)
+    victims: dict[str, dict] = {}
+    for name in args.victims.split(","):
+        if name == "profanity-check":
+            victims[name] = {"name": name, "kind": "profanity-check", "batch_size": 8192}
+        elif name == "tiny-bert":
+            train = corpus[:4000]
+            model = build_tiny_classifier([r["text"] for r in train], [r["label"] for r in train], work / "tiny-bert", epochs=3)
+            victims[name] = {"name": name, "kind": "hf", "model": str(model), "batch_size": 256}
+        else:
+            raise SystemExit(f"unknown victim {name} (profanity-check, tiny-bert)")
+    toxic = [r for r in corpus[4000:] if r["label"] == 1]
     ensure_ray()
-    ours = {}
-    for name in args.recipes.split(","):
-        cfg = validate_config(AttackConfig, {
-            "corpus": {"path": str(seeds_file), "text_column": "text", "label_column": "label",
-                       "toxic_values": ["toxic"], "dataset": "davidson-flagged"},
-            "victim": {"name": "profanity-check", "kind": "profanity-check", "batch_size": 8192},
-            "recipes": [name], "goals": ["tae"], "similarity": "auto", "actors": args.actors, "num_cpus": (os.cpu_count() or 2) / args.actors,
-            "batch_size": 256, "shard_size": 1000, "output": str(work / "runs"), "run_name": name,
-        })
-        started = time.perf_counter()
-        result = run_attack(cfg, force=True)
-        wall = time.perf_counter() - started
-        row = result.summary[0]
-        ours[name] = {"asr": row["asr"], "mean_queries": row["mean_queries"], "wall_s": wall,
-                      "examples_per_s": len(flagged) / wall}
-        emit(measured=f"redline {name} (TAE, targeted benign), {args.actors} actors", on=on, **ours[name])
+    rows = []
+    for vname, vcfg in victims.items():
+        limit = args.seeds if vname == "profanity-check" else min(args.seeds, args.tiny_bert_seeds)
+        flags = build_detector(DetectorConfig.model_validate(vcfg)).detect([r["text"] for r in toxic])[2]
+        flagged = [r for r, t in zip(toxic, flags) if t][:limit]
+        seeds_file = work / f"seeds-{vname}.jsonl"
+        seeds_file.write_text("".join(json.dumps({"text": r["text"], "label": "toxic"}) + "\n" for r in flagged))
+        on = f"{len(flagged)} Davidson toxic seeds flagged by {vname}, {os.cpu_count()} CPUs"
+        for name in args.recipes.split(","):
+            cfg = validate_config(AttackConfig, {
+                "corpus": {"path": str(seeds_file), "text_column": "text", "label_column": "label",
+                           "toxic_values": ["toxic"], "dataset": "davidson-flagged"},
+                "victim": vcfg, "recipes": [name], "goals": ["tae"], "similarity": "auto", "actors": args.actors,
+                "num_cpus": (os.cpu_count() or 2) / args.actors, "batch_size": 256, "shard_size": 1000,
+                "output": str(work / "runs"), "run_name": f"{vname}-{name}",
+            })
+            started = time.perf_counter()
+            result = run_attack(cfg, force=True)
+            wall = time.perf_counter() - started
+            row = result.summary[0]
+            ours = {"asr": row["asr"], "mean_queries": row["mean_queries"], "wall_s": wall,
+                    "examples_per_s": len(flagged) / wall}
+            emit(measured=f"redline {name} on {vname} (TAE, targeted benign), {args.actors} actors", on=on, **ours)
+            rows.append((vname, name, seeds_file, on, ours, vcfg))
     ray.shutdown()
 
     python = Path(args.textattack_python)
@@ -95,16 +114,17 @@ def main() -> None:
         emit(measured="textattack baseline", skipped=f"no TextAttack environment at {python} (see this script's docstring)")
         return
     env = textattack_env(work)
-    for name, mine in ours.items():
-        proc = subprocess.run([str(python), str(HERE / "textattack_side.py"), str(seeds_file), name],
+    for vname, name, seeds_file, on, mine, vcfg in rows:
+        victim_arg = vcfg.get("model", "profanity-check")
+        proc = subprocess.run([str(python), str(HERE / "textattack_side.py"), str(seeds_file), name, "--victim", victim_arg],
                               capture_output=True, text=True, env=env)
         if proc.returncode != 0:
-            emit(measured=f"textattack {name}", error=proc.stderr.strip().splitlines()[-1:])
+            emit(measured=f"textattack {name} on {vname}", error=proc.stderr.strip().splitlines()[-1:])
             continue
         theirs = json.loads(proc.stdout.strip().splitlines()[-1])
-        emit(measured=f"textattack {name} (TAE, targeted benign), one process", on=on,
+        emit(measured=f"textattack {name} on {vname} (TAE, targeted benign), one process", on=on,
              **{k: theirs[k] for k in ("asr", "mean_queries", "wall_s", "examples_per_s")})
-        emit(measured=f"speed: redline vs textattack, {name}", on=on, ours=round(mine["examples_per_s"], 1),
+        emit(measured=f"speed: redline vs textattack, {name} on {vname}", on=on, ours=round(mine["examples_per_s"], 1),
              baseline=round(theirs["examples_per_s"], 1), ratio=round(mine["examples_per_s"] / theirs["examples_per_s"], 2),
              unit="examples/s", asr_ours=mine["asr"], asr_textattack=theirs["asr"],
              asr_gap_points=round(100 * ((theirs["asr"] or 0) - (mine["asr"] or 0)), 2))

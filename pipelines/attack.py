@@ -43,7 +43,7 @@ def preflight(config: AttackConfig) -> None:
         if opts.pos_match:
             kinds.add("pos-match")
         if "wordnet" in kinds:
-            R.wordnet()
+            R.refresh_wordnet_tables()  # built or verified here once; actors load the pickle
         if "pos-match" in kinds and opts.pos_match is not False:
             R.pos_tagger()
         if r.search[1].get("method") == "gradient" and config.victim.kind != "hf":
@@ -145,10 +145,9 @@ def summarize(attempts: pa.Table, wall_s: float | None) -> list[dict[str, Any]]:
 
 
 def run_attack(config: AttackConfig, *, force: bool = False, verbose: bool = False) -> sharded.RunResult:
-    import ray.data
-
     from redline.actors.attack.attacker import AttackWorker
     from redline.pipelines import report
+    from redline.pipelines.actor_pool import ActorPool
 
     preflight(config)
     run = sharded.open_run("attack", config, config.output, config.run_name, force)
@@ -164,21 +163,17 @@ def run_attack(config: AttackConfig, *, force: bool = False, verbose: bool = Fal
                          "recipes": [r.model_dump(mode="json") for r in config.recipes],
                          "resources": config.resources.model_dump(mode="json"), "only_correct": config.only_correct,
                          "similarity": config.similarity}
-
-        def build_stream(source: Any) -> Any:
-            return source.map_batches(AttackWorker, fn_constructor_kwargs=worker_kwargs, batch_size=config.batch_size,
-                                      batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=config.actors),
-                                      num_cpus=config.num_cpus, num_gpus=config.num_gpus or None)
-
-        sharded.stream_shards(
-            run, shards, pending, output_dir=OUTPUT_DIR,
-            select=lambda shard: shard.select(["id", "seed_text", "recipe", "goal"]).rename_columns(
-                ["attempt_id", "text", "recipe", "goal"]),
-            results_per_row=1, build_stream=build_stream,
-            assemble=lambda shard, results: assemble(shard, results, config.victim.name),
-            empty_results=ATTACK_RESULT_SCHEMA, key=["attempt_id"], batch_size=config.batch_size,
-            actors=config.actors, label=f"attacking {config.victim.name}", verbose=verbose,
-        )
+        with ActorPool(AttackWorker, worker_kwargs, config.actors if pending else 0, num_cpus=config.num_cpus,
+                       num_gpus=config.num_gpus, batch_size=config.batch_size) as pool:
+            sharded.stream_shards(
+                run, shards, pending, output_dir=OUTPUT_DIR,
+                select=lambda shard: shard.select(["id", "seed_text", "recipe", "goal"]).rename_columns(
+                    ["attempt_id", "text", "recipe", "goal"]),
+                results_per_row=1, process=pool.map_unordered,
+                assemble=lambda shard, results: assemble(shard, results, config.victim.name),
+                empty_results=ATTACK_RESULT_SCHEMA, key=["attempt_id"], batch_size=config.batch_size,
+                actors=config.actors, label=f"attacking {config.victim.name}", verbose=verbose,
+            )
         attack_s = watch.lap("attack_s")
         attempts = sharded.read_outputs(run, OUTPUT_DIR)
         statuses = attempts.column("status").to_pylist()

@@ -112,7 +112,7 @@ def _score_pending(config: ScoreConfig, run: sharded.Run, shards: list[pa.Table]
     sharded.stream_shards(
         run, shards, pending, output_dir=OUTPUT_DIR,
         select=lambda shard: shard.filter(pc.equal(shard.column("status"), STATUS_OK)).select(["id", "text"]),
-        results_per_row=len(names), build_stream=build_stream,
+        results_per_row=len(names), process=sharded.through_ray_data(build_stream),
         assemble=lambda shard, results: assemble_shard(shard, results, names),
         empty_results=DETECTION_BATCH_SCHEMA, key=["id", "detector"],
         batch_size=max(d.batch_size for d in config.detectors), actors=max(d.actors for d in config.detectors),

@@ -1,9 +1,9 @@
 """What every pipeline shares: a run directory keyed by its config, input shards written once,
-a Ray Data stream whose results are written shard by shard, atomically, and resume.
+a stream of results (Ray Data `map_batches` actor pools, or a plain `ActorPool`) written shard
+by shard, atomically, and resume.
 
-A pipeline supplies: how to build its input table, which rows of a shard to send, how to turn the
-source dataset into its result stream (its `map_batches` actor pools), and how to join a shard's
-results back onto the shard. Rows carry a `shard` column so results can be routed; each shard is
+A pipeline supplies: how to build its input table, which rows of a shard to send, how to process
+blocks of those rows into results, and how to join a shard's results back onto the shard. Rows carry a `shard` column so results can be routed; each shard is
 written as soon as all its expected results arrived, and repeated rows (Ray re-running a task after
 losing an actor) are dropped by key.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shutil
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -158,6 +158,17 @@ def dedupe(results: pa.Table, key: list[str]) -> pa.Table:
     return results if len(first) == results.num_rows else results.take(pa.array(np.sort(first)))
 
 
+def through_ray_data(build_stream: Callable[[Any], Any]) -> Callable[[list[pa.Table]], Iterable[pa.Table]]:
+    """`process` for `stream_shards`: the blocks become a Ray Data dataset, `build_stream` adds
+    its `map_batches` actor pools, and the output batches stream back."""
+    def process(blocks: list[pa.Table]) -> Iterable[pa.Table]:
+        import ray.data
+
+        return build_stream(ray.data.from_arrow(blocks)).iter_batches(batch_format="pyarrow", batch_size=None)
+
+    return process
+
+
 def stream_shards(
     run: Run,
     shards: list[pa.Table],
@@ -166,7 +177,7 @@ def stream_shards(
     output_dir: str,
     select: Callable[[pa.Table], pa.Table],
     results_per_row: int,
-    build_stream: Callable[[Any], Any],
+    process: Callable[[list[pa.Table]], Iterable[pa.Table]],
     assemble: Callable[[pa.Table, pa.Table], pa.Table],
     empty_results: pa.Schema,
     key: list[str],
@@ -176,10 +187,9 @@ def stream_shards(
     verbose: bool = False,
     on_batch: Callable[[pa.Table], None] | None = None,
 ) -> None:
-    """Send each pending shard's selected rows through `build_stream`, and write each shard's
-    assembled output atomically once all `results_per_row * rows` results for it have arrived."""
-    import ray.data
-
+    """Send each pending shard's selected rows, in blocks, through `process` (`through_ray_data`
+    or an `ActorPool`), and write each shard's assembled output atomically once all
+    `results_per_row * rows` results for it have arrived."""
     work: dict[int, pa.Table] = {}
     for i in pending:
         rows = select(shards[i])
@@ -202,9 +212,9 @@ def stream_shards(
         return
     ensure_ray(verbose=verbose)
     size = block_rows(sum(t.num_rows for t in tables), batch_size, actors)
-    stream = build_stream(ray.data.from_arrow([t.slice(j, size) for t in tables for j in range(0, t.num_rows, size)]))
+    blocks = [t.slice(j, size) for t in tables for j in range(0, t.num_rows, size)]
     with progress_bar(label, total=sum(expected.values())) as advance:
-        for batch in stream.iter_batches(batch_format="pyarrow", batch_size=None):
+        for batch in process(blocks):
             if batch.num_rows == 0:
                 continue
             if on_batch is not None:

@@ -291,3 +291,23 @@ def test_wordnet_table_matches_nltk_synsets_exactly(wordnet_ready):
     wn = wordnet()
     for word in ["idiot", "idiots", "better", "ran", "stupidest", "women", "hate", "good", "well", "shit", "zzzq"]:
         assert wordnet_lemma_names(word) == [l.name() for s in wn.synsets(word) for l in s.lemmas()], word
+
+
+def test_wordnet_tables_load_from_cache_without_nltk_and_rebuild_when_stale(wordnet_ready):
+    import dataclasses
+    import pickle
+    import subprocess
+    import sys
+
+    from redline.actors.attack import resources as R
+
+    tables = R.refresh_wordnet_tables()
+    probe = ("import sys; from redline.actors.attack.resources import wordnet_lemma_names as w; "
+             "print(w('idiots')[:2], 'nltk' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['idiot', 'imbecile'] False"  # actors never pay for nltk's reader
+    path = R._nltk_data_dir() / "corpora" / R.TABLES_FILE
+    path.write_bytes(pickle.dumps(dataclasses.replace(tables, stamp="another wordnet", synsets={})))
+    rebuilt = R.refresh_wordnet_tables()
+    assert rebuilt.stamp == tables.stamp and rebuilt.synsets == tables.synsets
+    assert pickle.loads(path.read_bytes()).stamp == tables.stamp

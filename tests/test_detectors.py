@@ -57,6 +57,15 @@ def test_profanity_check_matches_the_package_and_is_a_real_victim():
     assert toxic.tolist() == [True, False, True, False]
 
 
+def test_scores_keep_double_precision_near_certainty():
+    # Attack search climbs differences of 1e-8 on seeds the victim is sure about; float32 would
+    # round both texts to 1.0 and the search would stall (what lowered our PWWS ASR vs TextAttack).
+    sure = ["fuck no that bitch dont even suck dick fuck", "fuck no that beef dont even suck dick fuck"]
+    _, score, _ = build_detector(det(kind="profanity-check")).detect(sure)
+    assert score.dtype == np.float64 and (score > 1 - 1e-6).all()
+    assert 1.0 - score[1] > 1.0 - score[0] > 0
+
+
 def test_keywords_match_whole_words_and_regexes(tmp_path):
     words = tmp_path / "words.txt"
     words.write_text("# my list\nidiot\n\nf+u+ck\n")

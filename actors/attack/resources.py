@@ -12,9 +12,12 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+import pickle
 import shutil
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,13 +69,12 @@ def _reader(root: Any) -> Any:
         return WordNetCorpusReader(root, None)
 
 
-@functools.cache
-def wordnet() -> Any:
-    """nltk's WordNet reader, or a RedlineError saying how to install WordNet."""
+def _wordnet_root() -> Any:
+    """nltk's path pointer to WordNet: nltk's own copy, else Debian's copied into our nltk data."""
     import nltk
 
     try:
-        return _reader(nltk.data.find("corpora/wordnet"))
+        return nltk.data.find("corpora/wordnet")
     except LookupError:
         pass
     if not all((DEBIAN_WORDNET / n).is_file() for n in WORDNET_FILES):
@@ -81,17 +83,39 @@ def wordnet() -> Any:
     # nltk only reads corpora from directories on its data path.
     if str(_nltk_data_dir()) not in nltk.data.path:
         nltk.data.path.append(str(_nltk_data_dir()))
-    return _reader(nltk.data.find("corpora/wordnet"))
+    return nltk.data.find("corpora/wordnet")
 
 
 @functools.cache
-def wordnet_synset_words() -> dict[tuple[str, int], tuple[str, ...]]:
-    """(pos, offset) -> the synset's lemma names, read in one pass over WordNet's data files.
+def wordnet() -> Any:
+    """nltk's WordNet reader, or a RedlineError saying how to install WordNet."""
+    return _reader(_wordnet_root())
 
-    nltk parses each synset lazily with a seek and a full line parse on first use, which dominates
-    a WordNet attack on a fresh actor; one sequential pass is several times cheaper overall.
-    """
-    wn = wordnet()
+
+@dataclass(frozen=True)
+class WordNetTables:
+    """What synonym lookup needs from WordNet, as plain dicts: lemma -> pos -> synset offsets,
+    nltk's morphological exceptions and suffix rules, and (pos, offset) -> the synset's lemma names."""
+
+    stamp: str
+    lemma_offsets: dict[str, dict[str, list[int]]]
+    exceptions: dict[str, dict[str, list[str]]]
+    substitutions: dict[str, list[tuple[str, str]]]
+    synsets: dict[tuple[str, int], tuple[str, ...]]
+
+    def morphy(self, form: str, pos: str) -> list[str]:
+        """nltk's `WordNetCorpusReader._morphy`: the exception list or one round of suffix rules,
+        then every candidate (the form itself first) that WordNet has under `pos`."""
+        forms = self.exceptions[pos].get(form) or [form[: -len(old)] + new for old, new in self.substitutions[pos]
+                                                   if form.endswith(old)]
+        return [f for f in dict.fromkeys([form, *forms]) if pos in self.lemma_offsets.get(f, {})]
+
+
+TABLES_FILE = "wordnet-tables.pkl"
+
+
+def _synset_words(wn: Any) -> dict[tuple[str, int], tuple[str, ...]]:
+    """One sequential pass over WordNet's data files (nltk would seek and parse per synset)."""
     table: dict[tuple[str, int], tuple[str, ...]] = {}
     for pos, name in (("n", "noun"), ("v", "verb"), ("a", "adj"), ("r", "adv")):
         with open(str(wn.abspath(f"data.{name}")), encoding="utf-8") as f:
@@ -109,16 +133,54 @@ def wordnet_synset_words() -> dict[tuple[str, int], tuple[str, ...]]:
     return table
 
 
+def _load_tables() -> WordNetTables | None:
+    try:
+        with open(_nltk_data_dir() / "corpora" / TABLES_FILE, "rb") as f:
+            tables = pickle.load(f)
+        return tables if isinstance(tables, WordNetTables) else None
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, TypeError):
+        return None
+
+
+@functools.cache
+def wordnet_tables() -> WordNetTables:
+    """WordNet's synonym tables. Opening nltk's reader (and importing nltk) costs seconds, which
+    every attack actor would pay at start-up; instead the driver's preflight builds the tables
+    once (`refresh_wordnet_tables`) and actors load the pickle in a fraction of a second."""
+    return _load_tables() or refresh_wordnet_tables()
+
+
+def refresh_wordnet_tables() -> WordNetTables:
+    """The cached tables if they were built from the WordNet nltk finds now, else rebuilt."""
+    source = Path(str(_wordnet_root()))
+    files = [(n, (source / n).stat().st_size) for n in ("data.noun", "index.noun", "noun.exc")
+             if (source / n).is_file()]
+    stamp = hashlib.sha256(repr([str(source), files]).encode()).hexdigest()[:16]
+    cached = _load_tables()
+    if cached is not None and cached.stamp == stamp:
+        return cached
+    wn = wordnet()
+    tables = WordNetTables(stamp, {lemma: {p: o for p, o in by_pos.items() if p in "nvar"}
+                                   for lemma, by_pos in wn._lemma_pos_offset_map.items()},
+                           {p: dict(wn._exception_map[p]) for p in "nvar"},
+                           {p: list(wn.MORPHOLOGICAL_SUBSTITUTIONS[p]) for p in "nvar"}, _synset_words(wn))
+    cache = _nltk_data_dir() / "corpora" / TABLES_FILE
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
+    with open(tmp, "wb") as f:
+        pickle.dump(tables, f, protocol=pickle.HIGHEST_PROTOCOL)
+    tmp.replace(cache)
+    return tables
+
+
 def wordnet_lemma_names(word: str) -> list[str]:
     """The lemma names of every synset of `word`, in the order nltk's `synsets(word)` gives them."""
-    wn = wordnet()
-    table = wordnet_synset_words()
-    index = wn._lemma_pos_offset_map
+    tables = wordnet_tables()
     out: list[str] = []
     for pos in ("n", "v", "a", "r"):
-        for form in wn._morphy(word.lower(), pos):
-            for offset in index.get(form, {}).get(pos, []):
-                out.extend(table[(pos, offset)])
+        for form in tables.morphy(word.lower(), pos):
+            for offset in tables.lemma_offsets[form][pos]:
+                out.extend(tables.synsets[(pos, offset)])
     return out
 
 

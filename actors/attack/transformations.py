@@ -109,9 +109,9 @@ class WordNetSynonyms(Transformation):
     needs = ("wordnet",)
 
     def __init__(self) -> None:
-        from redline.actors.attack.resources import wordnet_synset_words
+        from redline.actors.attack.resources import wordnet_tables
 
-        wordnet_synset_words()  # load once, when the actor starts
+        wordnet_tables()  # load once, when the actor starts
 
     @functools.lru_cache(maxsize=100_000)
     def synonyms(self, word: str) -> tuple[str, ...]:
