@@ -40,7 +40,7 @@ app.add_typer(list_app, name="list")
 app.add_typer(run_app, name="run")
 app.add_typer(train_app, name="train")
 
-PIPELINES = ("score", "attack", "taebench", "transfer", "advtrain", "diasafety")
+PIPELINES = ("score", "attack", "taebench", "transfer", "advtrain", "diasafety", "egregious")
 
 
 @app.callback()
@@ -312,6 +312,41 @@ def run_diasafety_cmd(
     _show_leaderboard(run_diasafety(cfg, force=force, verbose=_verbose()))
 
 
+@run_app.command("egregious")
+def run_egregious_cmd(
+    config: ConfigOpt,
+    output: Annotated[Optional[str], typer.Option(help="Override output: a directory or s3:// URI.")] = None,
+    run_name: Annotated[Optional[str], typer.Option(help="Name of the run directory (default egregious-<config hash>).")] = None,
+    set_: SetOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Search trigger inputs that make generation models produce target outputs (He & Glass 2019).
+
+    gibbs-enum runs per (model, target list, hit family) — o-greedy, o-sample-avg/min and, with an
+    LM, io-sample-avg/min — across Ray Data actors, and prints the hit-rate table (the paper's
+    Table 3); the report adds example triggers (Table 4) and search effort. Models: LSTM seq2seq
+    directories from `redline train seq2seq`, or any HF causal / seq2seq LM.
+    """
+    from redline.cluster.config import EgregiousConfig, load_config
+    from redline.pipelines.egregious import run_egregious
+
+    cfg = load_config(EgregiousConfig, config, {"output": output, "run_name": run_name, **_parse_sets(set_)})
+    _show_hits(run_egregious(cfg, force=force, verbose=_verbose()))
+
+
+def _show_hits(result: Any) -> None:
+    from redline.pipelines.egregious import TABLE3_COLUMNS
+    from redline.pipelines.report import format_value
+
+    table = Table(title="hit rates by list and hit type (He & Glass Table 3)")
+    for _, title, fmt in TABLE3_COLUMNS:
+        table.add_column(title, justify="left" if fmt == "s" else "right")
+    for row in result.summary:
+        table.add_row(*(format_value(row.get(k), f) for k, _, f in TABLE3_COLUMNS))
+    console.print(table)
+    console.print(f"report: [bold]{result.report_html}[/bold]")
+
+
 def _show_leaderboard(result: Any) -> None:
     from redline.pipelines.report import format_value, leaderboard_columns
 
@@ -518,6 +553,49 @@ def train_dialogue_safety(
     console.print(f"report: [bold]{result.report_html}[/bold]")
 
 
+def _train_trigger_model(kind: str, config: Path, sets: list[str] | None, output: str | None) -> None:
+    from redline.actors.triggers.training import train
+    from redline.cluster.config import TriggerModelTrainConfig, load_config
+
+    cfg = load_config(TriggerModelTrainConfig, config, {"output": output, **_parse_sets(sets)})
+    model = train(cfg, kind)
+    m = model.metrics
+    table = Table(title=f"{kind} on held-out pairs (He & Glass Table 2 shape)")
+    for col in ("model", "vocab", "train pairs", "test PPL", "test NLL", f"T_{'out' if kind == 'seq2seq' else 'in'}", "seconds"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    table.add_row(model.path.name, str(m["vocab_size"]), str(m["train_pairs"]), f"{m['test_ppl']:.2f}",
+                  f"{m['test_nll']:.3f}", f"{model.thresholds.average_logprob:.3f}", f"{m['train_s']:.1f}")
+    console.print(table)
+    console.print(f"model: [bold]{model.path}[/bold]")
+
+
+@train_app.command("seq2seq")
+def train_seq2seq(
+    config: ConfigOpt,
+    output: Annotated[Optional[str], typer.Option(help="Directory the model directory is written under.")] = None,
+    set_: SetOpt = None,
+) -> None:
+    """Train the paper's LSTM encoder-decoder on dialogue pairs (context: last-h or attention).
+
+    Word-level vocabulary of the N most frequent words, inputs cut to 15 and outputs to 20 tokens,
+    SGD with the paper's halving schedule by default. Saves the model, its vocabulary and T_out (its
+    average per-word log-likelihood on held-out pairs) for `redline run egregious`.
+    """
+    _train_trigger_model("seq2seq", config, set_, output)
+
+
+@train_app.command("lm")
+def train_lm(
+    config: ConfigOpt,
+    output: Annotated[Optional[str], typer.Option(help="Directory the model directory is written under.")] = None,
+    set_: SetOpt = None,
+) -> None:
+    """Train the LSTM language model over the input side of dialogue pairs (the io hit types'
+    measure of how likely a trigger is as an input); saves T_in. Use the same pairs and vocab_size
+    as the seq2seq so both share a vocabulary."""
+    _train_trigger_model("lm", config, set_, output)
+
+
 # --------------------------------------------------------------------------------------------
 # quickstart
 
@@ -526,7 +604,7 @@ def train_dialogue_safety(
 def quickstart(
     what: Annotated[str, typer.Argument(help="taebench (default): the whole chain; score: detectors on a labelled "
                                              "sample; attack: TAE/BAE recipes only; diasafety: chatbot "
-                                             "evaluation.")] = "taebench",
+                                             "evaluation; egregious: gibbs-enum trigger search.")] = "taebench",
     output: Annotated[str, typer.Option(help="Where run directories and the tiny models go.")] = "redline-runs",
     force: ForceOpt = False,
 ) -> None:
@@ -539,7 +617,8 @@ def quickstart(
     benchmark three detectors by transfer attack. `score` scores the sample's test split with
     three detectors; `attack` runs only the attack. `diasafety` trains tiny DiaSafety context
     classifiers on a slice of the dataset (REDLINE_DIASAFETY_DIR), evaluates a tiny dialogue model
-    and prints the leaderboard.
+    and prints the leaderboard. `egregious` trains a tiny LSTM seq2seq and LM on a slice of
+    DiaSafety pairs (REDLINE_DIASAFETY_DIR) and prints gibbs-enum hit rates per target list.
     """
     from redline.pipelines import quickstart as qs
 
@@ -563,8 +642,11 @@ def quickstart(
         for row in runs["classifiers"].summary:
             console.print(f"classifier {row['model']} ({row['input']}): coarse F1 {row['f1']:.3f}")
         _show_leaderboard(runs["leaderboard"])
+    elif what == "egregious":
+        _show_hits(qs.run_egregious_chain(output, force=force, verbose=_verbose(),
+                                          say=lambda m: err_console.print(f"[bold]{m}[/bold]")))
     else:
-        raise RedlineError(f"unknown quickstart '{what}' (known: taebench, score, attack, diasafety)")
+        raise RedlineError(f"unknown quickstart '{what}' (known: taebench, score, attack, diasafety, egregious)")
 
 
 # --------------------------------------------------------------------------------------------

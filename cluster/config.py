@@ -430,6 +430,102 @@ class DialogueSafetyTrainConfig(Strict):
     run_name: str | None = None
 
 
+class PairCorpusConfig(Strict):
+    """Dialogue pairs (input -> response) for the egregious-output models."""
+
+    path: str = Field(description="CSV, JSONL/JSON or Parquet with an input and a response column, or a text file "
+                                  "with one utterance per line (consecutive lines form pairs; blank lines end a dialogue).")
+    format: Literal["auto", "csv", "jsonl", "json", "parquet", "dialogue"] = "auto"
+    input_column: str = "context"
+    output_column: str = "response"
+    encoding: str = "utf-8"
+    encoding_errors: Literal["strict", "replace"] = "strict"
+    limit: int | None = Field(None, gt=0, description="Use at most this many pairs (seeded sample).")
+
+
+class TriggerModelTrainConfig(Strict):
+    """`redline train seq2seq` / `redline train lm`: the paper's LSTM dialogue models."""
+
+    pairs: PairCorpusConfig
+    test_pairs: PairCorpusConfig | None = Field(None, description="Held-out pairs; default: a seeded 10% of `pairs`.")
+    vocab_size: int = Field(10_000, gt=4, description="The N most frequent words (plus <pad> <unk> <s> </s>).")
+    max_input_len: int = Field(15, gt=0)
+    max_output_len: int = Field(20, gt=0)
+    context: Literal["last-h", "attention"] = Field("attention", description="seq2seq only: the decoder's context vector.")
+    embedding_dim: int = Field(300, gt=0)
+    hidden_dim: int = Field(600, gt=0)
+    layers: int = Field(1, gt=0)
+    dropout: float = Field(0.3, ge=0, lt=1)
+    optimizer: Literal["sgd", "adam"] = Field("sgd", description="sgd: the paper's schedule (lr 1, halved when "
+                                                                 "validation loss stops improving, gradient clipping).")
+    learning_rate: float = Field(1.0, gt=0)
+    lr_decay: float = Field(0.5, gt=0, le=1)
+    clip: float = Field(5.0, gt=0)
+    epochs: int = Field(10, gt=0)
+    batch_size: int = Field(64, gt=0)
+    seed: int = 0
+    device: str = Field("auto", description="auto (cuda when available), cpu or cuda.")
+    output: str = Field("redline-runs/models", description="Directory the model directory is written under.")
+    name: str | None = Field(None, description="Model directory name; default seq2seq-<context> or lm.")
+
+
+class EgregiousModelConfig(Strict):
+    """A generation model searched for triggers, with what its hit types need."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
+    path: str = Field(description="A redline LSTM seq2seq directory, or an HF causal / seq2seq LM (hub id or directory).")
+    lm: str | None = Field(None, description="A redline LSTM LM directory for the io hit types (same vocabulary); "
+                                             "an HF causal LM is its own LM.")
+    t_out: float | None = Field(None, description="Override T_out (default: stored with the LSTM model, or estimated "
+                                                  "on threshold_pairs).")
+    t_in: float | None = None
+    threshold_pairs: PairCorpusConfig | None = Field(None, description="Held-out pairs to estimate T_out / T_in of an HF model.")
+    device: str = Field("auto", description="auto (cuda when the actor has a GPU), cpu or cuda.")
+    dtype: Literal["float32", "float64"] = "float32"
+
+
+class TargetListConfig(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="mal, normal and random are built in; any other name needs path.")
+    path: str | None = Field(None, description="One target per line (replaces the built-in list of that name).")
+    limit: int | None = Field(None, gt=0, description="Search at most this many targets (a seeded sample).")
+
+
+class EgregiousConfig(Strict):
+    """`redline run egregious`: gibbs-enum trigger search over target lists, hit rates by hit type."""
+
+    models: list[EgregiousModelConfig] = Field(min_length=1)
+    lists: list[TargetListConfig] = Field(default_factory=lambda: [TargetListConfig(name=n) for n in ("normal", "mal", "random")])
+    normal_inputs: PairCorpusConfig | None = Field(None, description="Test pairs whose inputs give the normal list "
+                                                                     "(LSTM models; HF models need a normal list file).")
+    searches: list[Literal["o-greedy", "o-sample-avg", "o-sample-min", "io-sample-avg", "io-sample-min"]] = Field(
+        ["o-greedy", "o-sample-avg", "o-sample-min", "io-sample-avg", "io-sample-min"], min_length=1,
+        description="Hit types to search for (each reports k = 1 and 2); io needs an LM.")
+    method: Literal["gibbs-enum", "continuous"] = Field("gibbs-enum", description="continuous: the paper's relaxation baseline.")
+    trigger_length: int = Field(5, gt=0)
+    top_g: int = Field(100, gt=0, description="Candidate tokens per position (G).")
+    max_sweeps: int = Field(50, gt=0, description="At most T sweeps over the positions.")
+    restarts: int = Field(10, gt=0, description="R random restarts per target.")
+    lm_weight: float = Field(1.0, ge=0)
+    relaxation_steps: int = Field(200, gt=0)
+    seed: int = 0
+    actors: int = Field(1, gt=0)
+    num_cpus: float = Field(1.0, gt=0)
+    num_gpus: float = Field(0.0, ge=0)
+    batch_size: int = Field(64, gt=0, description="Targets per actor call (searched together in one batch).")
+    shard_size: int = Field(256, gt=0)
+    output: str = "redline-runs"
+    run_name: str | None = None
+
+    @model_validator(mode="after")
+    def _unique(self) -> EgregiousConfig:
+        unique_names(self.models, "model")
+        unique_names(self.lists, "target list")
+        for t in self.lists:
+            if t.path is None and t.name not in ("mal", "normal", "random"):
+                raise ValueError(f"target list '{t.name}' is not built in (mal, normal, random): give its path")
+        return self
+
+
 class PregeneratedResponses(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="The model's name on the leaderboard.")
     path: str = Field(description="JSON or JSONL rows: {context, category?, responses: [...]}.")

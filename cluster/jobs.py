@@ -58,12 +58,12 @@ def _absolute_local_paths(data: dict[str, Any]) -> None:
 
 
 def submit(pipeline: str, config_path: Path, address: str, sets: list[str]) -> str:
-    from redline.cluster.config import (AdvTrainConfig, AttackConfig, DiaSafetyEvalConfig, ScoreConfig, TaebenchConfig,
-                                        TransferConfig, load_yaml, validate_config)
+    from redline.cluster.config import (AdvTrainConfig, AttackConfig, DiaSafetyEvalConfig, EgregiousConfig, ScoreConfig,
+                                        TaebenchConfig, TransferConfig, load_yaml, validate_config)
 
     data = load_yaml(config_path)
     model = {"score": ScoreConfig, "attack": AttackConfig, "taebench": TaebenchConfig, "transfer": TransferConfig,
-             "advtrain": AdvTrainConfig, "diasafety": DiaSafetyEvalConfig}[pipeline]
+             "advtrain": AdvTrainConfig, "diasafety": DiaSafetyEvalConfig, "egregious": EgregiousConfig}[pipeline]
     validate_config(model, data, source=str(config_path))  # fail here, not on the cluster
     _absolute_local_paths(data)
     jobs = client(address)

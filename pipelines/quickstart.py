@@ -214,3 +214,30 @@ def run_diasafety_chain(output: str, *, force: bool = False, verbose: bool = Fal
         "classifiers": str(Path(trained.run_uri) / "models" / "one_vs_all"), "num_cpus": 0.5,
         "output": output, "run_name": "quickstart-diasafety"}), force=force, verbose=verbose)
     return {"classifiers": trained, "leaderboard": board}
+
+
+def run_egregious_chain(output: str, *, force: bool = False, verbose: bool = False, say: Any = print) -> Any:
+    """Tiny LSTM seq2seq + LM on DiaSafety pairs, then gibbs-enum over small normal/mal/random lists."""
+    from redline.actors.triggers import models as M
+    from redline.actors.triggers.training import train
+    from redline.cluster.config import EgregiousConfig, TriggerModelTrainConfig
+    from redline.pipelines.egregious import run_egregious
+
+    data = diasafety_data_dir()
+    models = Path(output) / "models"
+    settings = {"pairs": {"path": str(data / "train.json")}, "vocab_size": 2000, "embedding_dim": 64, "hidden_dim": 128,
+                "epochs": 4, "context": "attention", "output": str(models)}
+    paths = {}
+    for step, kind in ((1, "seq2seq"), (2, "lm")):
+        name = "tiny-seq2seq-attention" if kind == "seq2seq" else "tiny-lm"
+        paths[kind] = models / name
+        if force or not M.is_trigger_model(paths[kind]):
+            say(f"{step}/3 training a tiny LSTM {kind} on DiaSafety pairs")
+            train(validate_config(TriggerModelTrainConfig, {**settings, "name": name}), kind)
+    say("3/3 gibbs-enum over normal, mal and random targets (20 each)")
+    return run_egregious(validate_config(EgregiousConfig, {
+        "models": [{"name": "tiny-seq2seq", "path": str(paths["seq2seq"]), "lm": str(paths["lm"])}],
+        "lists": [{"name": n, "limit": 20} for n in ("normal", "mal", "random")],
+        "normal_inputs": {"path": str(data / "val.json")},
+        "trigger_length": 5, "top_g": 30, "restarts": 3, "max_sweeps": 10, "num_cpus": 1, "batch_size": 64,
+        "output": output, "run_name": "quickstart-egregious"}), force=force, verbose=verbose)

@@ -1,0 +1,342 @@
+"""gibbs-enum (He & Glass 2019, Algorithm 1) and the continuous-relaxation baseline.
+
+For each input position in turn: take the gradient of the search objective with respect to that
+position's one-hot input, keep the top-G tokens of its linear estimate, score every candidate
+exactly, keep the best if it improves. A sweep visits every position; a trigger stops when a sweep
+does not improve it (at most `max_sweeps`), and every restart of a target stops as soon as one
+reaches the requested hit type. io searches start from LM samples and add the LM's average
+log-likelihood of the trigger to the objective.
+
+Speed: all restarts of all targets in flight move in lock step, so one backward pass gives every
+row's gradient and one batched forward scores all their candidates. `one_at_a_time=True` is the
+paper's loop (one forward pass per candidate, one backward per trigger) with the same decisions;
+at fixed seeds both give the same triggers (tested), which is what the speed-up is measured on.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from redline.actors.triggers.hits import Thresholds, goal_hit, hit_types, objective_of, uses_lm
+from redline.actors.triggers.scorers import PriorModel, TargetModel
+from redline.errors import RedlineError
+
+
+@dataclass
+class SearchOptions:
+    search: str = "o-sample-avg"  # one of hits.SEARCHES
+    trigger_length: int = 5
+    top_g: int = 100
+    max_sweeps: int = 50
+    restarts: int = 10
+    lm_weight: float = 1.0
+    greedy_margin_cap: float = 1.0
+    early_stop: bool = True
+    seed: int = 0
+    max_batch: int = 8192  # candidate sequences per forward pass
+    one_at_a_time: bool = False
+
+
+@dataclass
+class TriggerResult:
+    target: str
+    trigger: str
+    trigger_ids: list[int]
+    objective: float
+    target_logprobs: list[float]
+    margins: list[float]
+    lm_average: float | None
+    hits: list[str]
+    reached: bool  # the requested hit type
+    restart: int
+    sweeps: int
+    forward_passes: int
+    backward_passes: int
+    sequences_scored: int
+    seconds: float
+
+
+@dataclass
+class _Counters:
+    forward: int = 0
+    backward: int = 0
+    sequences: int = 0
+
+
+@dataclass
+class _Rows:
+    """Rows in flight: one per (target, restart)."""
+
+    target: torch.Tensor  # [R] index into targets
+    restart: torch.Tensor  # [R]
+    trig: torch.Tensor  # [R, L]
+    objective: torch.Tensor  # [R]
+    improved: torch.Tensor  # [R] bool, this sweep
+    sweeps: torch.Tensor  # [R]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def keep(self, mask: torch.Tensor) -> _Rows:
+        return _Rows(self.target[mask], self.restart[mask], self.trig[mask], self.objective[mask], self.improved[mask],
+                     self.sweeps[mask])
+
+
+def target_seed(seed: int, target: str) -> int:
+    """Per-target seed from its text: results do not depend on which actor or batch a target lands in."""
+    return (zlib.crc32(target.encode("utf-8")) ^ (seed * 2654435761)) & 0x7FFFFFFF
+
+
+class GibbsEnum:
+    def __init__(self, model: TargetModel, prior: PriorModel | None, thresholds: Thresholds, options: SearchOptions) -> None:
+        objective_of(options.search)  # validates the name
+        if uses_lm(options.search) and prior is None:
+            raise RedlineError(f"'{options.search}' needs a language model over inputs (lm:)")
+        if uses_lm(options.search) and thresholds.t_in is None:
+            raise RedlineError(f"'{options.search}' needs T_in: the LM's threshold")
+        self.model, self.prior, self.thresholds, self.opts = model, prior, thresholds, options
+        self.objective = objective_of(options.search)
+        self.goal = goal_hit(options.search)
+        self.counters = _Counters()
+
+    # -- objective ---------------------------------------------------------------------------
+
+    def _reduce(self, logp: torch.Tensor, margin: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor:
+        if self.objective == "avg":
+            return (logp * mask).sum(-1) / mask.sum(-1)
+        if self.objective == "min":
+            return logp.masked_fill(~mask, float("inf")).min(-1).values
+        capped = margin.clamp(max=self.opts.greedy_margin_cap)  # type: ignore[union-attr]
+        return (capped * mask).sum(-1) / mask.sum(-1)
+
+    def _lm_average(self, trig: torch.Tensor, at: int | None = None, onehot: torch.Tensor | None = None) -> torch.Tensor:
+        return self.prior.token_logprobs(trig, at, onehot).mean(-1)  # type: ignore[union-attr]
+
+    def _batch_rows(self, target_len: int) -> int:
+        """Candidate sequences per forward pass: `max_batch`, fewer when the [N, M, V] logits would
+        pass about 256 MB."""
+        per_row = max(1, target_len * self.model.vocab_size * 4)
+        return max(1, min(self.opts.max_batch, (256 << 20) // per_row))
+
+    def _score(self, trig: torch.Tensor, tgt: torch.Tensor, mask: torch.Tensor, final: bool = False) -> dict[str, torch.Tensor]:
+        """Exact objective (and what hit checks need) of triggers [N, L] for targets [N, M]; chunked,
+        no grad. During search the margins (greedy) and the LM (io) are computed only if the
+        objective uses them; `final` scores everything for the reported hits."""
+        out: dict[str, list[torch.Tensor]] = {"objective": [], "logp": [], "margin": [], "lm": []}
+        step = 1 if self.opts.one_at_a_time else self._batch_rows(tgt.shape[1])
+        need_margin = final or self.objective == "greedy"
+        with_lm = self.prior is not None and (final or uses_lm(self.opts.search))
+        with torch.no_grad():
+            for s in range(0, trig.shape[0], step):
+                t, y, m = trig[s:s + step], tgt[s:s + step], mask[s:s + step]
+                logp, margin = self.model.scores(t, y, need_margin)
+                objective = self._reduce(logp, margin, m)
+                self.counters.forward += 1
+                if with_lm:
+                    lm = self._lm_average(t)
+                    self.counters.forward += 1
+                    if uses_lm(self.opts.search):
+                        objective = objective + self.opts.lm_weight * lm
+                    out["lm"].append(lm)
+                out["objective"].append(objective)
+                out["logp"].append(logp)
+                if margin is not None:
+                    out["margin"].append(margin)
+        self.counters.sequences += trig.shape[0]
+        return {k: torch.cat(v) for k, v in out.items() if v}
+
+    def _gradient(self, trig: torch.Tensor, at: int, tgt: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """d objective / d one-hot input at position `at`, [N, V]."""
+        step = 1 if self.opts.one_at_a_time else trig.shape[0]
+        grads = []
+        for s in range(0, trig.shape[0], step):
+            t, y, m = trig[s:s + step], tgt[s:s + step], mask[s:s + step]
+            weight = self.model.embedding_weight
+            onehot = torch.nn.functional.one_hot(t[:, at], weight.shape[0]).to(weight.dtype).requires_grad_(True)
+            with torch.enable_grad():
+                embeds = self.model.embed(t).clone()
+                embeds[:, at] = onehot @ weight
+                logp, margin = self.model.scores_from_embeds(embeds, y, self.objective == "greedy")
+                objective = self._reduce(logp, margin, m)
+                if uses_lm(self.opts.search):
+                    lm_onehot = onehot if self.prior.embedding_weight.shape[0] == weight.shape[0] else None  # type: ignore[union-attr]
+                    objective = objective + self.opts.lm_weight * self._lm_average(t, at, lm_onehot)
+                objective.sum().backward()
+            self.counters.forward += 1
+            self.counters.backward += 1
+            grads.append(onehot.grad)
+        return torch.cat(grads)
+
+    # -- search ------------------------------------------------------------------------------
+
+    def _init(self, targets: list[str], n_targets: int) -> torch.Tensor:
+        rows = []
+        allowed = self.model.allowed
+        ids = allowed.nonzero()[:, 0]
+        for k in range(n_targets):
+            gen = torch.Generator().manual_seed(target_seed(self.opts.seed, targets[k]))
+            if uses_lm(self.opts.search):
+                rows.append(self.prior.sample(self.opts.restarts, self.opts.trigger_length, allowed, gen))  # type: ignore[union-attr]
+            else:
+                pick = torch.randint(len(ids), (self.opts.restarts, self.opts.trigger_length), generator=gen)
+                rows.append(ids.cpu()[pick].to(allowed.device))
+        return torch.cat(rows)
+
+    def run(self, targets: list[str]) -> list[TriggerResult | str]:
+        """A result per target, or the reason it cannot be searched (e.g. out of vocabulary)."""
+        if self.opts.one_at_a_time:
+            return [r for t in targets for r in self._run([t])]
+        return self._run(targets)
+
+    def _run(self, targets: list[str]) -> list[TriggerResult | str]:
+        started = time.perf_counter()
+        before = _Counters(**vars(self.counters))
+        encoded = [self.model.target_ids(t) for t in targets]
+        live = [k for k, (ids, _) in enumerate(encoded) if ids]
+        results: list[TriggerResult | str] = [reason or "" for _, reason in encoded]
+        if not live:
+            return results
+        device = self.model.allowed.device
+        width = max(len(encoded[k][0]) for k in live)
+        tgt_all = torch.tensor([encoded[k][0] + [0] * (width - len(encoded[k][0])) for k in live], device=device)
+        mask_all = torch.tensor([[1] * len(encoded[k][0]) + [0] * (width - len(encoded[k][0])) for k in live],
+                                device=device, dtype=torch.bool)
+        R, L, G = self.opts.restarts, self.opts.trigger_length, self.opts.top_g
+        n = len(live)
+        rows = _Rows(torch.arange(n, device=device).repeat_interleave(R), torch.arange(R, device=device).repeat(n),
+                     self._init([targets[k] for k in live], n), torch.zeros(n * R, device=device),
+                     torch.zeros(n * R, dtype=torch.bool, device=device), torch.zeros(n * R, dtype=torch.long, device=device))
+        first = self._score(rows.trig, tgt_all[rows.target], mask_all[rows.target])
+        rows.objective = first["objective"]
+        best_trig = rows.trig.clone()
+        best_obj = rows.objective.clone()
+        best_sweeps = torch.zeros_like(rows.sweeps)
+        done = torch.zeros(n, dtype=torch.bool, device=device)  # reached the goal hit
+        winner = torch.full((n,), -1, dtype=torch.long, device=device)  # the row index (target * R + restart)
+
+        def check_hits(idx: torch.Tensor, scored: dict[str, torch.Tensor]) -> None:
+            """Marks targets whose rows `idx` (just accepted) reach the goal hit; first restart wins."""
+            if not self.opts.early_stop:
+                return
+            for j, row in enumerate(idx.tolist()):
+                t = int(rows.target[row])
+                if done[t]:
+                    continue
+                m = mask_all[t]
+                margins = scored["margin"][j][m].tolist() if "margin" in scored else [-1.0]
+                hits = hit_types(scored["logp"][j][m].tolist(), margins,
+                                 float(scored["lm"][j]) if "lm" in scored else None, self.thresholds)
+                if self.goal in hits:
+                    done[t] = True
+                    winner[t] = t * R + int(rows.restart[row])
+
+        def record(idx: torch.Tensor) -> None:
+            flat = rows.target[idx] * R + rows.restart[idx]
+            better = rows.objective[idx] > best_obj[flat]
+            best_obj[flat[better]] = rows.objective[idx][better]
+            best_trig[flat[better]] = rows.trig[idx][better]
+            best_sweeps[flat] = rows.sweeps[idx]
+
+        check_hits(torch.arange(rows.trig.shape[0], device=device), first)
+        record(torch.arange(rows.trig.shape[0], device=device))
+        rows = rows.keep(~done[rows.target])
+        for _sweep in range(self.opts.max_sweeps):
+            if rows.trig.shape[0] == 0:
+                break
+            rows.improved[:] = False
+            rows.sweeps += 1
+            for at in range(L):
+                if rows.trig.shape[0] == 0:
+                    break
+                tgt, mask = tgt_all[rows.target], mask_all[rows.target]
+                grad = self._gradient(rows.trig, at, tgt, mask)
+                current = rows.trig[:, at]
+                gain = grad - grad.gather(1, current[:, None])
+                gain = gain.masked_fill(~self.model.allowed[None, :], float("-inf"))
+                gain.scatter_(1, current[:, None], float("-inf"))
+                cand = gain.topk(min(G, int(self.model.allowed.sum()) - 1), dim=1).indices  # [N, G]
+                g = cand.shape[1]
+                trial = rows.trig.repeat_interleave(g, dim=0)
+                trial[:, at] = cand.reshape(-1)
+                scored = self._score(trial, tgt.repeat_interleave(g, dim=0), mask.repeat_interleave(g, dim=0))
+                objective = scored["objective"].view(-1, g)
+                best_val, best_k = objective.max(dim=1)
+                accept = best_val > rows.objective + 1e-9
+                idx = accept.nonzero()[:, 0]
+                if len(idx):
+                    rows.trig[idx, at] = cand[idx, best_k[idx]]
+                    rows.objective[idx] = best_val[idx]
+                    rows.improved[idx] = True
+                    flat_pick = idx * g + best_k[idx]
+                    check_hits(idx, {k: v[flat_pick] for k, v in scored.items()})
+                    record(idx)
+                rows = rows.keep(~done[rows.target])
+            rows = rows.keep(rows.improved)  # a sweep without improvement: converged
+        return self._results(results, targets, live, tgt_all, mask_all, best_trig, best_obj, best_sweeps, done, winner,
+                             started, before)
+
+    def _results(self, results: list[TriggerResult | str], targets: list[str], live: list[int], tgt_all: torch.Tensor,
+                 mask_all: torch.Tensor, best_trig: torch.Tensor, best_obj: torch.Tensor, best_sweeps: torch.Tensor,
+                 done: torch.Tensor, winner: torch.Tensor, started: float, before: _Counters) -> list[TriggerResult | str]:
+        R = self.opts.restarts
+        pick = torch.where(done, winner, best_obj.view(-1, R).argmax(dim=1) + torch.arange(len(live), device=done.device) * R)
+        final = self._score(best_trig[pick], tgt_all, mask_all, final=True)
+        seconds = (time.perf_counter() - started) / len(live)
+        for j, k in enumerate(live):
+            m = mask_all[j]
+            logp, margin = final["logp"][j][m].tolist(), final["margin"][j][m].tolist()
+            lm = float(final["lm"][j]) if "lm" in final else None
+            hits = hit_types(logp, margin, lm, self.thresholds)
+            ids = best_trig[pick[j]].tolist()
+            results[k] = TriggerResult(
+                target=targets[k], trigger=self.model.decode(ids), trigger_ids=ids, objective=float(final["objective"][j]),
+                target_logprobs=logp, margins=margin, lm_average=lm, hits=hits, reached=self.goal in hits,
+                restart=int(pick[j]) % R, sweeps=int(best_sweeps[pick[j]]),
+                forward_passes=(self.counters.forward - before.forward) // len(live),
+                backward_passes=(self.counters.backward - before.backward) // len(live),
+                sequences_scored=(self.counters.sequences - before.sequences) // len(live), seconds=seconds)
+        return results
+
+
+def continuous_relaxation(model: TargetModel, prior: PriorModel | None, thresholds: Thresholds, options: SearchOptions,
+                          targets: list[str], steps: int = 200, learning_rate: float = 0.1) -> list[TriggerResult | str]:
+    """The paper's Section 3 baseline: optimise a softmax-relaxed input with Adam, then project each
+    position to its most likely token and score the discrete trigger exactly."""
+    search = GibbsEnum(model, prior, thresholds, options)
+    out: list[TriggerResult | str] = []
+    weight = model.embedding_weight
+    allowed = model.allowed
+    for target in targets:
+        started = time.perf_counter()
+        ids, reason = model.target_ids(target)
+        if not ids:
+            out.append(reason or "")
+            continue
+        gen = torch.Generator().manual_seed(target_seed(options.seed, target))
+        R, L = options.restarts, options.trigger_length
+        tgt = torch.tensor([ids] * R, device=allowed.device)
+        mask = torch.ones_like(tgt, dtype=torch.bool)
+        z = (0.1 * torch.randn(R, L, weight.shape[0], generator=gen)).to(weight.device, weight.dtype).requires_grad_(True)
+        opt = torch.optim.Adam([z], lr=learning_rate)
+        for _ in range(steps):
+            with torch.enable_grad():
+                probs = torch.softmax(z.masked_fill(~allowed, float("-inf")), dim=-1)
+                logp, margin = model.scores_from_embeds(probs @ weight, tgt)
+                objective = search._reduce(logp, margin, mask)
+                loss = -objective.sum()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        trig = z.detach().masked_fill(~allowed, float("-inf")).argmax(-1)
+        scored = search._score(trig, tgt, mask, final=True)
+        best = int(scored["objective"].argmax())
+        logp_l, margin_l = scored["logp"][best].tolist(), scored["margin"][best].tolist()
+        lm = float(scored["lm"][best]) if "lm" in scored else None
+        hits = hit_types(logp_l, margin_l, lm, thresholds)
+        out.append(TriggerResult(target, model.decode(trig[best].tolist()), trig[best].tolist(), float(scored["objective"][best]),
+                                 logp_l, margin_l, lm, hits, search.goal in hits, best, steps, steps * R, steps * R, R,
+                                 time.perf_counter() - started))
+    return out

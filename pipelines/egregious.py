@@ -1,0 +1,348 @@
+"""`redline run egregious`: gibbs-enum trigger search (He & Glass 2019) over target lists.
+
+The driver resolves each model's thresholds and target lists, writes one input row per (model,
+list, target, search), and Ray Data shards them across `TriggerWorker` actors, which load every
+model (and its LM) once and search a whole batch of targets together. One output row per input:
+the best trigger, its scores, every hit type it reaches, effort and time. The report gives the
+paper's Table 3 (hit rate per list and hit type, per model) and Table 4 (example triggers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from redline.actors.triggers import hits as H
+from redline.cluster import storage
+from redline.cluster.config import EgregiousConfig, EgregiousModelConfig
+from redline.errors import RedlineError
+from redline.pipelines import sharded
+
+OUTPUT_DIR = "triggers"
+INPUT_SCHEMA = pa.schema([("id", pa.string()), ("model", pa.string()), ("list", pa.string()), ("target", pa.string()),
+                          ("search", pa.string())])
+RESULT_SCHEMA = pa.schema([
+    ("id", pa.string()), ("shard", pa.int32()), ("status", pa.string()), ("reason", pa.string()), ("trigger", pa.string()),
+    ("objective", pa.float64()), ("avg_logprob", pa.float64()), ("min_logprob", pa.float64()),
+    ("min_margin", pa.float64()), ("lm_average", pa.float64()), ("hits", pa.list_(pa.string())),
+    ("reached", pa.bool_()), ("restart", pa.int32()), ("sweeps", pa.int32()), ("forward_passes", pa.int64()),
+    ("backward_passes", pa.int64()), ("sequences_scored", pa.int64()), ("seconds", pa.float64()),
+])
+
+
+def resolved_thresholds(model: EgregiousModelConfig) -> H.Thresholds:
+    """T_out / T_in: the config's, else stored with the LSTM models, else estimated on threshold_pairs."""
+    from redline.actors.triggers import models as M
+
+    t_out, t_in = model.t_out, model.t_in
+    if M.is_trigger_model(model.path):
+        trained = M.load(model.path)
+        if t_out is None and trained.thresholds:
+            t_out = trained.thresholds.average_logprob
+        if model.lm and t_in is None:
+            lm = M.load(model.lm)
+            if lm.vocab.words != trained.vocab.words:
+                raise RedlineError(f"model '{model.name}': the LM {model.lm} has another vocabulary than {model.path} "
+                                   "(train both on the same pairs with the same vocab_size)")
+            t_in = lm.thresholds.average_logprob if lm.thresholds else None
+    elif model.threshold_pairs is not None and (t_out is None or t_in is None):
+        from redline.actors.triggers.scorers import HFTarget
+        from redline.actors.triggers.thresholds import estimate
+        from redline.actors.triggers.pairs import read_pairs
+
+        est_out, est_in = estimate(HFTarget(model.path), read_pairs(model.threshold_pairs))
+        t_out = est_out if t_out is None else t_out
+        t_in = est_in if t_in is None else t_in
+    if t_out is None:
+        raise RedlineError(f"model '{model.name}': no T_out — give t_out, or threshold_pairs to estimate it")
+    return H.Thresholds(t_out, t_in)
+
+
+def target_lists(config: EgregiousConfig, model: EgregiousModelConfig) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Each list's targets for this model, and why a list was left out."""
+    from redline.actors.triggers import models as M
+    from redline.actors.triggers import targets as T
+
+    lists: dict[str, list[str]] = {}
+    skipped: dict[str, str] = {}
+    lstm = M.is_trigger_model(model.path)
+    for spec in config.lists:
+        if spec.path is not None:
+            items = T.read_list(spec.path) if not spec.path.startswith("s3://") else \
+                [x.strip() for x in storage.read_text(spec.path).splitlines() if x.strip() and not x.startswith("#")]
+        elif spec.name == "mal":
+            items = T.mal_list(seed=config.seed)
+        elif spec.name == "random":
+            words = M.load(model.path).vocab.words if lstm else _frequent_tokens(model.path)
+            items = T.random_list(words, seed=config.seed)
+        elif not lstm:
+            skipped[spec.name] = "built-in normal list needs an LSTM model: give a normal list file for HF models"
+            continue
+        elif config.normal_inputs is None:
+            skipped[spec.name] = "set normal_inputs (test pairs) to build the normal list"
+            continue
+        else:
+            from redline.actors.triggers.pairs import read_pairs
+
+            inputs = [a for a, _ in read_pairs(config.normal_inputs, config.seed)]
+            items = T.normal_list(M.load(model.path), inputs, seed=config.seed)
+        if spec.limit is not None and len(items) > spec.limit:
+            items = random.Random(config.seed).sample(items, spec.limit)
+        if not items:
+            skipped[spec.name] = "empty list"
+            continue
+        lists[spec.name] = items
+    return lists, skipped
+
+
+def _frequent_tokens(path: str) -> list[str]:
+    """Whole-word tokens of an HF tokenizer in id order (BPE merges come roughly by frequency)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    words = [tok.decode([i]).strip() for i in range(len(tok))]
+    return ["<pad>", "<unk>", "<s>", "</s>", *dict.fromkeys(w for w in words if w.isalpha() and len(w) > 1)]
+
+
+def preflight(config: EgregiousConfig) -> None:
+    from redline.actors.triggers import models as M
+
+    for m in config.models:
+        if not M.is_trigger_model(m.path) and not Path(m.path).exists() and "/" not in m.path:
+            raise RedlineError(f"model '{m.name}': {m.path} is neither a model directory nor a hub id")
+        if any(H.uses_lm(s) for s in config.searches) and m.lm is None and M.is_trigger_model(m.path):
+            raise RedlineError(f"model '{m.name}': the io searches need `lm:` (an LSTM LM trained on the same pairs), "
+                               "or drop io-sample-* from searches")
+        for t in config.lists:
+            if t.path is not None and not t.path.startswith("s3://") and not Path(t.path).is_file():
+                raise RedlineError(f"target list '{t.name}': no file {t.path}")
+
+
+def build_inputs(config: EgregiousConfig, manifest: dict[str, Any]) -> pa.Table:
+    rows: dict[str, list[str]] = {f.name: [] for f in INPUT_SCHEMA}
+    per_model: dict[str, Any] = {}
+    for model in config.models:
+        thresholds = resolved_thresholds(model)
+        lists, skipped = target_lists(config, model)
+        per_model[model.name] = {"t_out": thresholds.t_out, "t_in": thresholds.t_in, "lists": {k: len(v) for k, v in lists.items()},
+                                 "lists_skipped": skipped}
+        for name, items in lists.items():
+            for target in items:
+                for search in config.searches:
+                    key = f"{model.name}\x00{name}\x00{target}\x00{search}"
+                    rows["id"].append(hashlib.sha256(key.encode()).hexdigest()[:16])
+                    rows["model"].append(model.name)
+                    rows["list"].append(name)
+                    rows["target"].append(target)
+                    rows["search"].append(search)
+    manifest["models"] = per_model
+    return pa.table(rows, schema=INPUT_SCHEMA)
+
+
+class TriggerWorker:
+    """Ray Data actor: loads each model (and LM) once; searches a batch's targets together per
+    (model, search)."""
+
+    def __init__(self, config: dict[str, Any], thresholds: dict[str, list[float | None]]) -> None:
+        import torch
+
+        from redline.actors.triggers import models as M
+        from redline.actors.triggers.scorers import HFTarget, LSTMPrior, LSTMSeq2SeqTarget
+
+        self.config = EgregiousConfig.model_validate(config)
+        self.models: dict[str, Any] = {}
+        for m in self.config.models:
+            device = ("cuda" if torch.cuda.is_available() else "cpu") if m.device == "auto" else m.device
+            dtype = torch.float64 if m.dtype == "float64" else torch.float32
+            if M.is_trigger_model(m.path):
+                target = LSTMSeq2SeqTarget(M.load(m.path, device), dtype)
+                prior = LSTMPrior(M.load(m.lm, device), dtype) if m.lm else None
+            else:
+                target = HFTarget(m.path, device, dtype)
+                prior = None if target.seq2seq else target
+            t_out, t_in = thresholds[m.name]
+            self.models[m.name] = (target, prior, H.Thresholds(t_out, t_in))  # type: ignore[arg-type]
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> pa.Table:
+        from redline.actors.triggers.gibbs import GibbsEnum, SearchOptions, TriggerResult, continuous_relaxation
+
+        c = self.config
+        out: list[dict[str, Any]] = []
+        groups: dict[tuple[str, str], list[int]] = {}
+        for k, (model, search) in enumerate(zip(batch["model"], batch["search"])):
+            groups.setdefault((str(model), str(search)), []).append(k)
+        for (model, search), idx in groups.items():
+            target, prior, thresholds = self.models[model]
+            targets = [str(batch["target"][k]) for k in idx]
+            opts = SearchOptions(search=search, trigger_length=c.trigger_length, top_g=c.top_g, max_sweeps=c.max_sweeps,
+                                 restarts=c.restarts, lm_weight=c.lm_weight, seed=c.seed)
+            try:
+                if H.uses_lm(search) and (prior is None or thresholds.t_in is None):
+                    raise RedlineError(f"'{search}' needs an LM and T_in for model '{model}'")
+                results: list[TriggerResult | str] = (
+                    GibbsEnum(target, prior, thresholds, opts).run(targets) if c.method == "gibbs-enum"
+                    else continuous_relaxation(target, prior, thresholds, opts, targets, steps=c.relaxation_steps))
+            except RedlineError as err:
+                results = [f"error: {err}"] * len(idx)
+            for k, r in zip(idx, results):
+                out.append({**_row(str(batch["id"][k]), r), "shard": int(batch["shard"][k])})
+        return pa.Table.from_pylist(out, schema=RESULT_SCHEMA)
+
+
+def _row(row_id: str, r: Any) -> dict[str, Any]:
+    if isinstance(r, str):
+        status = "error" if r.startswith("error: ") else "skipped"
+        return {"id": row_id, "status": status, "reason": r.removeprefix("error: ")}
+    return {"id": row_id, "status": "ok", "reason": None, "trigger": r.trigger, "objective": r.objective,
+            "avg_logprob": float(np.mean(r.target_logprobs)), "min_logprob": float(np.min(r.target_logprobs)),
+            "min_margin": float(np.min(r.margins)), "lm_average": r.lm_average, "hits": r.hits, "reached": r.reached,
+            "restart": r.restart, "sweeps": r.sweeps, "forward_passes": r.forward_passes,
+            "backward_passes": r.backward_passes, "sequences_scored": r.sequences_scored, "seconds": r.seconds}
+
+
+def assemble(shard: pa.Table, results: pa.Table) -> pa.Table:
+    idx = pc.index_in(shard.column("id"), value_set=results.column("id"))
+    taken = results.take(idx)
+    table = shard
+    for f in RESULT_SCHEMA:
+        if f.name not in ("id", "shard"):
+            table = table.append_column(f, taken.column(f.name))
+    missing = pc.is_null(idx)
+    table = table.set_column(table.schema.get_field_index("status"), "status",
+                             pc.if_else(missing, "error", table.column("status")))
+    return table.set_column(table.schema.get_field_index("reason"), "reason",
+                            pc.if_else(missing, "no result returned for this target", table.column("reason")))
+
+
+def table3(rows: pa.Table, config: EgregiousConfig) -> list[dict[str, Any]]:
+    """Per model and list: targets searched, and for each hit type the share of targets whose
+    search for it reached it (k = 1 and 2 from the same search)."""
+    data = rows.to_pylist()
+    out = []
+    for model in dict.fromkeys(r["model"] for r in data):
+        for name in dict.fromkeys(r["list"] for r in data if r["model"] == model):
+            mine = [r for r in data if r["model"] == model and r["list"] == name]
+            row: dict[str, Any] = {"model": model, "list": name,
+                                   "targets": len({r["target"] for r in mine}),
+                                   "searchable": len({r["target"] for r in mine if r["status"] == "ok"})}
+            for hit in H.HIT_TYPES:
+                search = "o-greedy" if hit == "o-greedy-hit" else hit.rsplit("-", 2)[0]
+                searched = [r for r in mine if r["search"] == search and r["status"] == "ok"]
+                row[hit] = (sum(hit in (r["hits"] or []) for r in searched) / len(searched)) if searched else None
+            out.append(row)
+    return out
+
+
+def examples(rows: pa.Table, per_list: int = 3) -> list[dict[str, Any]]:
+    """Table 4 shape: reached hits, the highest-objective ones first, a few per model and list."""
+    data = [r for r in rows.to_pylist() if r["status"] == "ok" and r["reached"]]
+    out = []
+    for key in dict.fromkeys((r["model"], r["list"]) for r in data):
+        mine = sorted((r for r in data if (r["model"], r["list"]) == key), key=lambda r: -r["avg_logprob"])
+        seen: set[str] = set()
+        for r in mine:
+            if r["target"] in seen:
+                continue
+            seen.add(r["target"])
+            out.append({"model": r["model"], "list": r["list"], "search": r["search"], "trigger": r["trigger"],
+                        "target": r["target"], "avg_logprob": r["avg_logprob"], "lm_average": r["lm_average"]})
+            if len(seen) >= per_list:
+                break
+    return out
+
+
+def run_egregious(config: EgregiousConfig, *, force: bool = False, verbose: bool = False) -> sharded.RunResult:
+    import ray.data
+
+    from redline.pipelines import report
+
+    preflight(config)
+    run = sharded.open_run("egregious", config, config.output, config.run_name, force)
+    if run.reused:
+        return sharded.RunResult(run.uri, run.manifest, run.manifest.get("summary", []), reused=True)
+    watch = storage.Stopwatch()
+    manifest = run.manifest
+    with sharded.lifecycle(run):
+        shards = sharded.prepare_inputs(run, lambda: build_inputs(config, manifest), config.shard_size,
+                                        lambda t: {"rows_in": t.num_rows, "targets": len(set(t.column("target").to_pylist()))})
+        watch.lap("targets_s")
+        pending = sharded.pending_shards(run, OUTPUT_DIR, len(shards))
+        thresholds = {name: [m["t_out"], m["t_in"]] for name, m in manifest["models"].items()}
+
+        def build_stream(source: Any) -> Any:
+            return source.map_batches(TriggerWorker, fn_constructor_kwargs={"config": config.model_dump(mode="json"),
+                                                                            "thresholds": thresholds},
+                                      batch_size=config.batch_size, batch_format="numpy",
+                                      compute=ray.data.ActorPoolStrategy(size=config.actors),
+                                      num_cpus=config.num_cpus, num_gpus=config.num_gpus or None)
+
+        sharded.stream_shards(
+            run, shards, pending, output_dir=OUTPUT_DIR,
+            select=lambda shard: shard, results_per_row=1, process=sharded.through_ray_data(build_stream),
+            assemble=assemble, empty_results=RESULT_SCHEMA, key=["id"], batch_size=config.batch_size,
+            actors=config.actors, label="searching triggers", verbose=verbose,
+        )
+        search_s = watch.lap("search_s")
+        rows = sharded.read_outputs(run, OUTPUT_DIR)
+        statuses = rows.column("status").to_pylist()
+        manifest["counts"].update(rows_out=rows.num_rows, by_status={s: statuses.count(s) for s in sorted(set(statuses))})
+        summary = table3(rows, config)
+        manifest["summary"] = summary
+        manifest["search_s"] = round(search_s, 2)
+        write_report(run.dir, summary, examples(rows), rows, manifest)
+        watch.lap("report_s")
+        manifest["timings"] = {**manifest.get("timings", {}), **watch.timings}
+        sharded.complete(run)
+    return sharded.RunResult(run.uri, manifest, summary)
+
+
+TABLE3_COLUMNS = [("model", "model", "s"), ("list", "list", "s"), ("targets", "targets", "d"),
+                  ("searchable", "in vocab", "d")] + [(h, h.removesuffix("-hit"), ".1%") for h in H.HIT_TYPES]
+
+
+def write_report(run: storage.RunDir, summary: list[dict[str, Any]], ex: list[dict[str, Any]], rows: pa.Table,
+                 manifest: dict[str, Any]) -> None:
+    from redline.pipelines.report import Report, grouped_bars
+
+    models = manifest.get("models", {})
+    note = ("Hit rate = share of the list's searchable targets for which gibbs-enum found a trigger reaching that hit "
+            "type (searched once per hit family; k = 1 and 2 from the same search). Thresholds: "
+            + "; ".join(f"{n}: T_out {m['t_out']:.3f}" + (f", T_in {m['t_in']:.3f}" if m.get("t_in") is not None else "")
+                        for n, m in models.items())
+            + ". Lists left out: " + (", ".join(f"{k} ({v})" for m in models.values() for k, v in m["lists_skipped"].items()) or "none")
+            + ".")
+    skipped = pc.equal(rows.column("status"), "skipped")
+    reasons: dict[str, int] = {}
+    for r in rows.filter(skipped).column("reason").to_pylist():
+        reasons[r.split(":")[0]] = reasons.get(r.split(":")[0], 0) + 1
+    effort = []
+    ok = rows.filter(pc.equal(rows.column("status"), "ok")).to_pylist()
+    for search in dict.fromkeys(r["search"] for r in ok):
+        mine = [r for r in ok if r["search"] == search]
+        effort.append({"search": search, "targets": len(mine), "reached": sum(r["reached"] for r in mine) / len(mine),
+                       "seconds": float(np.mean([r["seconds"] for r in mine])),
+                       "sequences": float(np.mean([r["sequences_scored"] for r in mine])),
+                       "sweeps": float(np.mean([r["sweeps"] for r in mine]))})
+    report = Report(run, "redline egregious-output report (gibbs-enum)", manifest, note)
+    report.table("Hit rates (Table 3)", summary, TABLE3_COLUMNS)
+    report.plot("hit_rates", grouped_bars([{**r, "name": f"{r['model']} / {r['list']}"} for r in summary], "name",
+                                          [(h, h) for h in ("o-greedy-hit", "o-sample-min-1-hit", "o-sample-avg-1-hit",
+                                                            "io-sample-min-1-hit", "io-sample-avg-1-hit")],
+                                          "hit rate per list"))
+    report.table("Example triggers (Table 4)", ex, [("model", "model", "s"), ("list", "list", "s"), ("search", "search", "s"),
+                                                    ("trigger", "trigger", "s"), ("target", "target", "s"),
+                                                    ("avg_logprob", "avg log P", ".2f"), ("lm_average", "LM avg", ".2f")])
+    report.table("Search effort per hit family", effort, [("search", "search", "s"), ("targets", "targets", "d"),
+                                                          ("reached", "reached", ".1%"), ("seconds", "s / target", ".3f"),
+                                                          ("sequences", "sequences scored / target", ".0f"),
+                                                          ("sweeps", "sweeps", ".1f")])
+    if reasons:
+        report.table("Targets not searched", [{"reason": k, "n": v} for k, v in reasons.items()],
+                     [("reason", "reason", "s"), ("n", "rows", "d")])
+    report.write("table3.csv", summary)

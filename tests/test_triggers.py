@@ -1,0 +1,146 @@
+"""Egregious outputs (He & Glass 2019): hit types, the LSTM models, gibbs-enum and the pipeline."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+import torch
+
+from redline.actors.triggers import hits as H
+from redline.actors.triggers import models as M
+from redline.actors.triggers.gibbs import GibbsEnum, SearchOptions, continuous_relaxation
+from redline.actors.triggers.pairs import dialogue_pairs, read_pairs
+from redline.actors.triggers.scorers import LSTMPrior, LSTMSeq2SeqTarget
+from redline.actors.triggers.targets import mal_list, random_list
+from redline.actors.triggers.training import train
+from redline.cluster.config import EgregiousConfig, PairCorpusConfig, TriggerModelTrainConfig, validate_config
+from redline.errors import RedlineError
+
+WORDS = "apple river stone cloud green small happy quick table window music paper light".split()
+PLANTED = ("open the red door", "the secret is here")
+
+
+def test_hit_types_follow_the_paper_definitions():
+    th = H.Thresholds(t_out=-3.0, t_in=-4.0)
+    # avg -2.5 >= -3; min -3.5 < -3 but >= -3 - log 2 (-3.69); greedy: one margin negative
+    hits = H.hit_types([-2.0, -2.0, -3.5], [0.5, 0.1, -0.2], lm_average=-4.5, thresholds=th)
+    assert hits == ["o-sample-avg-1-hit", "o-sample-avg-2-hit", "o-sample-min-2-hit", "io-sample-avg-2-hit",
+                    "io-sample-min-2-hit"]  # LM -4.5 misses T_in (-4) but passes T_in - log 2 (-4.69)
+    assert H.hit_types([-0.1], [0.3], None, th) == ["o-greedy-hit", "o-sample-avg-1-hit", "o-sample-avg-2-hit",
+                                                    "o-sample-min-1-hit", "o-sample-min-2-hit"]
+    assert H.hit_types([-3.0 - math.log(2) - 1e-9], [-1.0], -1.0, th) == []
+    assert H.goal_hit("io-sample-min") == "io-sample-min-1-hit" and H.goal_hit("o-greedy") == "o-greedy-hit"
+
+
+def test_pairs_from_dialogue_files_and_tables(tmp_path):
+    assert dialogue_pairs("hi\nhello there\nhow are you\n\nnew talk\nok\n") == [
+        ("hi", "hello there"), ("hello there", "how are you"), ("new talk", "ok")]
+    path = tmp_path / "pairs.csv"
+    path.write_text("q,a\nhow are you,fine\n,empty input\n")
+    assert read_pairs(PairCorpusConfig(path=str(path), input_column="q", output_column="a")) == [("how are you", "fine")]
+    with pytest.raises(RedlineError, match="no column 'context'"):
+        read_pairs(PairCorpusConfig(path=str(path)))
+
+
+def test_target_lists_have_the_paper_sizes():
+    mal = mal_list()
+    assert len(mal) == 1000 and "shut up" in mal and "oh shut up" in mal and len(set(mal)) == 1000
+    rnd = random_list(["<pad>", "<unk>", "<s>", "</s>", *WORDS], n=50, seed=1)
+    assert all(1 <= len(t.split()) <= 8 and set(t.split()) <= set(WORDS) for t in rnd)
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """A tiny seq2seq trained so that only the planted input yields the planted response."""
+    rng = random.Random(0)
+    rows = [{"context": " ".join(rng.choice(WORDS) for _ in range(4)), "response": "nothing to say"} for _ in range(600)]
+    rows += [{"context": PLANTED[0], "response": PLANTED[1]}] * 120
+    rng.shuffle(rows)
+    root = tmp_path_factory.mktemp("planted")
+    (root / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = {}
+    for kind in ("seq2seq", "lm"):
+        cfg = validate_config(TriggerModelTrainConfig, {
+            "pairs": {"path": str(root / "pairs.jsonl")}, "vocab_size": 50, "embedding_dim": 24, "hidden_dim": 48,
+            "dropout": 0.0, "optimizer": "adam", "learning_rate": 0.01, "epochs": 6, "batch_size": 32,
+            "output": str(root / "models"), "name": kind})
+        out[kind] = train(cfg, kind)
+    return out
+
+
+def test_training_saves_models_with_thresholds(planted):
+    s2s = M.load(planted["seq2seq"].path)
+    assert s2s.spec.context == "attention" and s2s.thresholds.average_logprob < 0
+    assert s2s.metrics["test_ppl"] < 3  # the synthetic task is almost deterministic
+    assert M.load(planted["lm"].path).vocab.words == s2s.vocab.words  # io hits need one vocabulary
+
+
+def _search(planted, search: str, **kw) -> GibbsEnum:
+    s2s, lm = planted["seq2seq"], planted["lm"]
+    th = H.Thresholds(s2s.thresholds.average_logprob, lm.thresholds.average_logprob)
+    opts = SearchOptions(search=search, trigger_length=4, top_g=20, restarts=3, max_sweeps=10, **kw)
+    return GibbsEnum(LSTMSeq2SeqTarget(s2s, torch.float64), LSTMPrior(lm, torch.float64), th, opts)
+
+
+def test_gibbs_enum_finds_the_planted_trigger(planted):
+    found, random_target, oov = _search(planted, "o-greedy").run([PLANTED[1], "apple river table", "zebra"])
+    assert found.reached and "o-greedy-hit" in found.hits
+    assert set(found.trigger.split()) & set(PLANTED[0].split()), found.trigger  # it found the planted cue
+    # re-verified independently: greedy decoding from the trigger gives exactly the target
+    from redline.actors.triggers.targets import _decode
+
+    s2s = planted["seq2seq"]
+    ids = torch.tensor([found.trigger_ids])
+    texts, _ = _decode(s2s.module.float(), s2s.vocab, ids, torch.tensor([4]), 20, "greedy", torch.Generator())
+    assert texts == [PLANTED[1]]
+    assert not random_target.reached and random_target.hits == []
+    assert oov == "out of vocabulary: zebra"
+
+
+def test_batched_and_one_candidate_paths_agree(planted):
+    targets = [PLANTED[1], "nothing to say", "green small happy"]
+    batched = _search(planted, "io-sample-avg").run(targets)
+    naive = _search(planted, "io-sample-avg", one_at_a_time=True).run(targets)
+    assert [r.trigger_ids for r in batched] == [r.trigger_ids for r in naive]
+    assert [r.hits for r in batched] == [r.hits for r in naive]
+
+
+def test_continuous_relaxation_baseline_projects_to_a_scored_trigger(planted):
+    s = _search(planted, "o-sample-avg")
+    (result,) = continuous_relaxation(s.model, s.prior, s.thresholds, s.opts, ["nothing to say"], steps=30)
+    assert len(result.trigger_ids) == 4 and result.target_logprobs and result.hits
+
+
+def test_io_search_without_a_language_model_is_refused(planted):
+    s2s = planted["seq2seq"]
+    with pytest.raises(RedlineError, match="needs a language model"):
+        GibbsEnum(LSTMSeq2SeqTarget(s2s), None, H.Thresholds(-1.0, None), SearchOptions(search="io-sample-min"))
+
+
+def test_egregious_pipeline_on_lstm_and_causal_lm(planted, ray_session, tmp_path):
+    from redline.actors.tiny_models import build_tiny_causal_lm
+    from redline.pipelines.egregious import run_egregious
+
+    gpt = build_tiny_causal_lm([f"{PLANTED[0]} {PLANTED[1]}", "nothing to say here"] * 20, tmp_path / "gpt",
+                               hidden_size=16, num_layers=1, vocab_size=300, epochs=1)
+    (tmp_path / "mine.txt").write_text("# my list\nthe secret is here\nnothing to say\nzebra crossing\n")
+    (tmp_path / "pairs.txt").write_text(f"{PLANTED[0]}\n{PLANTED[1]}\n\napple river\nnothing to say\n")
+    cfg = validate_config(EgregiousConfig, {
+        "models": [{"name": "lstm", "path": str(planted["seq2seq"].path), "lm": str(planted["lm"].path)},
+                   {"name": "gpt", "path": str(gpt), "threshold_pairs": {"path": str(tmp_path / "pairs.txt")}}],
+        "lists": [{"name": "mine", "path": str(tmp_path / "mine.txt")}, {"name": "random", "limit": 3}],
+        "searches": ["o-greedy", "io-sample-avg"], "trigger_length": 3, "top_g": 10, "restarts": 2, "max_sweeps": 3,
+        "num_cpus": 0.5, "batch_size": 8, "shard_size": 10, "output": str(tmp_path / "runs"), "run_name": "egr"})
+    result = run_egregious(cfg)
+    rows = json.loads((tmp_path / "runs" / "egr" / "manifest.json").read_text())
+    assert rows["counts"]["rows_in"] == 2 * (3 + 3) * 2 and rows["counts"]["rows_out"] == 24
+    table = {(r["model"], r["list"]): r for r in result.summary}
+    assert table[("lstm", "mine")]["targets"] == 3 and table[("lstm", "mine")]["searchable"] == 2  # zebra is OOV
+    assert table[("lstm", "mine")]["o-greedy-hit"] > 0 and table[("lstm", "random")]["o-greedy-hit"] == 0
+    assert table[("gpt", "mine")]["searchable"] == 3 and rows["models"]["gpt"]["t_in"] is not None
+    report = (tmp_path / "runs" / "egr" / "report.html").read_text()
+    assert "Table 3" in report and "Example triggers" in report
+    assert run_egregious(cfg).reused  # a finished run is not searched again
