@@ -252,17 +252,23 @@ def run_transfer_cmd(
     _show_transfer(result)
 
 
-def _show_transfer(result: Any) -> None:
+def _print_summary(title: str, cols: list[tuple[str, str, str]], result: Any) -> None:
+    """A run's summary rows as a table, then where its report is."""
     from redline.pipelines.report import format_value
-    from redline.pipelines.transfer import TRANSFER_COLUMNS
 
-    table = Table(title="transfer attack")
-    for _, title, fmt in TRANSFER_COLUMNS:
-        table.add_column(title, justify="left" if fmt == "s" else "right")
+    table = Table(title=title)
+    for _, heading, fmt in cols:
+        table.add_column(heading, justify="left" if fmt == "s" else "right")
     for row in result.summary:
-        table.add_row(*(format_value(row.get(k), f) for k, _, f in TRANSFER_COLUMNS))
+        table.add_row(*(format_value(row.get(k), f) for k, _, f in cols))
     console.print(table)
     console.print(f"report: [bold]{result.report_html}[/bold]")
+
+
+def _show_transfer(result: Any) -> None:
+    from redline.pipelines.transfer import TRANSFER_COLUMNS
+
+    _print_summary("transfer attack", TRANSFER_COLUMNS, result)
 
 
 @run_app.command("advtrain")
@@ -336,28 +342,15 @@ def run_egregious_cmd(
 
 def _show_hits(result: Any) -> None:
     from redline.pipelines.egregious import TABLE3_COLUMNS
-    from redline.pipelines.report import format_value
 
-    table = Table(title="hit rates by list and hit type (He & Glass Table 3)")
-    for _, title, fmt in TABLE3_COLUMNS:
-        table.add_column(title, justify="left" if fmt == "s" else "right")
-    for row in result.summary:
-        table.add_row(*(format_value(row.get(k), f) for k, _, f in TABLE3_COLUMNS))
-    console.print(table)
-    console.print(f"report: [bold]{result.report_html}[/bold]")
+    _print_summary("hit rates by list and hit type (He & Glass Table 3)", TABLE3_COLUMNS, result)
 
 
 def _show_leaderboard(result: Any) -> None:
-    from redline.pipelines.report import format_value, leaderboard_columns
+    from redline.pipelines.report import leaderboard_columns
 
-    cols = leaderboard_columns(result.manifest.get("categories", []))
-    table = Table(title="DiaSafety leaderboard: unsafe proportions (safest first)")
-    for _, title, fmt in cols:
-        table.add_column(title, justify="left" if fmt == "s" else "right")
-    for row in result.summary:
-        table.add_row(*(format_value(row.get(k), f) for k, _, f in cols))
-    console.print(table)
-    console.print(f"report: [bold]{result.report_html}[/bold]")
+    _print_summary("DiaSafety leaderboard: unsafe proportions (safest first)",
+                   leaderboard_columns(result.manifest.get("categories", [])), result)
 
 
 def _show_attack(result: Any) -> None:
