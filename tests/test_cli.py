@@ -187,7 +187,8 @@ def test_examples_validate(tmp_path):
 
     models = {"score": C.ScoreConfig, "attack": C.AttackConfig, "serve": C.ServeConfig, "taebench": C.TaebenchConfig,
               "transfer": C.TransferConfig, "advtrain": C.AdvTrainConfig,
-              "dialoguesafety": C.DialogueSafetyTrainConfig, "diasafety": C.DiaSafetyEvalConfig}
+              "dialoguesafety": C.DialogueSafetyTrainConfig, "diasafety": C.DiaSafetyEvalConfig,
+              "egregious": C.EgregiousConfig, "trigger": C.TriggerModelTrainConfig}
     examples = sorted((REPO / "examples").glob("*.yaml"))
     assert {p.stem.split("_")[0] for p in examples} == set(models)
     for path in examples:
