@@ -114,8 +114,11 @@ def preflight(config: EgregiousConfig) -> None:
     from redline.actors.triggers import models as M
 
     for m in config.models:
-        if not M.is_trigger_model(m.path) and not Path(m.path).exists() and "/" not in m.path:
-            raise RedlineError(f"model '{m.name}': {m.path} is neither a model directory nor a hub id")
+        local = m.path.startswith(("/", ".", "~")) or "/" not in m.path
+        if not M.is_trigger_model(m.path) and not Path(m.path).expanduser().exists() and local:
+            raise RedlineError(f"model '{m.name}': no model directory {m.path} (nor a hub id)")
+        if m.lm is not None and not M.is_trigger_model(m.lm):
+            raise RedlineError(f"model '{m.name}': lm {m.lm} is not an LSTM LM directory (train one with `redline train lm`)")
         if any(H.uses_lm(s) for s in config.searches) and m.lm is None and M.is_trigger_model(m.path):
             raise RedlineError(f"model '{m.name}': the io searches need `lm:` (an LSTM LM trained on the same pairs), "
                                "or drop io-sample-* from searches")
