@@ -121,7 +121,10 @@ class Detector(ABC):
 
     def detect(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """texts -> (probs, toxic score, toxic decision)."""
-        probs = np.asarray(self.predict_proba(texts), dtype=np.float64).reshape(len(texts), -1)
+        if not texts:  # no model call, and reshape(0, -1) is ambiguous
+            probs = np.zeros((0, len(self.rule.labels)))
+        else:
+            probs = np.asarray(self.predict_proba(texts), dtype=np.float64).reshape(len(texts), -1)
         score, toxic = self.rule.decide(probs)
         return probs, score, toxic
 

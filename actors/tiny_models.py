@@ -23,16 +23,35 @@ SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
 def train_wordpiece_tokenizer(texts: Sequence[str], vocab_size: int = 4000, model_max_length: int = 128):
-    """A lower-casing BERT-style WordPiece tokenizer trained on `texts`, as a transformers tokenizer."""
+    """A lower-casing BERT-style WordPiece tokenizer trained on `texts`, as a transformers tokenizer.
+
+    tokenizers' WordPieceTrainer picks a different vocabulary on every run (it breaks ties between
+    merges by ids handed out in hash order), and a tiny model that changes with each build makes
+    figures and tests irreproducible. So the merges come from its BPE trainer without a prefix
+    (deterministic), and the WordPiece vocabulary is the pieces BPE splits the corpus words into
+    ("##" on the non-initial ones) by frequency, ties by spelling, plus every character in both forms.
+    """
+    from collections import Counter
+
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, min_frequency=1)
-    tok.train_from_iterator(texts, trainer=trainer)
+    normalizer, pre_tokenizer = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
+    bpe = Tokenizer(models.BPE(unk_token="[UNK]"))
+    bpe.normalizer, bpe.pre_tokenizer = normalizer, pre_tokenizer
+    bpe.train_from_iterator(texts, trainer=trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS))
+    pieces: Counter[str] = Counter()
+    for text in texts:
+        for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text)):
+            split = [t.value for t in bpe.model.tokenize(word)]
+            pieces.update(split[:1] + ["##" + p for p in split[1:]])
+    chars = sorted({c for piece in pieces for c in piece.removeprefix("##")})
+    vocab = SPECIAL_TOKENS + chars + ["##" + c for c in chars]
+    known = set(vocab)
+    ranked = sorted((p for p in pieces if p not in known), key=lambda p: (-pieces[p], p))
+    vocab += ranked[:max(0, vocab_size - len(vocab))]
+    tok = Tokenizer(models.WordPiece(vocab={t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
+    tok.normalizer, tok.pre_tokenizer, tok.decoder = normalizer, pre_tokenizer, decoders.WordPiece()
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",

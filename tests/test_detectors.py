@@ -66,6 +66,13 @@ def test_scores_keep_double_precision_near_certainty():
     assert 1.0 - score[1] > 1.0 - score[0] > 0
 
 
+def test_no_texts_give_empty_results_of_the_right_shape(tiny_multiclass_model):
+    for d in (build_detector(det(kind="profanity-check")),
+              build_detector(det(kind="hf", model=str(tiny_multiclass_model)))):
+        probs, score, toxic = d.detect([])
+        assert probs.shape == (0, len(d.rule.labels)) and score.shape == toxic.shape == (0,)
+
+
 def test_keywords_match_whole_words_and_regexes(tmp_path):
     words = tmp_path / "words.txt"
     words.write_text("# my list\nidiot\n\nf+u+ck\n")

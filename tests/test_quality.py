@@ -220,27 +220,32 @@ def test_train_naturalness_and_judge_classifier_commands(tmp_path, sample_rows, 
 
     rng = random.Random(0)
     lines = ["text,natural"]
-    for r in sample_rows[:120]:
-        words = r["text"].split()
-        scrambled = " ".join("".join(rng.sample(w, len(w))) for w in words)
-        lines += [f'"{r["text"]}",yes', f'"{scrambled}",no']
+    rows = rng.sample(sample_rows, len(sample_rows))  # toxic and benign rows on both sides of the split
+
+    def scramble(text: str) -> str:
+        return " ".join("".join(rng.sample(w, len(w))) for w in text.split())
+
+    for r in rows[:-20]:
+        for _ in range(3):  # three scrambles of each: enough rows for a tiny model to learn from
+            lines += [f'"{r["text"]}",yes', f'"{scramble(r["text"])}",no']
     corpus = tmp_path / "natural.csv"
     corpus.write_text("\n".join(lines) + "\n")
     out = tmp_path / "natural-model"
     assert main(["train", "naturalness", "--corpus", str(corpus), "--out", str(out), "--base-model",
-                 str(tiny_binary_model), "--epochs", "2", "--learning-rate", "1e-3"]) == 0
+                 str(tiny_binary_model), "--epochs", "5", "--learning-rate", "2e-3"]) == 0
     printed = capsys.readouterr().out
     assert "roc_auc" in printed and "held-out split" in printed
     info = json.loads((out / "redline_training.json").read_text())
-    assert info["held_out_rows"] == round(0.2 * info["rows"]) and info["held_out"]["roc_auc"] > 0.5
+    assert info["held_out_rows"] == round(0.2 * info["rows"]) and info["held_out"]["roc_auc"] > 0.8
     assert json.loads((out / "config.json").read_text())["id2label"] == {"0": "unnatural", "1": "natural"}
 
     from redline.cluster.config import NaturalnessConfig
     from redline.actors.detectors import build_detector
 
     det = build_detector(NaturalnessConfig(model=str(out), natural_label="natural").detector())
-    _, p_natural, _ = det.detect(["you are such an idiot, honestly", "uoy rae scuh na oiidt, hoylntse"])
-    assert p_natural[0] > p_natural[1]
+    unseen = [r["text"] for r in rows[-20:]]  # texts the classifier never saw, whole and scrambled
+    _, p_natural, _ = det.detect(unseen + [scramble(t) for t in unseen])
+    assert p_natural[:len(unseen)].mean() > p_natural[len(unseen):].mean() + 0.2
 
     judge_out = tmp_path / "judge-clf"
     assert main(["train", "judge-classifier", "--corpus", str(sample_path("toxic_sample_train.csv")),
