@@ -4,11 +4,14 @@
 
 Trains a tiny LSTM seq2seq (attention) and LM on DiaSafety pairs (REDLINE_DIASAFETY_DIR or
 ../shared/data/diasafety), takes targets from its normal and mal lists, and runs the paper's
-defaults (G = 100, R = 10, T <= 50, trigger length 5) in float64 both ways: our batched search over
-all targets at once, and the one-candidate loop (one forward pass per candidate, one backward
-pass per trigger) on `--naive-targets` of them (normal and mal in the batch's proportions).
-Prints seconds per target, the speed-up and whether both found the same triggers. nanoGCG (the GCG comparison of the issue) needs its own
-environment pinned to transformers <= 4.47 and is not run here.
+defaults (G = 100, R = 10, T <= 50, trigger length 5) both ways: our batched search over all targets
+at once (bounded candidate scoring, targets sorted by length), and the one-candidate loop (one
+forward pass per candidate, one backward pass per trigger) on `--naive-targets` of them (normal
+and mal in the batch's proportions). Prints seconds per target, the speed-up, the share of
+candidates that needed the full vocabulary, and whether both found the same triggers (in float32
+a near-tie can fall the other way between a batch and a single row; float64 decides identically).
+nanoGCG (the GCG comparison of the issue) needs its own environment pinned to transformers <= 4.47
+and is not run here.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=32)
     parser.add_argument("--vocab", type=int, default=1000)
     parser.add_argument("--search", default="o-sample-avg")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     args = parser.parse_args()
 
     import torch
@@ -65,7 +69,8 @@ def main() -> None:
     mal = [t for t in mal_list() if not s2s.vocab.oov(t)][: args.targets - len(normal)]
     targets = normal + mal
     thresholds = Thresholds(s2s.thresholds.average_logprob, lm.thresholds.average_logprob)
-    model, prior = LSTMSeq2SeqTarget(s2s, torch.float64), LSTMPrior(lm, torch.float64)
+    dtype = getattr(torch, args.dtype)
+    model, prior = LSTMSeq2SeqTarget(s2s, dtype), LSTMPrior(lm, dtype)
     opts = dict(search=args.search, trigger_length=5, top_g=100, restarts=10, max_sweeps=50)
 
     t = time.perf_counter()
@@ -89,10 +94,11 @@ def main() -> None:
     reached = {name: sum(r.reached for r in batched[i:j]) / max(1, j - i)
                for name, i, j in (("normal", 0, len(normal)), ("mal", len(normal), len(targets)))}
     emit(measured=f"gibbs-enum {args.search}: batched vs one candidate per forward pass",
-         on=f"{len(targets)} targets ({len(normal)} normal, {len(mal)} mal), G=100 R=10 T<=50 length 5, float64",
+         on=f"{len(targets)} targets ({len(normal)} normal, {len(mal)} mal), G=100 R=10 T<=50 length 5, {args.dtype}",
          sequences_per_target=round(per_target_seqs), batched_us_per_sequence=round(1e6 * seq_b, 1),
          naive_us_per_sequence=round(1e6 * seq_n, 1), batched_s_per_target=round(per_b, 3),
          naive_s_per_target=round(per_n, 3), speedup=round(per_n / per_b, 1),
+         full_vocabulary_share=round(fast.counters.exact / fast.counters.sequences, 3),
          identical_triggers=f"{same}/{len(few)}", reached_batched=reached)
 
 

@@ -108,6 +108,51 @@ def test_batched_and_one_candidate_paths_agree(planted):
     assert [r.hits for r in batched] == [r.hits for r in naive]
 
 
+def test_candidate_bounds_never_undercut_the_exact_scores(planted):
+    from redline.actors.triggers.scorers import bound_support, target_score_bounds, target_scores
+
+    model = LSTMSeq2SeqTarget(planted["seq2seq"], torch.float64)
+    gen = torch.Generator().manual_seed(0)
+    ids = model.allowed.nonzero()[:, 0]
+    current = ids[torch.randint(len(ids), (3, 4), generator=gen)]
+    tgt = torch.tensor([model.target_ids(PLANTED[1])[0]] * 3)
+    trial = current.repeat_interleave(20, dim=0)
+    trial[:, 1] = ids[torch.randint(len(ids), (60,), generator=gen)]
+    weight, bias = model.output_layer
+    with torch.no_grad():
+        support = bound_support(model.project(model.target_features(model.embed(current), tgt)), tgt, 4, weight, bias)
+        feats = model.target_features(model.embed(trial), tgt.repeat_interleave(20, dim=0))
+        logp_ub, margin_ub = target_score_bounds(feats.view(3, 20, *feats.shape[1:]), support)
+        logp, margin = target_scores(model.project(feats), tgt.repeat_interleave(20, dim=0))
+    assert (logp_ub.reshape(logp.shape) >= logp - 1e-12).all() and (margin_ub.reshape(margin.shape) >= margin - 1e-12).all()
+    assert (logp_ub.reshape(logp.shape) - logp).median() < 0.5  # and tight enough to rule candidates out
+
+
+@pytest.mark.parametrize("search", ["o-sample-avg", "o-greedy", "io-sample-min"])
+def test_bounded_scoring_takes_the_decisions_of_full_scoring(planted, search):
+    targets = [PLANTED[1], "nothing to say", "green small happy", "apple river table"]
+    bounded, full = _search(planted, search, bound_support=4), _search(planted, search, bound_support=0)
+    a, b = bounded.run(targets), full.run(targets)
+    assert [r.trigger_ids for r in a] == [r.trigger_ids for r in b]
+    assert [r.hits for r in a] == [r.hits for r in b]
+    assert bounded.counters.sequences == full.counters.sequences and bounded.counters.exact < full.counters.sequences
+
+
+def test_causal_lm_features_reproduce_its_logits(tiny_causal_lm):
+    from redline.actors.triggers.scorers import HFTarget, target_scores
+
+    model = HFTarget(str(tiny_causal_lm), dtype=torch.float64)
+    assert model.output_layer is not None
+    trig = torch.tensor([[5, 9, 14, 30], [7, 7, 21, 40]])
+    tgt = torch.tensor([model.target_ids("you are")[0]] * 2)
+    with torch.no_grad():
+        full = torch.cat([model.embedding_weight[model.bos].expand(2, 1, -1), model.embed(trig), model.embed(tgt)], dim=1)
+        logits = model.model(inputs_embeds=full).logits[:, trig.shape[1]:-1]
+        expected, _ = target_scores(logits, tgt)
+        got, _ = model.scores(trig, tgt)
+    assert torch.allclose(got, expected, atol=1e-9)
+
+
 def test_continuous_relaxation_baseline_projects_to_a_scored_trigger(planted):
     s = _search(planted, "o-sample-avg")
     (result,) = continuous_relaxation(s.model, s.prior, s.thresholds, s.opts, ["nothing to say"], steps=30)

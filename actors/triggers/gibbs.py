@@ -8,7 +8,8 @@ reaches the requested hit type. io searches start from LM samples and add the LM
 log-likelihood of the trigger to the objective.
 
 Speed: all restarts of all targets in flight move in lock step, so one backward pass gives every
-row's gradient and one batched forward scores all their candidates. `one_at_a_time=True` is the
+row's gradient and one batched forward scores all their candidates; an upper bound on each
+candidate's objective rules most of them out before the full-vocabulary softmax (_score_bounded). `one_at_a_time=True` is the
 paper's loop (one forward pass per candidate, one backward per trigger) with the same decisions;
 at fixed seeds both give the same triggers (tested), which is what the speed-up is measured on.
 """
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 
 from redline.actors.triggers.hits import Thresholds, goal_hit, hit_types, objective_of, uses_lm
-from redline.actors.triggers.scorers import PriorModel, TargetModel
+from redline.actors.triggers.scorers import PriorModel, TargetModel, bound_support, target_score_bounds
 from redline.errors import RedlineError
 
 
@@ -39,6 +40,7 @@ class SearchOptions:
     early_stop: bool = True
     seed: int = 0
     max_batch: int = 8192  # candidate sequences per forward pass
+    bound_support: int = 16  # exact tokens of the candidate bounds (scorers.bound_support); 0: score all in full
     one_at_a_time: bool = False
 
 
@@ -66,6 +68,7 @@ class _Counters:
     forward: int = 0
     backward: int = 0
     sequences: int = 0
+    exact: int = 0  # sequences scored over the full vocabulary (the rest were ruled out by a bound)
 
 
 @dataclass
@@ -148,6 +151,86 @@ class GibbsEnum:
         self.counters.sequences += trig.shape[0]
         return {k: torch.cat(v) for k, v in out.items() if v}
 
+    def _score_bounded(self, current: torch.Tensor, trial: torch.Tensor, tgt: torch.Tensor, mask: torch.Tensor,
+                       floor: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Exact scores of the G candidates `trial` [N * G, L] of each row that can beat the row's
+        objective `floor` [N]; the others get -inf. A cheap upper bound (scorers.target_score_bounds,
+        from what the row's `current` trigger [N, L] ranks highest at each target position) rules
+        most candidates out, and only the rest pay for the full vocabulary. Decisions are those of
+        scoring every candidate in full."""
+        weight, bias = self.model.output_layer  # type: ignore[misc]
+        n, m = tgt.shape
+        g = trial.shape[0] // n
+        K = min(self.opts.bound_support, self.model.vocab_size - 1)
+        with_lm = uses_lm(self.opts.search)
+        need_margin = self.objective == "greedy"
+        objective = torch.full((n * g,), float("-inf"), dtype=self.model.dtype, device=trial.device)
+        logp_all = torch.zeros(n * g, m, dtype=objective.dtype, device=trial.device)
+        margin_all = torch.zeros_like(logp_all) if need_margin else None
+        lm_all = torch.zeros_like(objective) if with_lm else None
+        # float rounding of the subset logits must never rule out a candidate that would win
+        slack = torch.finfo(objective.dtype).eps ** 0.5 * (1 + floor.abs())
+        # Chunks of rows with one target length (rows come sorted by it), so padding costs nothing,
+        # and small enough that the [rows, M, V] tensors of the bounds stay within ~256 MB.
+        lengths = mask.sum(1).tolist()
+        cap = max(1, min((256 << 20) // (m * self.model.vocab_size * 4 * 10), self.opts.max_batch // g))
+        chunks, s = [], 0
+        while s < n:
+            e = s + 1
+            while e < n and e - s < cap and lengths[e] == lengths[s]:
+                e += 1
+            chunks.append((s, e))
+            s = e
+        with torch.no_grad():
+            for s, e in chunks:
+                rows, width = slice(s, e), int(lengths[s])
+                y, msk, r = tgt[rows, :width], mask[rows, :width], e - s
+                ranked = self.model.project(self.model.target_features(self.model.embed(current[rows]), y))
+                support = bound_support(ranked.to(weight.dtype), y, K, weight, bias)
+                cand = slice(s * g, (s + r) * g)
+                feats = self.model.target_features(self.model.embed(trial[cand]), y.repeat_interleave(g, dim=0))
+                logp_ub, margin_ub = target_score_bounds(feats.view(r, g, width, -1), support)
+                bound = self._reduce(logp_ub.to(objective.dtype), margin_ub.to(objective.dtype), msk[:, None, :]).reshape(-1)
+                self.counters.forward += 2
+                if with_lm:
+                    lm = self._lm_average(trial[cand])
+                    lm_all[cand] = lm  # type: ignore[index]
+                    bound = bound + self.opts.lm_weight * lm
+                    self.counters.forward += 1
+                y_rep, msk_rep = y.repeat_interleave(g, dim=0), msk.repeat_interleave(g, dim=0)
+
+                def exact(keep: torch.Tensor) -> None:
+                    logp, margin = self.model.scores_from_features(feats[keep], y_rep[keep], need_margin, msk_rep[keep])
+                    value = self._reduce(logp, margin, msk_rep[keep])
+                    if with_lm:
+                        value = value + self.opts.lm_weight * lm[keep]
+                    at = keep + s * g
+                    objective[at], logp_all[at, :width] = value, logp
+                    if margin_all is not None:
+                        margin_all[at, :width] = margin
+                    self.counters.exact += len(keep)
+
+                # Branch and bound: score the most promising candidates of each row first; what they
+                # reach raises the bar the others' bounds must pass.
+                bar = floor[rows] - slack[rows]
+                first = (bound.view(r, g).topk(min(2, g), dim=1).indices + torch.arange(r, device=bound.device)[:, None] * g).reshape(-1)
+                first = first[bound[first] > bar.repeat_interleave(min(2, g))]
+                if len(first):
+                    exact(first)
+                    reached = objective[s * g:(s + r) * g].view(r, g).max(dim=1).values
+                    bar = torch.maximum(bar, reached - slack[rows])
+                keep = (bound > bar.repeat_interleave(g)).nonzero()[:, 0]
+                keep = keep[~torch.isfinite(objective[keep + s * g])]
+                if len(keep):
+                    exact(keep)
+        self.counters.sequences += trial.shape[0]
+        out = {"objective": objective, "logp": logp_all}
+        if margin_all is not None:
+            out["margin"] = margin_all
+        if lm_all is not None:
+            out["lm"] = lm_all
+        return out
+
     def _gradient(self, trig: torch.Tensor, at: int, tgt: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """d objective / d one-hot input at position `at`, [N, V]."""
         step = 1 if self.opts.one_at_a_time else trig.shape[0]
@@ -195,7 +278,8 @@ class GibbsEnum:
         started = time.perf_counter()
         before = _Counters(**vars(self.counters))
         encoded = [self.model.target_ids(t) for t in targets]
-        live = [k for k, (ids, _) in enumerate(encoded) if ids]
+        # by target length: rows of one chunk then share a padded width close to their own
+        live = sorted((k for k, (ids, _) in enumerate(encoded) if ids), key=lambda k: len(encoded[k][0]))
         results: list[TriggerResult | str] = [reason or "" for _, reason in encoded]
         if not live:
             return results
@@ -261,7 +345,10 @@ class GibbsEnum:
                 g = cand.shape[1]
                 trial = rows.trig.repeat_interleave(g, dim=0)
                 trial[:, at] = cand.reshape(-1)
-                scored = self._score(trial, tgt.repeat_interleave(g, dim=0), mask.repeat_interleave(g, dim=0))
+                if self.opts.one_at_a_time or not self.opts.bound_support or self.model.output_layer is None:
+                    scored = self._score(trial, tgt.repeat_interleave(g, dim=0), mask.repeat_interleave(g, dim=0))
+                else:
+                    scored = self._score_bounded(rows.trig, trial, tgt, mask, rows.objective)
                 objective = scored["objective"].view(-1, g)
                 best_val, best_k = objective.max(dim=1)
                 accept = best_val > rows.objective + 1e-9

@@ -59,6 +59,10 @@ class Seq2Seq(nn.Module):
     def forward(self, enc_embeds: torch.Tensor, enc_lengths: torch.Tensor | None, dec_in: torch.Tensor) -> torch.Tensor:
         """Logits [N, M, V] for decoder inputs `dec_in` [N, M] given encoder input embeddings [N, L, D]
         (right-padded to `enc_lengths` in training; triggers are never padded)."""
+        return self.out(self.drop(self.features(enc_embeds, enc_lengths, dec_in)))
+
+    def features(self, enc_embeds: torch.Tensor, enc_lengths: torch.Tensor | None, dec_in: torch.Tensor) -> torch.Tensor:
+        """What the output layer reads, [N, M, H]: logits = out(features) (dropout aside)."""
         if enc_lengths is None:
             enc_out, state = self.encoder(enc_embeds)
             mask = None
@@ -76,8 +80,7 @@ class Seq2Seq(nn.Module):
             context = torch.softmax(scores, dim=-1) @ enc_out
         else:
             context = state[0][-1][:, None, :].expand_as(dec_out)
-        features = torch.tanh(self.combine(torch.cat([context, dec_out], dim=-1)))
-        return self.out(self.drop(features))
+        return torch.tanh(self.combine(torch.cat([context, dec_out], dim=-1)))
 
 
 class LanguageModel(nn.Module):
