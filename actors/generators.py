@@ -2,8 +2,9 @@
 
 `HFGenerator` runs any Hugging Face causal or seq2seq model (DialoGPT-, GPT-2-, Blenderbot-, T5-
 style) in batches; `OpenAIGenerator` calls any OpenAI-compatible server (including redline's own
-Serve app). Pipelines build them with `build_generator`; the Serve generation deployment wraps the
-same `HFGenerator`.
+Serve app); `BedrockGenerator` calls a model on AWS Bedrock through boto3's Converse API.
+Pipelines build them with `build_generator`; the Serve generation deployment wraps the same
+`HFGenerator`.
 """
 
 from __future__ import annotations
@@ -251,7 +252,82 @@ def _api_message(err: Any) -> str:
     return str(getattr(err, "message", err))
 
 
-GENERATORS: dict[str, type[Generator]] = {"hf": HFGenerator, "openai": OpenAIGenerator}
+# --------------------------------------------------------------------------------------------
+# AWS Bedrock
+
+
+_BEDROCK_FINISH = {"max_tokens": "length", "stop_sequence": "stop", "end_turn": "stop"}
+
+
+class BedrockGenerator(Generator):
+    """A model on AWS Bedrock through boto3's Converse API (credentials from boto3's usual chain).
+    Converse returns one completion per request, so each of the n samples is its own request;
+    `config.concurrency` of them are in flight at once, and botocore retries throttling (adaptive)."""
+
+    def __init__(self, config: GeneratorConfig) -> None:
+        import boto3
+        from botocore.config import Config
+
+        self.config = config
+        self.name = config.name
+        retries = Config(retries={"max_attempts": config.max_retries + 1, "mode": "adaptive"},
+                         connect_timeout=config.timeout_s, read_timeout=config.timeout_s)
+        try:
+            self.client = boto3.client("bedrock-runtime", region_name=config.region, endpoint_url=config.endpoint_url,
+                                       config=retries)
+        except Exception as err:  # noqa: BLE001 - botocore raises several types for a bad region/endpoint
+            raise RedlineError(f"generator '{self.name}': cannot create a Bedrock client: {first_line(err)}") from None
+
+    def _request(self, messages: list[dict[str, str]], params: SamplingParams) -> dict[str, Any]:
+        inference: dict[str, Any] = {"maxTokens": params.max_tokens, "temperature": params.temperature,
+                                     "topP": params.top_p}
+        if params.stop:
+            inference["stopSequences"] = list(params.stop)
+        extra = dict(self.config.additional_fields)
+        if params.top_k is not None:
+            extra.setdefault("top_k", params.top_k)
+        system = [{"text": m["content"]} for m in messages if m["role"] == "system"]
+        request: dict[str, Any] = {
+            "modelId": self.config.model, "inferenceConfig": inference,
+            "messages": [{"role": m["role"], "content": [{"text": m["content"]}]} for m in messages
+                         if m["role"] != "system"]}
+        if system:
+            request["system"] = system
+        if extra:
+            request["additionalModelRequestFields"] = extra
+        return request
+
+    def _converse(self, request: dict[str, Any]) -> Completion:
+        from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
+
+        try:
+            resp = self.client.converse(**request)
+        except EndpointConnectionError:
+            raise RedlineError(f"generator '{self.name}': cannot reach Bedrock "
+                               f"({self.config.endpoint_url or self.client.meta.endpoint_url})") from None
+        except ClientError as err:
+            error = err.response.get("Error", {})
+            raise RedlineError(f"generator '{self.name}': Bedrock answered {error.get('Code', 'an error')}: "
+                               f"{error.get('Message', err)}") from None
+        except BotoCoreError as err:
+            raise RedlineError(f"generator '{self.name}': {first_line(err)}") from None
+        text = "".join(part.get("text", "") for part in resp.get("output", {}).get("message", {}).get("content", []))
+        return Completion(text, _BEDROCK_FINISH.get(resp.get("stopReason", ""), "stop"),
+                          int(resp.get("usage", {}).get("outputTokens", 0)))
+
+    def chat(self, conversations: list[list[dict[str, str]]], params: SamplingParams) -> list[PromptResult]:
+        from concurrent.futures import ThreadPoolExecutor
+
+        requests = [self._request(m, params) for m in conversations for _ in range(params.n)]
+        with ThreadPoolExecutor(max_workers=max(1, min(self.config.concurrency, len(requests)))) as pool:
+            completions = list(pool.map(self._converse, requests))
+        return [PromptResult(0, completions[i * params.n:(i + 1) * params.n]) for i in range(len(conversations))]
+
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[PromptResult]:
+        return self.chat([[{"role": "user", "content": p}] for p in prompts], params)
+
+
+GENERATORS: dict[str, type[Generator]] = {"hf": HFGenerator, "openai": OpenAIGenerator, "bedrock": BedrockGenerator}
 
 
 def build_generator(config: GeneratorConfig) -> Generator:

@@ -134,11 +134,13 @@ class DetectorConfig(BaseModel):
 
 
 class GeneratorConfig(Strict):
-    """A dialogue response generator: a Hugging Face model (`hf`) or an OpenAI-compatible server (`openai`)."""
+    """A dialogue response generator: a Hugging Face model (`hf`), an OpenAI-compatible server
+    (`openai`) or a model on AWS Bedrock through the Converse API (`bedrock`)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="Name used in outputs and as the served model id.")
-    kind: Literal["hf", "openai"] = "hf"
-    model: str | None = Field(None, description="hf: hub id or local directory; openai: the model name to request.")
+    kind: Literal["hf", "openai", "bedrock"] = "hf"
+    model: str | None = Field(None, description="hf: hub id or local directory; openai: the model name to request; "
+                                                "bedrock: the model id or inference-profile ARN.")
     # hf
     architecture: Literal["auto", "causal", "seq2seq"] = "auto"
     revision: str | None = None
@@ -153,7 +155,13 @@ class GeneratorConfig(Strict):
     api_key_env: str | None = Field("OPENAI_API_KEY", description="openai: environment variable holding the key.")
     timeout_s: float = Field(60.0, gt=0)
     max_retries: int = Field(2, ge=0)
-    concurrency: int = Field(8, gt=0, description="openai: requests in flight at once.")
+    concurrency: int = Field(8, gt=0, description="openai, bedrock: requests in flight at once.")
+    # bedrock (credentials: boto3's usual chain: environment, profile, SSO, instance role)
+    region: str | None = Field(None, description="bedrock: AWS region; default: the AWS configuration's.")
+    endpoint_url: str | None = Field(None, description="bedrock: a VPC endpoint or a compatible stand-in.")
+    additional_fields: dict[str, Any] = Field(
+        default_factory=dict, description="bedrock: model-specific request fields (additionalModelRequestFields); "
+                                          "top_k is sent as {top_k: K} here, the name Anthropic and Mistral models use.")
     # resources
     num_cpus: float = Field(1.0, ge=0)
     num_gpus: float = Field(0.0, ge=0)
@@ -165,6 +173,9 @@ class GeneratorConfig(Strict):
                 raise ValueError(f"generator '{self.name}': kind openai needs base_url (http://... or https://...)")
             if not self.model:
                 raise ValueError(f"generator '{self.name}': kind openai needs model (the name the server knows)")
+        elif self.kind == "bedrock":
+            if not self.model:
+                raise ValueError(f"generator '{self.name}': kind bedrock needs model (a Bedrock model id or ARN)")
         elif not self.model:
             raise ValueError(f"generator '{self.name}': kind hf needs model (a hub id or a local directory)")
         return self
@@ -402,6 +413,22 @@ class AdvTrainConfig(Strict):
     run_name: str | None = None
 
 
+class HyperGrid(Strict):
+    """Values to try for training settings; every combination is a Ray Tune trial per classifier."""
+
+    learning_rate: list[float] | None = Field(None, min_length=1)
+    batch_size: list[int] | None = Field(None, min_length=1)
+    epochs: list[int] | None = Field(None, min_length=1)
+    weight_decay: list[float] | None = Field(None, min_length=1)
+    warmup_ratio: list[float] | None = Field(None, min_length=1)
+
+    def combinations(self) -> list[dict[str, Any]]:
+        import itertools
+
+        axes = {k: v for k, v in self.model_dump().items() if v}
+        return [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
+
+
 class DialogueSafetyTrainConfig(Strict):
     """`redline train dialogue-safety`: DiaSafety context classifiers and the paper's comparisons."""
 
@@ -420,7 +447,13 @@ class DialogueSafetyTrainConfig(Strict):
     batch_size: int = Field(16, gt=0)
     max_length: int = Field(128, gt=0)
     patience: int | None = Field(2, gt=0, description="Early stopping on validation macro-F1.")
+    precision: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="auto: bfloat16 autocast on GPU, float32 on CPU; bfloat16 also on CPUs with native bf16.")
     tune_trials: bool = Field(False, description="Train the one-vs-all categories in parallel as Ray Tune trials.")
+    search: HyperGrid | None = Field(None, description="A hyper-parameter grid, e.g. {learning_rate: [1e-5, 2e-5], "
+                                                       "batch_size: [16, 32]}: every combination a Tune trial per "
+                                                       "classifier (implies tune_trials); the best by validation "
+                                                       "macro-F1 is kept.")
     trial_cpus: float = Field(1.0, gt=0, description="CPUs per trial (with tune_trials).")
     trial_gpus: float = Field(0.0, ge=0, description="GPUs per trial (with tune_trials).")
     limit_train: int | None = Field(None, gt=0, description="Train on a seeded sample of this many rows.")
@@ -531,6 +564,15 @@ class PregeneratedResponses(Strict):
     path: str = Field(description="JSON or JSONL rows: {context, category?, responses: [...]}.")
 
 
+class ScoringActors(Strict):
+    """Actors that each load the two-step detector once and judge responses in batches."""
+
+    actors: int = Field(1, gt=0)
+    num_cpus: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0, description="1 puts the context classifiers on a GPU.")
+    batch_size: int = Field(256, gt=0, description="Responses per batch.")
+
+
 class DiaSafetyEvalConfig(Strict):
     """`redline run diasafety`: evaluate chatbots on DiaSafety contexts with the two-step detector."""
 
@@ -552,6 +594,8 @@ class DiaSafetyEvalConfig(Strict):
     actors: int = Field(1, gt=0)
     num_cpus: float = Field(1.0, ge=0)
     num_gpus: float = Field(0.0, ge=0)
+    scoring: ScoringActors = Field(default_factory=ScoringActors,
+                                   description="The Ray Data actors that run the two-step detector.")
     output: str = "redline-runs"
     run_name: str | None = None
 

@@ -4,7 +4,7 @@ For each category, its contexts (safe and unsafe rows alike) are sent to every m
 generates `responses_per_context` responses (Ray Data actors; any generator kind: a local HF model,
 a redline Serve endpoint or any OpenAI-compatible API) — or responses generated elsewhere are read
 from a file. Each response goes through the two-step detector: utterance-level first, then the
-context classifier of the context's category. Per model and category: the context-sensitive and the
+context classifier of the context's category (on Ray Data actors too). Per model and category: the context-sensitive and the
 utterance-level unsafe proportions (of all responses to that category's contexts); the utterance
 mean over categories; Overall = the mean of the context-sensitive proportions and the utterance
 mean. The leaderboard is sorted by Overall (safest first).
@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from redline.actors.dialogue_safety.classifiers import load_rows
-from redline.actors.dialogue_safety.two_step import TwoStepDetector
+from redline.actors.dialogue_safety.two_step import TwoStepWorker
 from redline.actors.generators import GenerationWorker
 from redline.cluster import storage
 from redline.cluster.config import DiaSafetyEvalConfig
@@ -81,17 +81,30 @@ def generate(config: DiaSafetyEvalConfig, contexts: list[dict[str, Any]], verbos
     return out
 
 
-def score(config: DiaSafetyEvalConfig, model: str, rows: list[dict[str, Any]], detector: TwoStepDetector) -> pa.Table:
-    flat = [(r["id"], r["category"], r["context"], j, resp) for r in rows for j, resp in enumerate(r["responses"])]
-    errors = [r for r in rows if r.get("gen_error")]
-    verdicts = detector.detect([f[2] for f in flat], [f[4] for f in flat], [f[1] for f in flat]) if flat else []
-    rows_out = [{"model": model, "context_id": f[0], "category": f[1], "context": f[2], "response_index": f[3],
-                 "response": f[4], "empty": not f[4].strip(), "verdict": v.verdict, "unsafe_category": v.category,
-                 "utterance_score": v.utterance_score} for f, v in zip(flat, verdicts)]
-    rows_out += [{"model": model, "context_id": r["id"], "category": r["category"], "context": r["context"],
-                  "empty": False, "verdict": "error: " + r["gen_error"]} for r in errors]
-    return conform(pa.Table.from_pylist(rows_out) if rows_out else DIALOGUE_SCORED_SCHEMA.empty_table(),
-                   DIALOGUE_SCORED_SCHEMA)
+def score(config: DiaSafetyEvalConfig, responses: dict[str, list[dict[str, Any]]], verbose: bool) -> dict[str, pa.Table]:
+    """Every response of every model through the two-step detector on Ray Data actors (one pass, so
+    batches fill across models); generation errors and empty responses are kept as rows."""
+    flat = [{"id": f"{model}\x1f{r['id']}\x1f{j}", "model": model, "context_id": r["id"], "category": r["category"],
+             "context": r["context"], "response_index": j, "response": resp, "empty": not resp.strip()}
+            for model, rows in responses.items() for r in rows for j, resp in enumerate(r.get("responses") or [])]
+    judged = pa.Table.from_pylist(flat) if flat else None
+    if judged is not None:
+        s = config.scoring
+        judged = map_table(judged, TwoStepWorker, {"utterance": config.utterance_detector.model_dump(mode="json"),
+                                                   "classifiers": config.classifiers, "batch_size": s.batch_size},
+                           columns=["id", "context", "response", "category"], actors=s.actors, num_cpus=s.num_cpus,
+                           num_gpus=s.num_gpus, batch_size=s.batch_size, verbose=verbose)
+        if judged.column("verdict").null_count:
+            raise RedlineError(f"{judged.column('verdict').null_count} responses came back unjudged from the scorers")
+        judged = judged.drop_columns(["id"])
+    out = {}
+    for model, rows in responses.items():
+        part = judged.filter(pc.equal(judged.column("model"), model)).to_pylist() if judged is not None else []
+        part += [{"model": model, "context_id": r["id"], "category": r["category"], "context": r["context"],
+                  "empty": False, "verdict": "error: " + r["gen_error"]} for r in rows if r.get("gen_error")]
+        out[model] = conform(pa.Table.from_pylist(part) if part else DIALOGUE_SCORED_SCHEMA.empty_table(),
+                             DIALOGUE_SCORED_SCHEMA)
+    return out
 
 
 def leaderboard(scored: pa.Table, categories: list[str]) -> list[dict[str, Any]]:
@@ -114,6 +127,19 @@ def leaderboard(scored: pa.Table, categories: list[str]) -> list[dict[str, Any]]
     return sorted(rows, key=lambda r: (r["overall"] is None, r["overall"]))
 
 
+def check_classifiers(path: str, categories: list[str]) -> None:
+    """Fail before generating: the classifiers directory must exist and know every evaluated category."""
+    meta = Path(path) / "redline_dialogue_safety.json"
+    if not meta.is_file():
+        raise RedlineError(f"{path} holds no dialogue-safety classifiers (train them with `redline train dialogue-safety`)")
+    info = json.loads(meta.read_text())
+    known = list(info["categories"]) if info["kind"] == "one-vs-all" else info["labels"][1:]
+    missing = [c for c in categories if c not in known]
+    if missing:
+        raise RedlineError(f"the classifiers in {path} know no category {', '.join(map(repr, missing))} "
+                           f"(trained: {', '.join(known)})")
+
+
 def run_diasafety(config: DiaSafetyEvalConfig, *, force: bool = False, verbose: bool = False) -> sharded.RunResult:
     from redline.pipelines import report
 
@@ -124,7 +150,7 @@ def run_diasafety(config: DiaSafetyEvalConfig, *, force: bool = False, verbose: 
     with sharded.lifecycle(run):
         contexts = select_contexts(config)
         categories = list(dict.fromkeys(c["category"] for c in contexts))
-        detector = TwoStepDetector(config.utterance_detector, config.classifiers)
+        check_classifiers(config.classifiers, categories)
         responses: dict[str, list[dict[str, Any]]] = {}
         for name in [g.name for g in config.generators]:  # generated models resume per model
             path = run.dir.path("responses", f"{name}.parquet")
@@ -138,7 +164,16 @@ def run_diasafety(config: DiaSafetyEvalConfig, *, force: bool = False, verbose: 
         watch.lap("generate_s")
         for p in config.pregenerated:
             responses[p.name] = read_pregenerated(p.path, contexts)
-        scored = pa.concat_tables([score(config, name, rows, detector) for name, rows in responses.items()])
+        scored_by_model = {}  # scored models resume too
+        for name in responses:
+            path = run.dir.path("scored", f"{name}.parquet")
+            if storage.exists(path):
+                scored_by_model[name] = storage.read_parquet(path)
+        fresh = score(config, {n: r for n, r in responses.items() if n not in scored_by_model}, verbose)
+        for name, table in fresh.items():
+            storage.write_parquet(table, run.dir.path("scored", f"{name}.parquet"))
+        scored_by_model.update(fresh)
+        scored = pa.concat_tables([scored_by_model[name] for name in responses])
         storage.write_parquet(scored, run.dir.path("scored.parquet"))
         watch.lap("score_s")
         board = leaderboard(scored, categories)

@@ -49,23 +49,24 @@ def run_dialogue_safety_training(config: DialogueSafetyTrainConfig, *, force: bo
         if not val:
             raise RedlineError("the validation split has no rows of the chosen categories")
         settings = TrainSettings(epochs=config.epochs, learning_rate=config.learning_rate,
-                                 batch_size=config.batch_size, max_length=config.max_length, seed=config.seed)
+                                 batch_size=config.batch_size, max_length=config.max_length, seed=config.seed,
+                                 precision=config.precision)
         gold = C.truth(val)
         gold_unsafe = [g != C.SAFE for g in gold]
         fine: dict[str, list[dict[str, Any]]] = {}
         coarse_rows: list[dict[str, Any]] = []
         training: dict[str, Any] = {}
+        trials: dict[str, list[dict[str, Any]]] = {}
+        grid = config.search.combinations() if config.search else []
+        trial_resources = ({"cpu": config.trial_cpus, "gpu": config.trial_gpus}
+                           if config.tune_trials or config.search else None)
         for variant in config.variants:
             out = run.dir.path("models", variant)
             with_context = variant != "one_vs_all_no_context"
-            if variant == "single":
-                training[variant] = C.train_single(train, val, chosen, config.base_model, out, settings,
-                                                   with_context=True, patience=config.patience)
-            else:
-                resources = {"cpu": config.trial_cpus, "gpu": config.trial_gpus} if config.tune_trials else None
-                training[variant] = C.train_one_vs_all(train, val, chosen, config.base_model, out, settings,
-                                                       with_context=with_context, patience=config.patience,
-                                                       trial_resources=resources)
+            train_fn = C.train_single if variant == "single" else C.train_one_vs_all
+            training[variant], trials[variant] = train_fn(
+                train, val, chosen, config.base_model, out, settings, with_context=with_context,
+                patience=config.patience, trial_resources=trial_resources, grid=grid)
             watch.lap(f"train_{variant}_s")
             pred = [label for label, _ in C.ContextClassifiers(out, batch_size=64,
                                                                max_length=config.max_length).fine_grain(
@@ -80,7 +81,7 @@ def run_dialogue_safety_training(config: DialogueSafetyTrainConfig, *, force: bo
                 toxic = det.detect(texts)[2].tolist()
                 coarse_rows.append({"model": det_cfg.name, "input": label, **C.coarse_metrics(gold_unsafe, toxic)})
         run.manifest.update(categories=chosen, rows={"train": len(train), "val": len(val)}, training=training,
-                            fine=fine, coarse=coarse_rows)
+                            trials={v: t for v, t in trials.items() if t}, fine=fine, coarse=coarse_rows)
         run.manifest["timings"] = {**run.manifest.get("timings", {}), **watch.timings}
         report.write_dialogue_safety_report(run.dir, fine, coarse_rows, run.manifest)
         sharded.complete(run)

@@ -519,6 +519,16 @@ def write_dialogue_safety_report(run: storage.RunDir, fine: dict[str, list[dict[
                                                             ("f1", "coarse F1 (unsafe)")], "dialogue-safety classifiers"))
     for variant, table in fine.items():
         report.table(f"Fine-grain: {variant}", table, FINE_COLUMNS)
+    from redline.actors.dialogue_safety.classifiers import SINGLE
+
+    trials = [{"variant": variant, "classifier": "single" if t["target"] == SINGLE else t["target"],
+               "settings": ", ".join(f"{k}={v}" for k, v in t["hp"].items()) or "base", "val_macro_f1": t["val_macro_f1"],
+               "epoch": t["epoch"], "seconds": t["seconds"]}
+              for variant, rows in manifest.get("trials", {}).items() for t in rows]
+    if trials:
+        report.table("Hyper-parameter trials (best epoch of each; the best trial per classifier is kept)", trials,
+                     [("variant", "variant", "s"), ("classifier", "classifier", "s"), ("settings", "settings", "s"),
+                      ("val_macro_f1", "val macro F1", ".3f"), ("epoch", "epoch", "d"), ("seconds", "seconds", ".1f")])
     report.write("coarse.csv", coarse_rows)
 
 

@@ -1,5 +1,6 @@
 """Small real HTTP servers speaking third-party APIs, for tests: LanguageTool's /v2/check, an
-OpenAI-compatible chat endpoint with scripted answers and failures, and Bedrock's ApplyGuardrail.
+OpenAI-compatible chat endpoint with scripted answers and failures, and Bedrock's ApplyGuardrail
+and Converse.
 The client code under test is the code used against the real services."""
 
 from __future__ import annotations
@@ -125,15 +126,21 @@ def openai_judge(slow_s: float = 3.0) -> _Server:
 
 
 def bedrock() -> _Server:
-    """Bedrock Runtime's ApplyGuardrail: intervenes on toxic-looking text; guardrail `missing` is a 404."""
+    """Bedrock Runtime. ApplyGuardrail intervenes on toxic-looking text; guardrail `missing` is a 404.
+    Converse answers "you said: <last user turn>" (truncated to maxTokens words, then
+    stopReason max_tokens), model `missing` is a ValidationException, `ANGRY` in the turn an insult.
+    Every Converse body is kept in `server.httpd.converse_bodies` (the client's signed request too)."""
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *_: object) -> None:
             pass
 
         def do_POST(self) -> None:  # noqa: N802
-            m = re.fullmatch(r"/guardrail/([^/]+)/version/([^/]+)/apply", self.path)
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+            converse = re.fullmatch(r"/model/([^/]+)/converse", self.path)
+            if converse:
+                return self._converse(converse.group(1), body)
+            m = re.fullmatch(r"/guardrail/([^/]+)/version/([^/]+)/apply", self.path)
             if not m:
                 return _reply(self, 404, {"message": "unknown operation"})
             if m.group(1) == "missing":
@@ -144,4 +151,21 @@ def bedrock() -> _Server:
             _reply(self, 200, {"usage": {"topicPolicyUnits": 1}, "action": action,
                                "outputs": [{"text": "blocked"}] if action != "NONE" else [], "assessments": []})
 
-    return _Server(Handler)
+        def _converse(self, model: str, body: dict) -> None:
+            self.server.converse_bodies.append({**body, "authorization": self.headers.get("Authorization", "")})  # type: ignore[attr-defined]
+            if model == "missing":
+                return _reply(self, 400, {"message": "The provided model identifier is invalid."},
+                              {"x-amzn-ErrorType": "ValidationException"})
+            turn = body["messages"][-1]["content"][0]["text"]
+            words = (["you", "are", "an", "idiot"] if "ANGRY" in turn else ["you", "said:", *turn.split()])
+            limit = body.get("inferenceConfig", {}).get("maxTokens", 100)
+            reason = "max_tokens" if len(words) > limit else "end_turn"
+            words = words[:limit]
+            _reply(self, 200, {"output": {"message": {"role": "assistant", "content": [{"text": " ".join(words)}]}},
+                               "stopReason": reason, "metrics": {"latencyMs": 1},
+                               "usage": {"inputTokens": len(turn.split()), "outputTokens": len(words),
+                                         "totalTokens": len(turn.split()) + len(words)}})
+
+    server = _Server(Handler)
+    server.httpd.converse_bodies = []  # type: ignore[attr-defined]
+    return server

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -103,7 +104,7 @@ def test_two_step_detection(trained):
 def test_chatbot_evaluation_leaderboard(trained, tiny_causal_lm, tmp_path, ray_session):
     from redline.cluster.config import DiaSafetyEvalConfig, validate_config
     from redline.errors import RedlineError
-    from redline.pipelines.diasafety import run_diasafety
+    from redline.pipelines.diasafety import check_classifiers, run_diasafety
 
     val = SHARED_DATA / "diasafety" / "val.json"
     rows = json.loads(val.read_text())
@@ -131,6 +132,21 @@ def test_chatbot_evaluation_leaderboard(trained, tiny_causal_lm, tmp_path, ray_s
     assert tiny["overall"] == pytest.approx(expected)
     assert result.summary == sorted(result.summary, key=lambda r: r["overall"])
     assert "Leaderboard" in open(result.report_html).read()
+
+    # An interrupted run resumes: generated and scored models are kept, the missing one is scored again.
+    run = Path(result.run_uri)
+    generated = (run / "responses" / "tiny-gpt2.parquet").stat().st_mtime_ns
+    (run / "scored" / "rude-bot.parquet").unlink()
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["state"] = "running"
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    again = run_diasafety(validate_config(DiaSafetyEvalConfig, data))
+    assert again.summary == result.summary and again.manifest["state"] == "complete"
+    assert (run / "responses" / "tiny-gpt2.parquet").stat().st_mtime_ns == generated
+    with pytest.raises(RedlineError, match="know no category 'Sensitive Topic Continuation'"):
+        check_classifiers(classifiers, ["Risk Ignorance", "Sensitive Topic Continuation"])
+    with pytest.raises(RedlineError, match="holds no dialogue-safety classifiers"):
+        run_diasafety(validate_config(DiaSafetyEvalConfig, {**data, "classifiers": str(tmp_path), "run_name": "e3"}))
     with pytest.raises(RedlineError, match="category 'Sensitive Topic Continuation' has no contexts"):
         run_diasafety(validate_config(DiaSafetyEvalConfig, {**data, "categories": ["Sensitive Topic Continuation"],
                                                             "run_name": "e2"}))
@@ -180,23 +196,35 @@ def test_two_step_detection_served_over_http(trained, ray_session, tmp_path, mon
         runner.shutdown()
 
 
-def test_categories_train_in_parallel_as_tune_trials(tmp_path, tiny_binary_model, ray_session):
-    from pathlib import Path
-
+def test_categories_and_a_hyperparameter_grid_train_as_tune_trials(tmp_path, tiny_binary_model, ray_session):
     from redline.actors.dialogue_safety.classifiers import ContextClassifiers
     from redline.cluster.config import DialogueSafetyTrainConfig, validate_config
     from redline.pipelines.diasafety_train import run_dialogue_safety_training
 
     train = shared_file(SHARED_DATA / "diasafety" / "train.json")
+    cats = ["Offending User", "Risk Ignorance"]
     cfg = validate_config(DialogueSafetyTrainConfig, {
         "train": str(train), "val": str(SHARED_DATA / "diasafety" / "val.json"), "base_model": str(tiny_binary_model),
-        "limit_train": 300, "limit_val": 100, "epochs": 1, "learning_rate": 1e-3, "max_length": 64,
-        "variants": ["one_vs_all"], "tune_trials": True, "trial_cpus": 0.5,
-        "output": str(tmp_path), "run_name": "tuned"})
+        "limit_train": 600, "limit_val": 200, "epochs": 1, "max_length": 64, "categories": cats,
+        "variants": ["one_vs_all", "single"], "search": {"learning_rate": [1e-3, 1e-7], "batch_size": [32]},
+        "trial_cpus": 0.5, "output": str(tmp_path), "run_name": "tuned"})
     result = run_dialogue_safety_training(cfg)
-    trained = result.manifest["training"]["one_vs_all"]
-    assert len(trained) == 5
-    for info in trained.values():
-        assert (Path(info["dir"]) / "config.json").is_file() and 0 <= info["val_macro_f1"] <= 1
+    m = result.manifest
+    trials = m["trials"]
+    assert sorted((t["target"], t["hp"]["learning_rate"]) for t in trials["one_vs_all"]) == [
+        (c, lr) for c in cats for lr in (1e-7, 1e-3)]
+    assert [t["hp"] for t in trials["single"]] in ([{"learning_rate": 1e-3, "batch_size": 32},
+                                                   {"learning_rate": 1e-7, "batch_size": 32}],
+                                                  [{"learning_rate": 1e-7, "batch_size": 32},
+                                                   {"learning_rate": 1e-3, "batch_size": 32}])
+    for cat in cats:  # each category keeps its best combination, by validation macro-F1
+        mine = [t for t in trials["one_vs_all"] if t["target"] == cat]
+        best = max(mine, key=lambda t: t["val_macro_f1"])
+        info = m["training"]["one_vs_all"][cat]
+        assert info["hp"] == best["hp"] and info["val_macro_f1"] == best["val_macro_f1"]
+        assert (Path(info["dir"]) / "config.json").is_file()
+    assert m["training"]["single"]["val_macro_f1"] == max(t["val_macro_f1"] for t in trials["single"])
+    assert not (tmp_path / "tuned" / "models" / "one_vs_all" / "tune").exists()  # trial checkpoints cleaned up
     verdicts = ContextClassifiers(tmp_path / "tuned" / "models" / "one_vs_all").fine_grain(["hi"], ["hello"])
-    assert len(verdicts) == 1
+    assert len(verdicts) == 1 and verdicts[0][0] in ("Safe", *cats)
+    assert "Hyper-parameter trials" in open(result.report_html).read()

@@ -59,7 +59,45 @@ def test_generator_errors_are_one_line(tmp_path):
         build_generator(GeneratorConfig(name="g", model=str(tmp_path / "nothing")))
     with pytest.raises(RedlineError, match="needs base_url"):
         validate_config(GeneratorConfig, {"name": "g", "kind": "openai", "model": "m"})
+    with pytest.raises(RedlineError, match="kind bedrock needs model"):
+        validate_config(GeneratorConfig, {"name": "g", "kind": "bedrock"})
     gen = build_generator(GeneratorConfig(name="g", kind="openai", base_url=f"http://127.0.0.1:{free_port()}/v1",
                                           model="m", max_retries=0, timeout_s=5))
     with pytest.raises(RedlineError, match="cannot reach"):
         gen.chat([[{"role": "user", "content": "hi"}]], SamplingParams())
+
+
+def test_bedrock_generator_speaks_converse_through_boto3(monkeypatch):
+    from standins import bedrock
+
+    from redline.actors.generators import SamplingParams, build_generator
+    from redline.cluster.config import GeneratorConfig
+    from redline.errors import RedlineError
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDTEST")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-test")
+    with bedrock() as aws:
+        cfg = {"name": "claude", "kind": "bedrock", "model": "anthropic.claude-3-haiku", "region": "us-east-1",
+               "endpoint_url": aws.url, "max_retries": 0, "additional_fields": {"anthropic_beta": []}}
+        gen = build_generator(GeneratorConfig(**cfg))
+        out = gen.chat([[{"role": "system", "content": "be kind"}, {"role": "user", "content": "hello there"}],
+                        [{"role": "user", "content": "one two three four five six"}]],
+                       SamplingParams(n=3, max_tokens=5, temperature=0.7, top_p=0.9, top_k=40, stop=("\n",)))
+        assert [[c.text for c in r.completions] for r in out] == [["you said: hello there"] * 3,
+                                                                   ["you said: one two three"] * 3]
+        assert [c.finish_reason for c in out[1].completions] == ["length"] * 3
+        assert out[0].completions[0].finish_reason == "stop" and out[0].completions[0].tokens == 4
+        sent = aws.httpd.converse_bodies
+        assert len(sent) == 6  # Converse returns one completion: n requests per conversation
+        first = next(b for b in sent if b["messages"][-1]["content"][0]["text"] == "hello there")
+        assert first["system"] == [{"text": "be kind"}] and len(first["messages"]) == 1
+        assert first["inferenceConfig"] == {"maxTokens": 5, "temperature": 0.7, "topP": 0.9, "stopSequences": ["\n"]}
+        assert first["additionalModelRequestFields"] == {"anthropic_beta": [], "top_k": 40}
+        assert "AKIDTEST" in first["authorization"] and "secret-test" not in first["authorization"]  # SigV4-signed
+
+        with pytest.raises(RedlineError, match="ValidationException: The provided model identifier is invalid"):
+            build_generator(GeneratorConfig(**{**cfg, "model": "missing"})).chat(
+                [[{"role": "user", "content": "hi"}]], SamplingParams())
+    down = build_generator(GeneratorConfig(**{**cfg, "endpoint_url": f"http://127.0.0.1:{free_port()}"}))
+    with pytest.raises(RedlineError, match="cannot reach Bedrock"):
+        down.generate(["hi"], SamplingParams())

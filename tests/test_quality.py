@@ -362,3 +362,26 @@ def _kill_after_first_trial(cmd, env, sweep, timeout=300) -> int:
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     return finished
+
+
+def test_bfloat16_precision_trains_with_float32_master_weights(tiny_binary_model):
+    import numpy as np
+    import torch
+
+    from redline.actors.trainer import ClassifierTrainer, SequenceClassifier, TrainSettings
+    from redline.errors import RedlineError
+
+    texts = ["you are an idiot", "have a nice day", "shut up loser", "thanks for the help"] * 4
+    labels = [1, 0, 1, 0] * 4
+    trainer = ClassifierTrainer(str(tiny_binary_model), ("benign", "toxic"),
+                                TrainSettings(precision="bfloat16", batch_size=8, learning_rate=1e-3), len(texts))
+    assert trainer.autocast_dtype == torch.bfloat16
+    before = trainer.model.classifier.weight.detach().clone()
+    loss = trainer.train_epoch(texts, labels)
+    assert np.isfinite(loss) and trainer.model.classifier.weight.dtype == torch.float32
+    assert not torch.equal(before, trainer.model.classifier.weight)  # the step reached the float32 weights
+    probs = trainer.predict_proba(texts)
+    assert probs.shape == (16, 2) and np.allclose(probs.sum(1), 1, atol=1e-3)
+    assert SequenceClassifier(str(tiny_binary_model), TrainSettings()).autocast_dtype is None  # float32 on CPU
+    with pytest.raises(RedlineError, match="unknown precision 'fp8'"):
+        SequenceClassifier(str(tiny_binary_model), TrainSettings(precision="fp8"))

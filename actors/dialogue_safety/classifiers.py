@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -87,82 +88,131 @@ def _fit(base_model: str, labels: tuple[str, ...], train_x: list[Any], train_y: 
     return best
 
 
-def _category_trial(params: dict[str, Any], train: list[dict[str, str]], val: list[dict[str, str]]) -> None:
-    """A Tune trial: one category's classifier, reported once with its best epoch as the checkpoint."""
+SINGLE = "*"  # the target name of the single multi-class model in trials
+
+
+def _task(target: str, train: list[dict[str, str]], val: list[dict[str, str]], categories: list[str],
+          with_context: bool) -> tuple[tuple[str, ...], list[Any], list[int], list[Any], list[int]]:
+    """Labels and (inputs, targets) of train and val for one classifier: a category's one-vs-all
+    (Safe / Unsafe / N/A) or, for SINGLE, the multi-class model (Safe + one class per category)."""
+    if target == SINGLE:
+        labels: tuple[str, ...] = (SAFE, *categories)
+        index = {name: i for i, name in enumerate(labels)}
+        return (labels, inputs(train, with_context), [index[t] for t in truth(train)], inputs(val, with_context),
+                [index[t] for t in truth(val)])
+    return (OVA_LABELS, inputs(train, with_context), ova_targets(train, target), inputs(val, with_context),
+            ova_targets(val, target))
+
+
+def _trial(params: dict[str, Any], train: list[dict[str, str]], val: list[dict[str, str]]) -> None:
+    """A Tune trial: one classifier with one hyper-parameter combination, reported once with its
+    best epoch as the checkpoint."""
     import tempfile
 
     from ray import tune
 
-    cat, with_context = params["category"], params["with_context"]
+    settings = replace(params["settings"], **params["hp"])
+    labels, train_x, train_y, val_x, val_y = _task(params["target"], train, val, params["categories"],
+                                                   params["with_context"])
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
-        best = _fit(params["base_model"], OVA_LABELS, inputs(train, with_context), ova_targets(train, cat),
-                    inputs(val, with_context), ova_targets(val, cat), Path(tmp), params["settings"], params["patience"])
+        best = _fit(params["base_model"], labels, train_x, train_y, val_x, val_y, Path(tmp), settings,
+                    params["patience"])
         tune.report({**best, "seconds": round(time.perf_counter() - started, 1)},
                     checkpoint=tune.Checkpoint.from_directory(tmp))
 
 
-def _train_as_trials(train: list[dict[str, str]], val: list[dict[str, str]], categories: list[str], base_model: str,
-                     out: Path, settings: TrainSettings, with_context: bool, patience: int | None,
-                     resources: dict[str, float]) -> dict[str, Any]:
-    """Every category a Ray Tune trial (spread over the cluster by `resources`); best models copied to `out`."""
+def _train_as_trials(train: list[dict[str, str]], val: list[dict[str, str]], targets: dict[str, Path],
+                     categories: list[str], base_model: str, out: Path, settings: TrainSettings, with_context: bool,
+                     patience: int | None, resources: dict[str, float],
+                     grid: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Every (target, hyper-parameter combination) a Ray Tune trial spread over the cluster by
+    `resources`; per target the best trial by validation macro-F1 is copied to `targets[target]`.
+    Returns the best per target and every trial's result."""
+    import shutil
+
     from ray import tune
 
     from redline.cluster.runtime import ensure_ray
 
     ensure_ray()
+    tune_dir = (out / "tune").absolute()
     tuner = tune.Tuner(
-        tune.with_resources(tune.with_parameters(_category_trial, train=train, val=val), resources),
-        param_space={"category": tune.grid_search(categories), "with_context": with_context, "base_model": base_model,
+        tune.with_resources(tune.with_parameters(_trial, train=train, val=val), resources),
+        param_space={"target": tune.grid_search(list(targets)), "hp": tune.grid_search(grid or [{}]),
+                     "categories": categories, "with_context": with_context, "base_model": base_model,
                      "settings": settings, "patience": patience},
-        run_config=tune.RunConfig(name="trials", storage_path=str((out / "tune").absolute()), verbose=0))
-    results = {}
+        run_config=tune.RunConfig(name="trials", storage_path=str(tune_dir), verbose=0))
+    trials, best = [], {}
     for r in tuner.fit():
-        cat = r.config["category"]
+        target, hp = r.config["target"], r.config["hp"]
         if r.error or r.checkpoint is None:
-            raise RedlineError(f"training the '{cat}' classifier failed: {str(r.error).strip().splitlines()[-1]}")
-        r.checkpoint.to_directory(str(out / _key(cat)))
-        results[cat] = {k: r.metrics[k] for k in ("val_macro_f1", "epoch", "train_loss", "seconds")}
-        results[cat]["dir"] = str(out / _key(cat))
-    return {c: results[c] for c in categories}
+            name = "single" if target == SINGLE else target
+            raise RedlineError(f"training the '{name}' classifier with {hp or 'the base settings'} failed: "
+                               f"{str(r.error).strip().splitlines()[-1]}")
+        result = {"target": target, "hp": hp, **{k: r.metrics[k] for k in ("val_macro_f1", "epoch", "train_loss", "seconds")}}
+        trials.append(result)
+        if target not in best or result["val_macro_f1"] > best[target][0]["val_macro_f1"]:
+            best[target] = (result, r.checkpoint)
+    chosen = {}
+    for target, (result, checkpoint) in best.items():
+        checkpoint.to_directory(str(targets[target]))
+        chosen[target] = {k: v for k, v in result.items() if k != "target"} | {"dir": str(targets[target])}
+    shutil.rmtree(tune_dir, ignore_errors=True)  # every trial's checkpoint: the chosen ones are copied out
+    return {t: chosen[t] for t in targets}, trials
 
 
 def train_one_vs_all(train: list[dict[str, str]], val: list[dict[str, str]], categories: list[str], base_model: str,
                      out_dir: str | Path, settings: TrainSettings, *, with_context: bool = True,
-                     patience: int | None = 2, trial_resources: dict[str, float] | None = None) -> dict[str, Any]:
-    """One 3-way classifier per category, saved under `out_dir/<category key>`; with `trial_resources`
-    the categories train in parallel as Ray Tune trials."""
+                     patience: int | None = 2, trial_resources: dict[str, float] | None = None,
+                     grid: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One 3-way classifier per category, saved under `out_dir/<category key>`. With `trial_resources`
+    the categories (times every `grid` combination of TrainSettings fields) train in parallel as Ray
+    Tune trials, and each category keeps its best combination. Returns the best per category and
+    every trial."""
     out = Path(out_dir)
     for cat in categories:
         if not any(r["category"] == cat for r in train):
             raise RedlineError(f"category '{cat}' has no training rows")
+    trials: list[dict[str, Any]] = []
     if trial_resources is not None:
-        results = _train_as_trials(train, val, categories, base_model, out, settings, with_context, patience,
-                                   trial_resources)
+        results, trials = _train_as_trials(train, val, {c: out / _key(c) for c in categories}, categories, base_model,
+                                           out, settings, with_context, patience, trial_resources, grid or [])
     else:
         results = {}
         for cat in categories:
             started = time.perf_counter()
-            best = _fit(base_model, OVA_LABELS, inputs(train, with_context), ova_targets(train, cat),
-                        inputs(val, with_context), ova_targets(val, cat), out / _key(cat), settings, patience)
+            labels, train_x, train_y, val_x, val_y = _task(cat, train, val, categories, with_context)
+            best = _fit(base_model, labels, train_x, train_y, val_x, val_y, out / _key(cat), settings, patience)
             results[cat] = {**best, "dir": str(out / _key(cat)), "seconds": round(time.perf_counter() - started, 1)}
     (out / "redline_dialogue_safety.json").write_text(json.dumps(
-        {"kind": "one-vs-all", "with_context": with_context, "categories": results, "base_model": base_model}, indent=2))
-    return results
+        {"kind": "one-vs-all", "with_context": with_context, "categories": results, "base_model": base_model,
+         "trials": trials}, indent=2))
+    return results, trials
 
 
 def train_single(train: list[dict[str, str]], val: list[dict[str, str]], categories: list[str], base_model: str,
                  out_dir: str | Path, settings: TrainSettings, *, with_context: bool = True,
-                 patience: int | None = 2) -> dict[str, Any]:
-    """One multi-class classifier: Safe + one class per category (unsafe rows of that category)."""
-    labels = (SAFE, *categories)
-    to_index = {name: i for i, name in enumerate(labels)}
-    best = _fit(base_model, labels, inputs(train, with_context), [to_index[t] for t in truth(train)],
-                inputs(val, with_context), [to_index[t] for t in truth(val)], Path(out_dir), settings, patience)
-    (Path(out_dir) / "redline_dialogue_safety.json").write_text(json.dumps(
-        {"kind": "single", "with_context": with_context, "labels": list(labels), "base_model": base_model,
-         **best}, indent=2))
-    return best
+                 patience: int | None = 2, trial_resources: dict[str, float] | None = None,
+                 grid: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One multi-class classifier: Safe + one class per category (unsafe rows of that category);
+    with `trial_resources`, every `grid` combination is a Tune trial and the best is kept.
+    Returns its best epoch's figures and every trial."""
+    out = Path(out_dir)
+    trials: list[dict[str, Any]] = []
+    if trial_resources is not None:
+        chosen, trials = _train_as_trials(train, val, {SINGLE: out}, categories, base_model, out, settings,
+                                          with_context, patience, trial_resources, grid or [])
+        best = {k: v for k, v in chosen[SINGLE].items() if k != "dir"}
+    else:
+        started = time.perf_counter()
+        labels, train_x, train_y, val_x, val_y = _task(SINGLE, train, val, categories, with_context)
+        best = _fit(base_model, labels, train_x, train_y, val_x, val_y, out, settings, patience)
+        best["seconds"] = round(time.perf_counter() - started, 1)
+    (out / "redline_dialogue_safety.json").write_text(json.dumps(
+        {"kind": "single", "with_context": with_context, "labels": [SAFE, *categories], "base_model": base_model,
+         **best, "trials": trials}, indent=2))
+    return best, trials
 
 
 def _key(category: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from redline.actors.detectors import build_detector
 from redline.actors.dialogue_safety.classifiers import SAFE, ContextClassifiers
@@ -39,3 +40,23 @@ class TwoStepDetector:
             out[i] = (Verdict("safe", None, float(score[i]), conf) if label == SAFE
                       else Verdict("context-unsafe", label, float(score[i]), conf))
         return out
+
+
+class TwoStepWorker:
+    """Ray Data actor: the two-step detector loaded once (on the actor's GPU when it has one); each
+    row (context, response, category) gets its verdict, judged by its own category's classifier."""
+
+    def __init__(self, utterance: dict[str, Any], classifiers: str, batch_size: int = 64) -> None:
+        self.detector = TwoStepDetector(DetectorConfig.model_validate(utterance), classifiers, batch_size)
+
+    def __call__(self, batch: dict[str, Any]) -> Any:
+        import pyarrow as pa
+
+        verdicts = self.detector.detect([str(c) for c in batch["context"]], [str(r) for r in batch["response"]],
+                                        [str(c) for c in batch["category"]])
+        return pa.table({
+            "id": pa.array([str(i) for i in batch["id"]], pa.string()),
+            "verdict": pa.array([v.verdict for v in verdicts], pa.string()),
+            "unsafe_category": pa.array([v.category for v in verdicts], pa.string()),
+            "utterance_score": pa.array([v.utterance_score for v in verdicts], pa.float64()),
+        })
