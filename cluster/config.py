@@ -413,6 +413,10 @@ class AdvTrainConfig(Strict):
     run_name: str | None = None
 
 
+Precision = Literal["auto", "float32", "bfloat16"]
+PRECISION_HELP = "auto: bfloat16 autocast on GPU, float32 on CPU; bfloat16 also on CPUs with native bf16 (2-2.5x there)."
+
+
 class HyperGrid(Strict):
     """Values to try for training settings; every combination is a Ray Tune trial per classifier."""
 
@@ -447,8 +451,7 @@ class DialogueSafetyTrainConfig(Strict):
     batch_size: int = Field(16, gt=0)
     max_length: int = Field(128, gt=0)
     patience: int | None = Field(2, gt=0, description="Early stopping on validation macro-F1.")
-    precision: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="auto: bfloat16 autocast on GPU, float32 on CPU; bfloat16 also on CPUs with native bf16.")
+    precision: Precision = Field("auto", description=PRECISION_HELP)
     tune_trials: bool = Field(False, description="Train the one-vs-all categories in parallel as Ray Tune trials.")
     search: HyperGrid | None = Field(None, description="A hyper-parameter grid, e.g. {learning_rate: [1e-5, 2e-5], "
                                                        "batch_size: [16, 32]}: every combination a Tune trial per "
@@ -571,6 +574,7 @@ class ScoringActors(Strict):
     num_cpus: float = Field(1.0, ge=0)
     num_gpus: float = Field(0.0, ge=0, description="1 puts the context classifiers on a GPU.")
     batch_size: int = Field(256, gt=0, description="Responses per batch.")
+    precision: Precision = Field("auto", description=PRECISION_HELP)
 
 
 class DiaSafetyEvalConfig(Strict):

@@ -91,7 +91,8 @@ def score(config: DiaSafetyEvalConfig, responses: dict[str, list[dict[str, Any]]
     if judged is not None:
         s = config.scoring
         judged = map_table(judged, TwoStepWorker, {"utterance": config.utterance_detector.model_dump(mode="json"),
-                                                   "classifiers": config.classifiers, "batch_size": s.batch_size},
+                                                   "classifiers": config.classifiers, "batch_size": s.batch_size,
+                                                   "precision": s.precision},
                            columns=["id", "context", "response", "category"], actors=s.actors, num_cpus=s.num_cpus,
                            num_gpus=s.num_gpus, batch_size=s.batch_size, verbose=verbose)
         if judged.column("verdict").null_count:

@@ -68,9 +68,10 @@ def run_dialogue_safety_training(config: DialogueSafetyTrainConfig, *, force: bo
                 train, val, chosen, config.base_model, out, settings, with_context=with_context,
                 patience=config.patience, trial_resources=trial_resources, grid=grid)
             watch.lap(f"train_{variant}_s")
-            pred = [label for label, _ in C.ContextClassifiers(out, batch_size=64,
-                                                               max_length=config.max_length).fine_grain(
-                [r["context"] for r in val], [r["response"] for r in val])]
+            classifiers = C.ContextClassifiers(out, batch_size=64, max_length=config.max_length,
+                                               precision=config.precision)
+            pred = [label for label, _ in classifiers.fine_grain([r["context"] for r in val],
+                                                                 [r["response"] for r in val])]
             fine[variant] = C.fine_metrics(gold, pred, chosen)
             coarse_rows.append({"model": variant, "input": "context + response" if with_context else "response",
                                 **C.coarse_metrics(gold_unsafe, C.coarse(pred))})

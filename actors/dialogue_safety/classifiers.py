@@ -222,14 +222,15 @@ def _key(category: str) -> str:
 class ContextClassifiers:
     """Trained classifiers loaded once (a one-vs-all directory or a single model) -> fine/coarse verdicts."""
 
-    def __init__(self, model_dir: str | Path, batch_size: int = 64, max_length: int = 128) -> None:
+    def __init__(self, model_dir: str | Path, batch_size: int = 64, max_length: int = 128,
+                 precision: str = "auto") -> None:
         meta_path = Path(model_dir) / "redline_dialogue_safety.json"
         if not meta_path.is_file():
             raise RedlineError(f"{model_dir} holds no dialogue-safety classifiers (train them with "
                                f"`redline train dialogue-safety`)")
         self.meta = json.loads(meta_path.read_text())
         self.with_context = self.meta["with_context"]
-        settings = TrainSettings(batch_size=batch_size, max_length=max_length)
+        settings = TrainSettings(batch_size=batch_size, max_length=max_length, precision=precision)
         if self.meta["kind"] == "one-vs-all":
             self.categories = list(self.meta["categories"])
             self.models = {c: SequenceClassifier(info["dir"], settings) for c, info in self.meta["categories"].items()}

@@ -21,9 +21,10 @@ class Verdict:
 
 
 class TwoStepDetector:
-    def __init__(self, utterance: DetectorConfig, classifiers_dir: str | Path, batch_size: int = 64) -> None:
+    def __init__(self, utterance: DetectorConfig, classifiers_dir: str | Path, batch_size: int = 64,
+                 precision: str = "auto") -> None:
         self.utterance = build_detector(utterance)
-        self.context = ContextClassifiers(classifiers_dir, batch_size=batch_size)
+        self.context = ContextClassifiers(classifiers_dir, batch_size=batch_size, precision=precision)
 
     def detect(self, contexts: list[str], responses: list[str], categories: list[str] | None = None) -> list[Verdict]:
         """With `categories` (each context's category), step 2 asks only that category's classifier,
@@ -46,8 +47,9 @@ class TwoStepWorker:
     """Ray Data actor: the two-step detector loaded once (on the actor's GPU when it has one); each
     row (context, response, category) gets its verdict, judged by its own category's classifier."""
 
-    def __init__(self, utterance: dict[str, Any], classifiers: str, batch_size: int = 64) -> None:
-        self.detector = TwoStepDetector(DetectorConfig.model_validate(utterance), classifiers, batch_size)
+    def __init__(self, utterance: dict[str, Any], classifiers: str, batch_size: int = 64,
+                 precision: str = "auto") -> None:
+        self.detector = TwoStepDetector(DetectorConfig.model_validate(utterance), classifiers, batch_size, precision)
 
     def __call__(self, batch: dict[str, Any]) -> Any:
         import pyarrow as pa
