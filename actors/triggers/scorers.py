@@ -208,6 +208,16 @@ class PriorModel(ABC):
         """n triggers of `length` tokens sampled from the LM, restricted to `allowed` tokens."""
 
 
+def gold_logprobs(logp: torch.Tensor, gold: torch.Tensor, at: int | None, onehot: torch.Tensor | None) -> torch.Tensor:
+    """log P of each gold token from log-probabilities [N, T, V]; with `at` and `onehot`, position
+    `at` is the one-hot mix's (differentiable) log-probability instead of its id's."""
+    out = logp.gather(-1, gold[..., None])[..., 0]
+    if at is not None and onehot is not None:
+        out = out.clone()
+        out[:, at] = (onehot * logp[:, at]).sum(-1)
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 # The paper's LSTM models
 
@@ -288,11 +298,7 @@ class LSTMPrior(PriorModel):
             embeds = embeds.clone()
             embeds[:, at + 1] = onehot @ self.embedding_weight
         logp = torch.log_softmax(self.module(embeds), dim=-1)  # step t predicts token t (then </s>)
-        out = logp.gather(-1, gold[..., None])[..., 0]
-        if at is not None and onehot is not None:
-            out = out.clone()
-            out[:, at] = (onehot * logp[:, at]).sum(-1)
-        return out
+        return gold_logprobs(logp, gold, at, onehot)
 
     def sample(self, n: int, length: int, allowed: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         ids = torch.full((n, 1), self.vocab.bos, dtype=torch.long, device=allowed.device)
@@ -406,11 +412,7 @@ class HFTarget(TargetModel, PriorModel):
         if offset == 0:  # no BOS: the first token has no prediction; score it uniformly
             logits = torch.cat([torch.zeros_like(logits[:, :1]), logits], dim=1)
         logp = torch.log_softmax(logits[:, :trig.shape[1]].to(self.dtype), dim=-1)
-        out = logp.gather(-1, trig[..., None])[..., 0]
-        if at is not None and onehot is not None:
-            out = out.clone()
-            out[:, at] = (onehot * logp[:, at]).sum(-1)
-        return out
+        return gold_logprobs(logp, trig, at, onehot)
 
     def sample(self, n: int, length: int, allowed: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         ids = torch.full((n, 1), self.bos if self.bos is not None else 0, dtype=torch.long, device=self.device)
