@@ -242,7 +242,10 @@ class Report:
         if png:
             storage.write_bytes(self.run.path("plots", f"{name}.png"), png)
             self.md += [f"![{name}.png](plots/{name}.png)", ""]
-            self.sections.append(("Plots", img_tag(png, name)))
+            if self.sections and self.sections[-1][0] == "Plots":  # consecutive plots share one heading
+                self.sections[-1] = ("Plots", self.sections[-1][1] + img_tag(png, name))
+            else:
+                self.sections.append(("Plots", img_tag(png, name)))
         return self
 
     def text(self, heading: str, text: str) -> "Report":
@@ -253,8 +256,13 @@ class Report:
     def write(self, csv_name: str, csv_rows: list[dict[str, Any]]) -> None:
         storage.write_text(self.run.path("report.md"), "\n".join(self.md) + "\n")
         storage.write_text(self.run.path(csv_name), csv_text(csv_rows))
-        meta = f"run {html.escape(self.run.uri)} · config {self.manifest.get('config_hash')}"
+        versions = self.manifest.get("versions", {})
+        meta = f"run {html.escape(self.run.uri)} · config {self.manifest.get('config_hash')}" + "".join(
+            f" · {name} {versions[name]}" for name in ("redline", "ray") if versions.get(name))
         storage.write_text(self.run.path("report.html"), html_page(self.title, self.sections, meta))
+
+
+COUNT_COLUMNS: list[tuple[str, str, str]] = [("what", "", "s"), ("n", "count", "s")]
 
 
 def counts_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
@@ -274,35 +282,16 @@ def write_score_report(run: storage.RunDir, predictions: pa.Table, metrics: list
                        manifest: dict[str, Any]) -> None:
     columns = METRIC_COLUMNS if any(m["dataset"] != "all" for m in metrics) else \
         [c for c in METRIC_COLUMNS if c[0] != "dataset"]
-    count_cols = [("what", "", "s"), ("n", "count", "s")]
     counts = [{"what": r["what"], "n": str(r["n"])} for r in counts_rows(manifest)]
-    errors = example_errors(predictions)
     error_cols = [("detector", "detector", "s"), ("id", "id", "s"), ("toxic_score", "score", ".3f"), ("text", "text", "s")]
-    roc, rates = plot_roc(predictions), plot_rates(metrics)
-    plots = [(name, png) for name, png in (("roc.png", roc), ("rates.png", rates)) if png]
-    for name, png in plots:
-        storage.write_bytes(run.path("plots", name), png)
-
-    meta = (f"run {html.escape(run.uri)} · config {manifest.get('config_hash')} · "
-            f"redline {manifest.get('versions', {}).get('redline', '?')} · ray {manifest.get('versions', {}).get('ray', '?')}")
-    title = "redline score report"
-    md = [f"# {title}", "", f"Run: `{run.uri}` (config {manifest.get('config_hash')})", "",
-          "## Detectors", "", "Toxic is the positive class. FNR = toxic rows predicted benign "
-          "(the attack success rate on adversarial toxic rows); FPR = benign rows predicted toxic.", "",
-          markdown_table(metrics, columns), "", "## Rows", "", markdown_table(counts, count_cols), ""]
-    if errors:
-        md += ["## Missed toxic rows (lowest scores first)", "", markdown_table(errors, error_cols), ""]
-    md += [f"![{name}](plots/{name})" for name, _ in plots]
-    storage.write_text(run.path("report.md"), "\n".join(md) + "\n")
-    storage.write_text(run.path("metrics.csv"), csv_text(metrics))
+    note = ("Toxic is the positive class. FNR = toxic rows predicted benign (the attack success rate on "
+            "adversarial toxic rows); FPR = benign rows predicted toxic.")
+    report = Report(run, "redline score report", manifest, note)
+    report.table("Detectors", metrics, columns).plot("roc", plot_roc(predictions)).plot("rates", plot_rates(metrics))
+    report.table("Rows", counts, COUNT_COLUMNS)
+    report.table("Missed toxic rows (lowest scores first)", example_errors(predictions), error_cols)
     storage.write_json(run.path("metrics.json"), metrics)
-    sections = [("Detectors", "<p>Toxic is the positive class. FNR = toxic rows predicted benign; "
-                              "FPR = benign rows predicted toxic.</p>" + html_table(metrics, columns)),
-                ("Plots", "".join(img_tag(png, name) for name, png in plots)),
-                ("Rows", html_table(counts, count_cols))]
-    if errors:
-        sections.append(("Missed toxic rows (lowest scores first)", html_table(errors, error_cols)))
-    storage.write_text(run.path("report.html"), html_page(title, sections, meta))
+    report.write("metrics.csv", metrics)
 
 
 # --------------------------------------------------------------------------------------------
@@ -362,33 +351,17 @@ def write_attack_report(run: storage.RunDir, attempts: pa.Table, summary: list[d
     count_rows = [{"what": "attempts (seeds x recipes x goals)", "n": str(counts.get("attempts_in"))},
                   {"what": "distinct seeds", "n": str(counts.get("seeds"))}]
     count_rows += [{"what": f"  status {k}", "n": str(v)} for k, v in counts.get("by_status", {}).items()]
-    count_cols = [("what", "", "s"), ("n", "count", "s")]
-    samples = sample_successes(attempts)
     sample_cols = [("recipe", "recipe", "s"), ("goal", "goal", "s"), ("seed", "seed", "s"),
                    ("perturbed", "adversarial example", "s"), ("before", "toxic before", ".3f"),
                    ("after", "toxic after", ".3f")]
-    asr_png = plot_asr(summary)
-    if asr_png:
-        storage.write_bytes(run.path("plots", "asr.png"), asr_png)
     rate = manifest.get("attempts_per_s")
-    title = "redline attack report"
     note = ("ASR = successes / (successes + failures); skipped seeds (already misclassified, or nothing to "
             "modify) are left out, as in TextAttack." + (f" Throughput: {rate:,.1f} attempts/s." if rate else ""))
-    md = [f"# {title}", "", f"Run: `{run.uri}` (config {manifest.get('config_hash')})", "", note, "",
-          markdown_table(summary, ATTACK_COLUMNS), "", "## Attempts", "", markdown_table(count_rows, count_cols), ""]
-    if samples:
-        md += ["## Sample successes", "", markdown_table(samples, sample_cols), ""]
-    if asr_png:
-        md.append("![asr.png](plots/asr.png)")
-    storage.write_text(run.path("report.md"), "\n".join(md) + "\n")
-    storage.write_text(run.path("summary.csv"), csv_text(summary))
-    sections = [("Recipes", f"<p>{html.escape(note)}</p>" + html_table(summary, ATTACK_COLUMNS)),
-                ("Plots", img_tag(asr_png, "asr") if asr_png else "<p>no attempts reached the victim</p>"),
-                ("Attempts", html_table(count_rows, count_cols))]
-    if samples:
-        sections.append(("Sample successes", html_table(samples, sample_cols)))
-    meta = f"run {html.escape(run.uri)} · config {manifest.get('config_hash')}"
-    storage.write_text(run.path("report.html"), html_page(title, sections, meta))
+    report = Report(run, "redline attack report", manifest, note)
+    report.table("Recipes", summary, ATTACK_COLUMNS).plot("asr", plot_asr(summary))
+    report.table("Attempts", count_rows, COUNT_COLUMNS)
+    report.table("Sample successes", sample_successes(attempts), sample_cols)
+    report.write("summary.csv", summary)
 
 
 # --------------------------------------------------------------------------------------------
