@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from redline.actors.dialogue_safety.classifiers import SINGLE
 from redline.cluster import storage
 from redline.pipelines.schema import STATUS_OK
 
@@ -492,8 +493,6 @@ def write_dialogue_safety_report(run: storage.RunDir, fine: dict[str, list[dict[
                                                             ("f1", "coarse F1 (unsafe)")], "dialogue-safety classifiers"))
     for variant, table in fine.items():
         report.table(f"Fine-grain: {variant}", table, FINE_COLUMNS)
-    from redline.actors.dialogue_safety.classifiers import SINGLE
-
     trials = [{"variant": variant, "classifier": "single" if t["target"] == SINGLE else t["target"],
                "settings": ", ".join(f"{k}={v}" for k, v in t["hp"].items()) or "base", "val_macro_f1": t["val_macro_f1"],
                "epoch": t["epoch"], "seconds": t["seconds"]}
