@@ -414,7 +414,7 @@ class AdvTrainConfig(Strict):
 
 
 Precision = Literal["auto", "float32", "bfloat16"]
-PRECISION_HELP = "auto: bfloat16 autocast on GPU, float32 on CPU; bfloat16 also on CPUs with native bf16 (2-2.5x there)."
+PRECISION_HELP = "auto: bfloat16 autocast on GPU, float32 on CPU; bfloat16 also on CPUs with native bf16 (1.65x training there)."
 
 
 class HyperGrid(Strict):
