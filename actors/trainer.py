@@ -41,7 +41,8 @@ class TrainSettings:
 
 def autocast_dtype(precision: str, device_type: str) -> Any:
     """The autocast dtype for `precision` on this device, or None for plain float32. bfloat16 on a CPU
-    is worth it only with native bf16 (AVX512-BF16 / AMX): there MiniLM trains 1.65x and classifies 2.05x faster (bench/classifier_training.py)."""
+    is worth it only with native bf16 (AVX512-BF16 / AMX): there MiniLM trains 1.65x and classifies
+    2.05x faster (bench/classifier_training.py)."""
     import torch
 
     if precision not in ("auto", "float32", "bfloat16"):
