@@ -14,15 +14,18 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from redline.actors.detectors import DecisionRule, Detector
-from redline.actors.judges import DEFAULT_TEMPLATE, LLMJudge, Parser, parse_answer
+from redline.actors.judges import DEFAULT_TEMPLATE, UNPARSEABLE, LLMJudge, Parser, parse_answer
 from redline.cluster.config import ChatJudgeOptions, DetectorConfig
+from redline.cluster.net import check_key_transport
 from redline.errors import RedlineError
 
 
 class _DecidedByService(Detector):
-    """The service returns the decision itself; `threshold` does not re-decide it."""
+    """The service returns the decision itself; `threshold` does not re-decide it. `decide` gives,
+    per text, a score and a decision, or the error that kept the service from answering it."""
 
     label: ClassVar[str] = "unsafe"
+    remote = True
 
     def __init__(self, config: DetectorConfig) -> None:
         super().__init__(config)
@@ -36,11 +39,19 @@ class _DecidedByService(Detector):
         return self.detect(texts)[0]
 
     def detect(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        score, toxic = self.decide(texts)
-        score = score.astype(np.float64)
-        return score.reshape(-1, 1), score, toxic
+        probs, score, toxic, errors = self.detect_rows(texts)
+        failed = next(((i, e) for i, e in enumerate(errors) if e), None)
+        if failed is not None:
+            raise RedlineError(f"{self.config.name} could not judge text {failed[0]}: {failed[1]}")
+        return probs, score, toxic
 
-    def decide(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def detect_rows(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str | None]]:
+        score, toxic, errors = self.decide(texts)
+        score = np.where([e is None for e in errors], score.astype(np.float64), np.nan)
+        toxic = np.where([e is None for e in errors], toxic, False)
+        return score.reshape(-1, 1), score, toxic.astype(bool), errors
+
+    def decide(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
         raise NotImplementedError
 
 
@@ -56,6 +67,8 @@ class OpenAIModerationOptions(BaseModel):
     max_texts: int = Field(32, gt=0, description="Texts per request.")
     timeout_s: float = Field(60.0, gt=0)
     max_retries: int = Field(4, ge=0, description="The openai client's own retries (429/5xx, with backoff).")
+    allow_insecure_http: bool = Field(False, description="Allow sending the API key over plain http:// to a "
+                                                         "non-loopback host.")
 
 
 class OpenAIModerationDetector(_DecidedByService):
@@ -69,25 +82,40 @@ class OpenAIModerationDetector(_DecidedByService):
         from openai import OpenAI
 
         o: OpenAIModerationOptions = self.options  # type: ignore[assignment]
-        self.client = OpenAI(base_url=o.base_url, api_key=os.environ.get(o.api_key_env) or "not-needed",
-                             timeout=o.timeout_s, max_retries=o.max_retries)
+        key = os.environ.get(o.api_key_env) or ""
+        check_key_transport(o.base_url, bool(key), o.allow_insecure_http, f"detector '{config.name}'")
+        self.client = OpenAI(base_url=o.base_url, api_key=key or "not-needed", timeout=o.timeout_s,
+                             max_retries=o.max_retries)
 
-    def decide(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def decide(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
         import openai
 
         o: OpenAIModerationOptions = self.options  # type: ignore[assignment]
         score, toxic = np.zeros(len(texts)), np.zeros(len(texts), dtype=bool)
+        errors: list[str | None] = [None] * len(texts)
         for start in range(0, len(texts), o.max_texts):
+            chunk = texts[start:start + o.max_texts]
             try:
-                resp = self.client.moderations.create(model=o.model, input=texts[start:start + o.max_texts])
+                resp = self.client.moderations.create(model=o.model, input=chunk)
             except openai.APIConnectionError:
                 raise RedlineError(f"cannot reach the moderation API at {o.base_url}") from None
             except openai.APIStatusError as err:
                 raise RedlineError(f"moderation API at {o.base_url} answered {err.status_code}") from None
-            for i, r in enumerate(resp.results):
-                scores = [v for v in (r.category_scores.model_dump() or {}).values() if isinstance(v, (int, float))]
-                score[start + i], toxic[start + i] = max(scores, default=float(r.flagged)), bool(r.flagged)
-        return score, toxic
+            results = list(getattr(resp, "results", None) or [])
+            if len(results) != len(chunk):  # which result belongs to which text is unknowable: none is used
+                for i in range(len(chunk)):
+                    errors[start + i] = f"the moderation API returned {len(results)} results for {len(chunk)} texts"
+                continue
+            for i, r in enumerate(results):
+                flagged = getattr(r, "flagged", None)
+                if not isinstance(flagged, bool):
+                    errors[start + i] = "the moderation result has no `flagged` field"
+                    continue
+                raw = getattr(r, "category_scores", None)
+                scores = [v for v in ((raw.model_dump() if hasattr(raw, "model_dump") else raw) or {}).values()
+                          if isinstance(v, (int, float))]
+                score[start + i], toxic[start + i] = max(scores, default=float(flagged)), flagged
+        return score, toxic, errors
 
 
 # --------------------------------------------------------------------------------------------
@@ -115,7 +143,7 @@ def parse_llama_guard(answer: str) -> tuple[str, str | None]:
     if lines and lines[0].lower().startswith("safe"):
         return "no", None
     shown = " ".join((answer or "").split())[:80]
-    return "unsure", f"unparseable answer: {shown!r}" if shown else "empty answer"
+    return UNPARSEABLE, f"unparseable answer: {shown!r}" if shown else "empty answer"
 
 
 class _ChatCheckDetector(_DecidedByService):
@@ -127,14 +155,12 @@ class _ChatCheckDetector(_DecidedByService):
         super().__init__(config)
         self.judge = LLMJudge(self.options, self.default_template, type(self).parser)  # type: ignore[arg-type]
 
-    def decide(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def decide(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
         results = self.judge.judge(texts)
-        unsure = [(i, r) for i, r in enumerate(results) if r.verdict == "unsure"]
-        if unsure:  # DetectionWorker retries row by row: only these rows end up as errors
-            i, r = unsure[0]
-            raise RedlineError(f"{self.config.name} gave no verdict for text {i}: {r.reason}")
+        errors = [None if r.verdict in ("yes", "no") else (r.reason or f"the model answered {r.verdict}")
+                  for r in results]
         toxic = np.array([r.verdict == "yes" for r in results], dtype=bool)
-        return toxic.astype(np.float64), toxic
+        return toxic.astype(np.float64), toxic, errors
 
 
 class LLMJudgeDetector(_ChatCheckDetector):
@@ -196,11 +222,11 @@ class BedrockGuardrailDetector(_DecidedByService):
             raise RedlineError(f"Bedrock guardrail {o.guardrail_id}: {err}") from None
         return resp.get("action") == "GUARDRAIL_INTERVENED"
 
-    def decide(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def decide(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
         o: BedrockOptions = self.options  # type: ignore[assignment]
         with ThreadPoolExecutor(max_workers=min(o.concurrency, max(len(texts), 1))) as pool:
             toxic = np.array(list(pool.map(self._one, texts)), dtype=bool)
-        return toxic.astype(np.float64), toxic
+        return toxic.astype(np.float64), toxic, [None] * len(texts)
 
 
 API_DETECTORS: tuple[type[Any], ...] = (OpenAIModerationDetector, LLMJudgeDetector, SelfCheckDetector,

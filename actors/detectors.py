@@ -101,6 +101,9 @@ class Detector(ABC):
     kind: ClassVar[str]
     description: ClassVar[str]
     Options: ClassVar[type[BaseModel]] = NoOptions
+    # A detector behind a remote API: a failed batch is not retried text by text (that would multiply
+    # the requests against a service that may just have said 429); its answers can fail per text.
+    remote: ClassVar[bool] = False
 
     def __init__(self, config: DetectorConfig) -> None:
         self.config = config
@@ -127,6 +130,13 @@ class Detector(ABC):
             probs = np.asarray(self.predict_proba(texts), dtype=np.float64).reshape(len(texts), -1)
         score, toxic = self.rule.decide(probs)
         return probs, score, toxic
+
+    def detect_rows(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str | None]]:
+        """`detect` plus, per text, the error that kept it from being scored (None when scored).
+        Detectors whose service can fail on single texts override this; a row with an error has
+        no score and no decision."""
+        probs, score, toxic = self.detect(texts)
+        return probs, score, toxic, [None] * len(texts)
 
 
 def _single_label_rule(config: DetectorConfig, label: str) -> DecisionRule:
@@ -340,21 +350,25 @@ class HTTPOptions(BaseModel):
     api_key_env: str = Field("REDLINE_API_KEY", description="Environment variable holding the server's API key.")
     timeout_s: float = Field(60.0, gt=0)
     max_texts: int = Field(256, gt=0, description="Texts per HTTP request (the server's limit).")
+    allow_insecure_http: bool = Field(False, description="Allow sending the API key over plain http:// to a "
+                                                         "non-loopback host.")
 
 
 class HTTPDetector(Detector):
     kind = "http"
     description = "a detector served over HTTP by `redline serve` (its /v1/detect endpoint)"
     Options = HTTPOptions
+    remote = True
 
     def __init__(self, config: DetectorConfig) -> None:
         super().__init__(config)
         from redline.serve.client import RedlineClient
 
         opts: HTTPOptions = self.options  # type: ignore[assignment]
-        self.remote = opts.detector or config.name
-        self.client = RedlineClient(opts.url, api_key_env=opts.api_key_env, timeout=opts.timeout_s)
-        self._rule = self.remote_rule(self.client, self.remote, config)
+        self.remote_name = opts.detector or config.name
+        self.client = RedlineClient(opts.url, api_key_env=opts.api_key_env, timeout=opts.timeout_s,
+                                    allow_insecure_http=opts.allow_insecure_http)
+        self._rule = self.remote_rule(self.client, self.remote_name, config)
 
     @staticmethod
     def remote_rule(client: Any, remote: str, config: DetectorConfig) -> DecisionRule:
@@ -373,7 +387,8 @@ class HTTPDetector(Detector):
         from redline.serve.client import RedlineClient
 
         opts: HTTPOptions = config.options()  # type: ignore[assignment]
-        with RedlineClient(opts.url, api_key_env=opts.api_key_env, timeout=opts.timeout_s, retries=0) as client:
+        with RedlineClient(opts.url, api_key_env=opts.api_key_env, timeout=opts.timeout_s, retries=0,
+                           allow_insecure_http=opts.allow_insecure_http) as client:
             cls.remote_rule(client, opts.detector or config.name, config)
 
     @property
@@ -381,17 +396,45 @@ class HTTPDetector(Detector):
         return self._rule
 
     def predict_proba(self, texts: list[str]) -> np.ndarray:
+        probs, _, _, errors = self.detect_rows(texts)
+        failed = next((e for e in errors if e), None)
+        if failed:
+            raise RedlineError(f"served detector '{self.remote_name}' failed on a text: {failed}")
+        return probs
+
+    def detect_rows(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str | None]]:
+        """One request per `max_texts`; a text the server did not answer, answered with an error or
+        answered without every label's probability is an error row, never a score."""
         labels = self._rule.labels
-        out = np.zeros((len(texts), len(labels)))
+        probs = np.full((len(texts), len(labels)), np.nan)
+        errors: list[str | None] = ["the server returned no result for this text"] * len(texts)
         step = self.options.max_texts  # type: ignore[attr-defined]
         for start in range(0, len(texts), step):
-            resp = self.client.detect(texts[start:start + step], detectors=[self.remote])
+            chunk = texts[start:start + step]
+            resp = self.client.detect(chunk, detectors=[self.remote_name])
             for r in resp.results:
-                d = r.detections[self.remote]
-                if d.error is not None:
-                    raise RedlineError(f"served detector '{self.remote}' failed on a text: {d.error}")
-                out[start + r.index] = [d.probs[lab] for lab in labels]  # type: ignore[index]
-        return out
+                if not 0 <= r.index < len(chunk):
+                    continue
+                d = r.detections.get(self.remote_name)
+                if d is None or d.error is not None:
+                    errors[start + r.index] = f"served detector error: {d.error if d else 'no detection'}"
+                elif d.probs is None or any(lab not in d.probs for lab in labels):
+                    errors[start + r.index] = "the server's result lacks a label's probability"
+                else:
+                    probs[start + r.index] = [d.probs[lab] for lab in labels]
+                    errors[start + r.index] = None
+        return rows_with_errors(self._rule, probs, errors)
+
+
+def rows_with_errors(rule: DecisionRule, probs: np.ndarray,
+                     errors: list[str | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str | None]]:
+    """Decisions for the rows without an error; NaN scores and no decision for the others."""
+    ok = np.array([e is None for e in errors], dtype=bool)
+    score = np.full(len(errors), np.nan)
+    toxic = np.zeros(len(errors), dtype=bool)
+    if ok.any():
+        score[ok], toxic[ok] = rule.decide(probs[ok])
+    return probs, score, toxic, errors
 
 
 DETECTORS: dict[str, type[Detector]] = {
@@ -443,10 +486,22 @@ class DetectionWorker:
         status = np.full(n, "ok", dtype=object)
         reason = np.full(n, None, dtype=object)
         try:
-            probs, score, toxic = self.detector.detect(texts)
-            return list(probs), score, toxic, status, reason
+            probs, score, toxic, errors = self.detector.detect_rows(texts)
+        except RedlineError:
+            raise  # the user must fix something (unreachable endpoint, bad key): retrying rows cannot
         except Exception as err:  # noqa: BLE001 - isolate the failing rows below
+            if self.detector.remote:
+                # One failure for the batch, not one request per text against a struggling service.
+                cause = f"{type(err).__name__}: {err}"[:300]
+                return [None] * n, np.full(n, np.nan), np.zeros(n, dtype=bool), np.full(n, "error", dtype=object), \
+                    np.full(n, cause, dtype=object)
             log.warning("detector %s failed on a batch of %d (%s); retrying row by row", self.config.name, n, err)
+        else:
+            rows: list[Any] = list(probs)
+            for i, e in enumerate(errors):
+                if e is not None:
+                    status[i], reason[i], rows[i] = "error", str(e)[:300], None
+            return rows, score, toxic, status, reason
         probs_rows: list[Any] = [None] * n
         score = np.full(n, np.nan)
         toxic = np.zeros(n, dtype=bool)

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from redline.actors.hf_loading import device_and_dtype, first_line
 from redline.cluster.config import GeneratorConfig
+from redline.cluster.net import check_key_transport
 from redline.errors import RedlineError
 
 log = logging.getLogger(__name__)
@@ -194,8 +195,10 @@ class OpenAIGenerator(Generator):
 
         self.config = config
         self.name = config.name
-        key = os.environ.get(config.api_key_env or "", "") or "not-needed"
-        self.client = OpenAI(base_url=config.base_url, api_key=key, timeout=config.timeout_s, max_retries=config.max_retries)
+        key = os.environ.get(config.api_key_env or "", "")
+        check_key_transport(config.base_url or "", bool(key), config.allow_insecure_http, f"generator '{config.name}'")
+        self.client = OpenAI(base_url=config.base_url, api_key=key or "not-needed", timeout=config.timeout_s,
+                             max_retries=config.max_retries)
 
     def _call(self, create: Any, **kwargs: Any) -> Any:
         import openai

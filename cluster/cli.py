@@ -108,16 +108,9 @@ def list_recipes() -> None:
 
 
 def _parse_sets(sets: list[str] | None) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in sets or []:
-        if "=" not in item:
-            raise RedlineError(f"--set expects key=value, got {item!r}")
-        key, raw = item.split("=", 1)
-        try:
-            out[key.strip()] = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            out[key.strip()] = raw
-    return out
+    from redline.cluster.config import parse_overrides
+
+    return parse_overrides(sets)
 
 
 ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="Pipeline config YAML (see examples/).")]
@@ -656,18 +649,22 @@ def submit(
     config: ConfigOpt,
     address: AddressOpt = None,
     set_: SetOpt = None,
+    env: Annotated[Optional[list[str]], typer.Option(
+        "--env", help="Pass this environment variable to the job (repeatable), e.g. --env HF_TOKEN. Only S3 "
+                      "endpoint/region and hub mirror settings travel by default, never credentials.")] = None,
     wait: Annotated[bool, typer.Option(help="Wait for the job to finish and stream its logs.")] = False,
 ) -> None:
     """Run a pipeline on a running Ray cluster through the Ray Jobs API.
 
     The config travels with the job; the cluster's nodes need redline installed (ray_cluster.yaml
-    does that). Use s3:// paths for corpora and output so every node can reach them.
+    does that). Use s3:// paths for corpora and output so every node can reach them. Secrets (API
+    keys, HF_TOKEN) reach the job only when named with --env.
     """
     from redline.cluster import jobs
 
     if pipeline not in PIPELINES:
         raise RedlineError(f"unknown pipeline '{pipeline}' (known: {', '.join(PIPELINES)})")
-    job_id = jobs.submit(pipeline, config, jobs.jobs_address(address), sets=set_ or [])
+    job_id = jobs.submit(pipeline, config, jobs.jobs_address(address), sets=set_ or [], env_names=env or [])
     console.print(f"submitted job [bold]{job_id}[/bold]")
     console.print(f"  status: redline status {job_id}    logs: redline logs {job_id} --follow")
     if wait:
@@ -751,6 +748,8 @@ def serve_cmd(
     config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Serve config YAML (see examples/serve.yaml).")] = None,
     host: Annotated[Optional[str], typer.Option(help="Override host (default 127.0.0.1; 0.0.0.0 exposes it).")] = None,
     port: Annotated[Optional[int], typer.Option(help="Override port (default 8000).")] = None,
+    insecure: Annotated[bool, typer.Option("--insecure", help="Serve on a non-loopback host without an API key "
+                                                               "(refused otherwise).")] = False,
     set_: SetOpt = None,
 ) -> None:
     """Start the detector and generation services of a config and print their URLs.
@@ -759,7 +758,8 @@ def serve_cmd(
     POST /v1/completions, GET /v1/models (OpenAI-compatible), GET /v1/detectors, GET /healthz.
     Without RAY_ADDRESS it runs on an embedded local Ray until Ctrl-C or `redline serve stop`; with
     RAY_ADDRESS it deploys on that cluster and returns. When the environment variable named by
-    `api_key_env` (default REDLINE_API_KEY) is set, every request must send it as a Bearer token.
+    `api_key_env` (default REDLINE_API_KEY) is set, every request but /healthz must send it as a
+    Bearer token; a host other than loopback without one is refused unless --insecure.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -768,7 +768,8 @@ def serve_cmd(
     from redline.cluster.config import ServeConfig, load_config
     from redline.serve import runner
 
-    cfg = load_config(ServeConfig, config, {"host": host, "port": port, **_parse_sets(set_)})
+    cfg = load_config(ServeConfig, config, {"host": host, "port": port, "insecure": insecure or None,
+                                            **_parse_sets(set_)})
     with console.status(f"starting {len(cfg.detectors)} detector(s) and {len(cfg.generators)} generator(s) on Ray Serve"):
         state = runner.start(cfg, config_file=str(config), verbose=_verbose(), announce=lambda _: None)
     _show_endpoints(state)
@@ -847,13 +848,15 @@ def detect(
     url: Annotated[str, typer.Option(help="The server (or its /v1/detect URL).")] = "http://127.0.0.1:8000",
     detector: Annotated[Optional[list[str]], typer.Option(help="Only these served detectors (repeatable).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the raw JSON response.")] = False,
+    allow_insecure_http: Annotated[bool, typer.Option(help="Send the API key over plain http:// to another "
+                                                            "host (refused otherwise).")] = False,
 ) -> None:
     """Score texts with the detectors of a running `redline serve` (API key from $REDLINE_API_KEY)."""
     import json
 
     from redline.serve.client import RedlineClient
 
-    with RedlineClient(url) as client:
+    with RedlineClient(url, allow_insecure_http=allow_insecure_http) as client:
         resp = client.detect(texts, detector)
     if as_json:
         print(json.dumps(resp.model_dump(exclude_none=True), indent=2))
@@ -882,11 +885,11 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Exit as exit_:
         return exit_.exit_code
     except typer.TyperException as err:  # usage errors: unknown command, missing option, bad value
-        show = getattr(err, "show", None)
-        if show is not None:
-            show(file=sys.stderr)
-        else:
-            err_console.print(f"error: {err}")
+        ctx = getattr(err, "ctx", None)
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        fmt = getattr(err, "format_message", None)
+        message = " ".join((fmt() if fmt else str(err)).split())
+        print(f"error: {message}{hint}", file=sys.stderr)
         return int(getattr(err, "exit_code", 2) or 2)
     except typer.Abort:
         err_console.print("aborted")

@@ -5,10 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from redline.errors import RedlineError
 
@@ -19,6 +20,22 @@ class Strict(BaseModel):
     """Unknown keys are mistakes (a typo would otherwise be silently ignored)."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
+
+
+def check_safe_name(value: str | None) -> str | None:
+    """A name that becomes one path component: no separators, no `..`, not hidden, not absolute."""
+    if value is not None and (not SAFE_NAME.fullmatch(value) or ".." in value):
+        raise ValueError(f"{value!r} is not a safe name: use 1-128 letters, digits, '.', '_' or '-', starting with a "
+                         "letter or digit (no '/', no '..')")
+    return value
+
+
+# Run directory names (`run_name`, `--run-name`) and model directory names: joined onto an output
+# directory, so they must never climb out of it.
+SafeName = Annotated[str | None, AfterValidator(check_safe_name)]
 
 
 def unique_names(items: list[Any], what: str) -> list[Any]:
@@ -153,6 +170,8 @@ class GeneratorConfig(Strict):
     # openai
     base_url: str | None = Field(None, description="openai: the server's base URL, e.g. http://127.0.0.1:8000/v1.")
     api_key_env: str | None = Field("OPENAI_API_KEY", description="openai: environment variable holding the key.")
+    allow_insecure_http: bool = Field(False, description="openai: allow sending the key over plain http:// to a "
+                                                         "non-loopback host.")
     timeout_s: float = Field(60.0, gt=0)
     max_retries: int = Field(2, ge=0)
     concurrency: int = Field(8, gt=0, description="openai, bedrock: requests in flight at once.")
@@ -237,11 +256,14 @@ class ServedDialogueSafety(Strict):
 class ServeLimits(Strict):
     """What one request may ask for; more is refused with a 4xx naming the limit."""
 
-    max_texts: int = Field(256, gt=0, description="Texts per /v1/detect or /v1/moderations request.")
+    max_texts: int = Field(256, gt=0, description="Texts per /v1/detect or /v1/moderations request (pairs per "
+                                                   "/v1/dialogue-safety request, prompts per /v1/completions request).")
+    max_detections: int = Field(4096, gt=0, description="Texts x detectors per /v1/detect request.")
     max_text_chars: int = Field(20_000, gt=0)
     max_request_bytes: int = Field(8_000_000, gt=0)
     max_n: int = Field(16, gt=0, description="Completions per prompt.")
     max_tokens: int = Field(1024, gt=0, description="Largest max_tokens a request may ask for.")
+    max_generated_tokens: int = Field(32_768, gt=0, description="n x prompts x max_tokens per generation request.")
     default_max_tokens: int = Field(64, gt=0)
     request_timeout_s: float = Field(120.0, gt=0)
 
@@ -254,7 +276,10 @@ class ServeConfig(Strict):
     app_name: str = Field("redline", pattern=r"^[A-Za-z0-9_\-]+$")
     route_prefix: str = Field("/", pattern=r"^/[A-Za-z0-9_\-/]*$", description="Where the API lives under the server.")
     api_key_env: str | None = Field("REDLINE_API_KEY", description="When this environment variable is set at "
-                                                                   "start-up, every request must carry its value.")
+                                                                   "start-up, every request but /healthz must carry "
+                                                                   "its value.")
+    insecure: bool = Field(False, description="Allow serving on a non-loopback host without an API key (anyone who "
+                                              "can reach the port can use the models).")
     detectors: list[ServedDetectorConfig] = Field(default_factory=list)
     generators: list[ServedGeneratorConfig] = Field(default_factory=list)
     dialogue_safety: ServedDialogueSafety | None = None
@@ -291,7 +316,10 @@ class ChatJudgeOptions(Strict):
     max_retries: int = Field(4, ge=0, description="Retries on 429, 5xx, timeouts and connection errors.")
     backoff_s: float = Field(0.5, gt=0, description="First retry delay; doubles each retry.")
     timeout_s: float = Field(30.0, gt=0)
-    cache_dir: str | None = Field("~/.cache/redline/judge", description="Answer cache (SQLite); null turns it off.")
+    cache_dir: str | None = Field("auto", description="Answer cache (SQLite) directory; auto: this user's cache "
+                                                      "($REDLINE_CACHE or ~/.cache/redline)/judge; null turns it off.")
+    allow_insecure_http: bool = Field(False, description="Allow sending the API key over plain http:// to a "
+                                                         "non-loopback host.")
     price_per_1k_prompt_tokens: float = Field(0.0, ge=0)
     price_per_1k_completion_tokens: float = Field(0.0, ge=0)
 
@@ -356,7 +384,7 @@ class TransferConfig(Strict):
     split: Literal["test", "train", "all"] = Field("test", description="Which TaeBench split to evaluate.")
     include_seeds: bool = Field(True, description="Also score the original seeds (FNR before the attack).")
     output: str = "redline-runs"
-    run_name: str | None = None
+    run_name: SafeName = None
     shard_size: int = Field(2_000, gt=0)
 
     @field_validator("victims")
@@ -410,7 +438,7 @@ class AdvTrainConfig(Strict):
     num_gpus: float = Field(0.0, ge=0, description="GPUs per trial.")
     seed: int = 0
     output: str = "redline-runs"
-    run_name: str | None = None
+    run_name: SafeName = None
 
 
 Precision = Literal["auto", "float32", "bfloat16"]
@@ -463,7 +491,7 @@ class DialogueSafetyTrainConfig(Strict):
     limit_val: int | None = Field(None, gt=0)
     seed: int = 0
     output: str = "redline-runs"
-    run_name: str | None = None
+    run_name: SafeName = None
 
 
 class PairCorpusConfig(Strict):
@@ -502,7 +530,7 @@ class TriggerModelTrainConfig(Strict):
     seed: int = 0
     device: str = Field("auto", description="auto (cuda when available), cpu or cuda.")
     output: str = Field("redline-runs/models", description="Directory the model directory is written under.")
-    name: str | None = Field(None, description="Model directory name; default seq2seq-<context> or lm.")
+    name: SafeName = Field(None, description="Model directory name; default seq2seq-<context> or lm.")
 
 
 class EgregiousModelConfig(Strict):
@@ -550,7 +578,7 @@ class EgregiousConfig(Strict):
     batch_size: int = Field(64, gt=0, description="Targets per actor call (searched together in one batch).")
     shard_size: int = Field(256, gt=0)
     output: str = "redline-runs"
-    run_name: str | None = None
+    run_name: SafeName = None
 
     @model_validator(mode="after")
     def _unique(self) -> EgregiousConfig:
@@ -601,7 +629,7 @@ class DiaSafetyEvalConfig(Strict):
     scoring: ScoringActors = Field(default_factory=ScoringActors,
                                    description="The Ray Data actors that run the two-step detector.")
     output: str = "redline-runs"
-    run_name: str | None = None
+    run_name: SafeName = None
 
     @model_validator(mode="after")
     def _models(self) -> "DiaSafetyEvalConfig":
@@ -624,7 +652,7 @@ class TaebenchConfig(Strict):
     test_fraction: float = Field(0.2, ge=0, le=1, description="Share of seeds whose examples form the test split.")
     seed: int = 0
     output: str = "redline-runs"
-    run_name: str | None = None
+    run_name: SafeName = None
 
     @property
     def attack_runs(self) -> list[str]:
@@ -647,7 +675,7 @@ class ScoreConfig(Strict):
     corpus: CorpusConfig | list[CorpusConfig]
     detectors: list[DetectorConfig] = Field(min_length=1)
     output: str = Field("redline-runs", description="Local directory or s3:// URI holding run directories.")
-    run_name: str | None = Field(None, description="Run directory name; default: score-<config hash>.")
+    run_name: SafeName = Field(None, description="Run directory name; default: score-<config hash>.")
     shard_size: int = Field(2_000, gt=0, description="Rows per output shard (the unit of resume).")
 
     @field_validator("detectors")
@@ -664,9 +692,10 @@ class ScoreConfig(Strict):
 # so that, e.g., a rerun with more actors resumes the same run directory.
 EXECUTION_FIELDS = {"output", "run_name", "batch_size", "actors", "num_cpus", "num_gpus", "tune_trials", "trial_cpus",
                     "trial_gpus",
-                    # where and how politely an API is called, not what it answers
+                    # where and how politely an API is called, not what it answers (a failed call fails the
+                    # run, so a run finished against a wrong endpoint cannot exist to be reused)
                     "base_url", "api_key_env", "concurrency", "requests_per_second", "timeout_s", "max_retries",
-                    "backoff_s", "cache_dir"}
+                    "backoff_s", "cache_dir", "allow_insecure_http"}
 
 
 def config_hash(config: BaseModel) -> str:
@@ -683,17 +712,56 @@ def config_hash(config: BaseModel) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
+# Config fields that name files, directories or models a run reads: their fingerprints are recorded
+# in the manifest, and a run refuses to be reused or resumed once one of them has changed.
+INPUT_FIELDS = {"path", "model", "patterns_file", "checkpoint", "classifiers", "contexts", "train", "val", "test",
+                "taebench", "attacks", "base_model", "lm", "embeddings_file", "mlm_model", "sentence_encoder",
+                "embedding_model", "template_file"}
+
+
+def input_uris(config: BaseModel) -> list[str]:
+    """Every s3:// URI or existing local path a config names in an input field (hub ids and model
+    names of remote APIs are not files and are left out)."""
+    found: list[str] = []
+
+    def walk(value: Any, key: str | None = None) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, k)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v, key)
+        elif key in INPUT_FIELDS and isinstance(value, str) and value:
+            if value.startswith("s3://"):
+                found.append(value)
+            elif Path(value).expanduser().exists():
+                found.append(str(Path(value).expanduser().absolute()))
+
+    walk(config.model_dump(mode="json"))
+    return list(dict.fromkeys(found))
+
+
 # --------------------------------------------------------------------------------------------
 # Loading
 
 
+def _type_tag(part: Any) -> bool:
+    """Pydantic names the member of a union it tried (`CorpusConfig`, `list[...]`, `str`) in an
+    error's location; users wrote field names, not those."""
+    return isinstance(part, str) and (part[:1].isupper() or "[" in part or part in {"str", "int", "float", "bool"})
+
+
 def _first_error(err: ValidationError) -> str:
-    parts = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"])
+    """The errors as one line: union members' type tags dropped, and where a value was of the right
+    type but wrong (say `limit: -5` against `int | list`), only that complaint, not the mismatches."""
+    errors = err.errors()
+    specific = [e for e in errors if not str(e["type"]).endswith("_type")]
+    parts: dict[str, str] = {}
+    for e in specific or errors:
+        loc = ".".join(str(p) for p in e["loc"] if not _type_tag(p))
         msg = e["msg"].removeprefix("Value error, ")
-        parts.append(f"{loc}: {msg}" if loc else msg)
-    return "; ".join(parts)
+        parts.setdefault(loc, f"{loc}: {msg}" if loc else msg)
+    return "; ".join(parts.values())
 
 
 def validate_config(model: type[BaseModel], data: Any, source: str = "config") -> BaseModel:
@@ -737,14 +805,32 @@ def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
         node[keys[-1]] = value
 
 
-def load_config(model: type[BaseModel], path: str | Path, overrides: dict[str, Any] | None = None) -> BaseModel:
-    data = load_yaml(path)
-    for dotted, value in (overrides or {}).items():
+def parse_overrides(sets: list[str] | None) -> dict[str, Any]:
+    """`--set key=value` flags -> {dotted key: YAML-parsed value}."""
+    out: dict[str, Any] = {}
+    for item in sets or []:
+        if "=" not in item:
+            raise RedlineError(f"--set expects key=value, got {item!r}")
+        key, raw = item.split("=", 1)
+        try:
+            out[key.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            out[key.strip()] = raw
+    return out
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], source: str) -> dict[str, Any]:
+    for dotted, value in overrides.items():
         if value is not None:
             try:
                 set_path(data, dotted, value)
-            except (ValueError, IndexError, TypeError):
-                raise RedlineError(f"cannot apply override {dotted}={value!r} to {path}") from None
+            except (ValueError, IndexError, TypeError, AttributeError):
+                raise RedlineError(f"cannot apply override {dotted}={value!r} to {source}") from None
+    return data
+
+
+def load_config(model: type[BaseModel], path: str | Path, overrides: dict[str, Any] | None = None) -> BaseModel:
+    data = apply_overrides(load_yaml(path), overrides or {}, str(path))
     return validate_config(model, data, source=str(path))
 
 
@@ -769,7 +855,7 @@ class AttackConfig(Strict):
     num_gpus: float = Field(0.0, ge=0)
     batch_size: int = Field(64, gt=0, description="Attempts each actor runs at once (their queries are batched).")
     output: str = "redline-runs"
-    run_name: str | None = None
+    run_name: SafeName = None
     shard_size: int = Field(500, gt=0, description="Attempts per output shard (the unit of resume).")
 
     @field_validator("recipes")

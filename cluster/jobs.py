@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shlex
 import shutil
 import tempfile
 import time
@@ -57,26 +58,52 @@ def _absolute_local_paths(data: dict[str, Any]) -> None:
             det["model"] = str(Path(model).expanduser().absolute())
 
 
-def submit(pipeline: str, config_path: Path, address: str, sets: list[str]) -> str:
+# Settings (never secrets) a job inherits from the submitting shell so that it reaches the same S3 and
+# hub mirrors; anything else, credentials above all, travels only when asked for by name (--env).
+FORWARDED_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION", "HF_ENDPOINT",
+                 "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "REDLINE_PROGRESS")
+
+
+def job_env(names: list[str]) -> dict[str, str]:
+    """The environment a job gets: the non-secret settings above plus the variables named by the user."""
+    for name in names:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise RedlineError(f"--env expects an environment variable name, got {name!r}")
+        if name not in os.environ:
+            raise RedlineError(f"--env {name}: no such variable in this environment")
+    return {k: os.environ[k] for k in (*FORWARDED_ENV, *names) if k in os.environ}
+
+
+def entrypoint(pipeline: str, sets: list[str]) -> str:
+    """The job's command line, every argument quoted: the job supervisor runs it through a shell."""
+    return shlex.join(["redline", "run", pipeline, "--config", "config.yaml",
+                       *[arg for s in sets for arg in ("--set", s)]])
+
+
+def submit(pipeline: str, config_path: Path, address: str, sets: list[str], env_names: list[str] | None = None) -> str:
+    import copy
+
     from redline.cluster.config import (AdvTrainConfig, AttackConfig, DiaSafetyEvalConfig, EgregiousConfig, ScoreConfig,
-                                        TaebenchConfig, TransferConfig, load_yaml, validate_config)
+                                        TaebenchConfig, TransferConfig, apply_overrides, load_yaml, parse_overrides,
+                                        validate_config)
 
     data = load_yaml(config_path)
     model = {"score": ScoreConfig, "attack": AttackConfig, "taebench": TaebenchConfig, "transfer": TransferConfig,
              "advtrain": AdvTrainConfig, "diasafety": DiaSafetyEvalConfig, "egregious": EgregiousConfig}[pipeline]
-    validate_config(model, data, source=str(config_path))  # fail here, not on the cluster
+    checked = apply_overrides(copy.deepcopy(data), parse_overrides(sets), str(config_path))
+    validate_config(model, checked, source=str(config_path))  # fail here, not on the cluster
+    env = job_env(env_names or [])
     _absolute_local_paths(data)
     jobs = client(address)
     workdir = Path(tempfile.mkdtemp(prefix="redline-job-"))
     try:
         (workdir / "config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-        entrypoint = f"redline run {pipeline} --config config.yaml" + "".join(f" --set '{s}'" for s in sets)
+        command = entrypoint(pipeline, sets)
         job_id = f"redline-{pipeline}-{os.urandom(6).hex()}"
-        env = {k: v for k, v in os.environ.items() if k.startswith(("AWS_ENDPOINT_URL", "AWS_REGION", "HF_"))}
         deadline = time.monotonic() + AGENT_WAIT_S
         while True:
             try:
-                return jobs.submit_job(entrypoint=entrypoint, submission_id=job_id,
+                return jobs.submit_job(entrypoint=command, submission_id=job_id,
                                        runtime_env={"working_dir": str(workdir), "env_vars": env},
                                        metadata={"redline_pipeline": pipeline, "config": str(config_path)})
             except (ConnectionError, RuntimeError) as err:

@@ -47,6 +47,9 @@ def quiet_data_context() -> None:
     ctx.enable_operator_progress_bars = False
     ctx.print_on_execution_start = False
     ctx.enable_auto_log_stats = False
+    # A worker's own exception (a RedlineError naming the problem) reaches the driver as itself, not
+    # as "UDF failed to process a data block" (Ray does not carry an exception's cause across processes).
+    ctx.raise_original_map_exception = True
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     # It warns, once, that the bars we just turned off are off.
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)

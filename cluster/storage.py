@@ -7,6 +7,7 @@ region and endpoint resolved by boto3 so that profiles, SSO, instance roles and 
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -25,6 +26,14 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from redline.errors import RedlineError
+
+
+def user_cache_dir() -> Path:
+    """This user's redline cache: $REDLINE_CACHE, else $XDG_CACHE_HOME/redline, else ~/.cache/redline."""
+    explicit = os.environ.get("REDLINE_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "redline"
 
 
 def is_s3(uri: str) -> bool:
@@ -142,6 +151,71 @@ def list_files(uri: str, suffix: str = "") -> list[str]:
     return [join(uri, n) for n in names if n.endswith(suffix) and not n.startswith(".")]
 
 
+def check_directory(uri: str, what: str) -> None:
+    """`uri` is a directory or does not exist yet (a file there is a mistake to name)."""
+    fs, path = resolve(uri)
+    try:
+        kind = fs.get_file_info(path).type
+    except OSError as err:
+        raise RedlineError(f"cannot reach {uri}: {_one_line(err)}") from None
+    if kind == pafs.FileType.File:
+        raise RedlineError(f"{what} {uri} is a file, not a directory")
+
+
+def has_files(uri: str) -> bool:
+    """Whether a directory exists and holds anything (an S3 prefix: any object under it)."""
+    fs, path = resolve(uri)
+    try:
+        if fs.get_file_info(path).type == pafs.FileType.File:
+            return True
+        return bool(fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)))
+    except OSError as err:
+        raise RedlineError(f"cannot list {uri}: {_one_line(err)}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Input fingerprints: a run refuses to reuse or resume on inputs that changed since it read them
+
+EDGE_BYTES = 1 << 20
+
+
+def fingerprint(uri: str) -> dict[str, Any]:
+    """What identifies an input's content cheaply. A file: size, modification time and a hash of its
+    first and last MB. A run directory: its config hash and when it finished. Another directory:
+    a hash of every file's relative path, size and modification time."""
+    fs, path = resolve(uri)
+    try:
+        info = fs.get_file_info(path)
+        if info.type == pafs.FileType.NotFound:
+            return {"missing": True}
+        if info.type == pafs.FileType.File:
+            digest = hashlib.sha256()
+            with fs.open_input_file(path) as f:
+                digest.update(f.read_at(min(EDGE_BYTES, info.size), 0))
+                if info.size > EDGE_BYTES:
+                    tail = min(EDGE_BYTES, info.size - EDGE_BYTES)
+                    digest.update(f.read_at(tail, info.size - tail))
+            return {"size": info.size, "mtime_ns": info.mtime_ns, "sha256_edges": digest.hexdigest()[:32]}
+        manifest = join(uri, "manifest.json")
+        if fs.get_file_info(resolve(manifest)[1]).type == pafs.FileType.File:
+            m = read_json(manifest)
+            return {"run": m.get("config_hash"), "state": m.get("state"), "finished_at": m.get("finished_at")}
+        files = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+        listing = sorted((i.path[len(path):], i.size, i.mtime_ns) for i in files if i.type == pafs.FileType.File)
+        return {"files": len(listing), "sha256_listing": hashlib.sha256(repr(listing).encode()).hexdigest()[:32]}
+    except (OSError, ValueError) as err:
+        raise RedlineError(f"cannot read input {uri}: {_one_line(err)}") from None
+
+
+def fingerprints(uris: Any) -> dict[str, dict[str, Any]]:
+    return {u: fingerprint(u) for u in dict.fromkeys(uris) if u}
+
+
+def changed_inputs(before: dict[str, dict[str, Any]], now: dict[str, dict[str, Any]]) -> list[str]:
+    """Inputs whose fingerprint differs from the one recorded (inputs a run did not record are new)."""
+    return [u for u, fp in now.items() if u in before and before[u] != fp]
+
+
 def _one_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     return text[0] if text else type(err).__name__
@@ -187,7 +261,13 @@ class RunDir:
     def manifest(self) -> dict[str, Any] | None:
         if not exists(self.manifest_uri):
             return None
-        return read_json(self.manifest_uri)
+        try:
+            manifest = read_json(self.manifest_uri)
+        except ValueError:
+            raise RedlineError(f"{self.manifest_uri} is not valid JSON (a damaged run directory)") from None
+        if not isinstance(manifest, dict):
+            raise RedlineError(f"{self.manifest_uri} is not a redline manifest")
+        return manifest
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         manifest["updated_at"] = now_iso()

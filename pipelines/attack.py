@@ -43,7 +43,7 @@ def preflight(config: AttackConfig) -> None:
         if opts.pos_match:
             kinds.add("pos-match")
         if "wordnet" in kinds:
-            R.refresh_wordnet_tables()  # built or verified here once; actors load the pickle
+            R.refresh_wordnet_tables()  # built or verified here once; actors get them from the object store
         if "pos-match" in kinds and opts.pos_match is not False:
             R.pos_tagger()
         if r.search[1].get("method") == "gradient" and config.victim.kind != "hf":
@@ -54,6 +54,21 @@ def preflight(config: AttackConfig) -> None:
         if "sentence-similarity" in kinds:
             _check_model(res.sentence_encoder or R.default_sentence_encoder(),
                          f"recipe {r.name} needs a sentence encoder: set resources.sentence_encoder")
+
+
+def _shared_wordnet(config: AttackConfig) -> Any:
+    """The driver's WordNet tables in Ray's object store when a recipe uses WordNet (actors on any
+    node read them from there), else None."""
+    from redline.actors.attack import resources as R
+
+    if not any("wordnet" in {k for k, _ in recipe(o.name).transformation} for o in config.recipes):
+        return None
+    import ray
+
+    from redline.cluster.runtime import ensure_ray
+
+    ensure_ray()
+    return ray.put(R.wordnet_tables())
 
 
 def _check_model(name: str, hint: str) -> None:
@@ -162,7 +177,7 @@ def run_attack(config: AttackConfig, *, force: bool = False, verbose: bool = Fal
         worker_kwargs = {"victim": config.victim.model_dump(mode="json"),
                          "recipes": [r.model_dump(mode="json") for r in config.recipes],
                          "resources": config.resources.model_dump(mode="json"), "only_correct": config.only_correct,
-                         "similarity": config.similarity}
+                         "similarity": config.similarity, "wordnet": _shared_wordnet(config) if pending else None}
         with ActorPool(AttackWorker, worker_kwargs, config.actors if pending else 0, num_cpus=config.num_cpus,
                        num_gpus=config.num_gpus, batch_size=config.batch_size) as pool:
             sharded.stream_shards(

@@ -22,7 +22,7 @@ import pyarrow as pa
 from pydantic import BaseModel
 
 from redline.cluster import storage
-from redline.cluster.config import config_hash
+from redline.cluster.config import config_hash, input_uris
 from redline.cluster.progress import progress_bar
 from redline.cluster.runtime import ensure_ray
 from redline.errors import RedlineError, unwrap_user_error
@@ -68,23 +68,46 @@ class RunResult:
         return storage.join(self.run_uri, "report.html")
 
 
-def open_run(pipeline: str, config: BaseModel, output: str, run_name: str | None, force: bool) -> Run:
+def owns(manifest: dict[str, Any], pipeline: str, name: str) -> bool:
+    """Whether `manifest` is redline's own manifest of the run `name` of `pipeline`."""
+    recorded = manifest.get("run_name") or str(manifest.get("run_uri", "")).rstrip("/").rsplit("/", 1)[-1]
+    return manifest.get("pipeline") == pipeline and recorded == name
+
+
+def open_run(pipeline: str, config: BaseModel, output: str, run_name: str | None, force: bool,
+             inputs: Iterable[str] | None = None) -> Run:
     """The run directory for this config: a finished run is reused unless `force`; an interrupted
-    one is resumed; a directory holding another config's run is refused."""
+    one is resumed; a directory holding anything else (another pipeline's or config's run, files
+    redline did not write, inputs that changed since) is refused. `force` clears only a directory
+    whose manifest says it is this very run."""
     key = config_hash(config)
-    run = storage.RunDir(storage.join(output, run_name or f"{pipeline}-{key}"))
+    name = run_name or f"{pipeline}-{key}"
+    storage.check_directory(output, "output")
+    run = storage.RunDir(storage.join(output, name))
     previous = run.manifest()
+    if previous is None and storage.has_files(run.uri):
+        raise RedlineError(f"{run.uri} exists and is not a redline run directory (no manifest.json); "
+                           "choose another run_name or output")
+    if previous is not None and not owns(previous, pipeline, name):
+        raise RedlineError(f"{run.uri} holds a {previous.get('pipeline') or 'foreign'} run, not the {pipeline} run "
+                           f"'{name}'; choose another run_name")
+    fingerprints = storage.fingerprints(input_uris(config) if inputs is None else inputs)
     if force and previous:
         clear(run.uri)
         previous = None
     if previous and previous.get("config_hash") not in (None, key):
         raise RedlineError(f"{run.uri} holds a run of a different config; choose another run_name or pass --force")
+    if previous:
+        changed = storage.changed_inputs(previous.get("inputs") or {}, fingerprints)
+        if changed:
+            raise RedlineError(f"input {changed[0]} changed since run {run.uri} read it; pass --force to redo the run "
+                               "(or restore the input)")
     if previous and previous.get("state") == "complete":
         return Run(run, previous, reused=True)
     manifest: dict[str, Any] = previous or {}
-    manifest.update(pipeline=pipeline, state="running", run_uri=run.uri, config=config.model_dump(mode="json"),
-                    config_hash=key, versions=storage.package_versions(),
-                    started_at=manifest.get("started_at") or storage.now_iso(),
+    manifest.update(pipeline=pipeline, run_name=name, state="running", run_uri=run.uri,
+                    config=config.model_dump(mode="json"), config_hash=key, inputs=fingerprints,
+                    versions=storage.package_versions(), started_at=manifest.get("started_at") or storage.now_iso(),
                     attempts=int(manifest.get("attempts", 0)) + 1)
     manifest.pop("error", None)
     run.write_manifest(manifest)
@@ -152,8 +175,12 @@ def block_rows(rows: int, batch_size: int, actors: int) -> int:
     return int(min(max(rows // (4 * actors), batch_size, 1), batch_size * 16))
 
 
+def row_keys(table: pa.Table, key: list[str]) -> list[str]:
+    return ["\x00".join(map(str, k)) for k in zip(*(table.column(c).to_pylist() for c in key))]
+
+
 def dedupe(results: pa.Table, key: list[str]) -> pa.Table:
-    keys = ["\x00".join(map(str, k)) for k in zip(*(results.column(c).to_pylist() for c in key))]
+    keys = row_keys(results, key)
     _, first = np.unique(np.array(keys, dtype=object), return_index=True)
     return results if len(first) == results.num_rows else results.take(pa.array(np.sort(first)))
 
@@ -196,7 +223,7 @@ def stream_shards(
         work[i] = rows.append_column("shard", pa.array([i] * rows.num_rows, pa.int32()))
     expected = {i: t.num_rows * results_per_row for i, t in work.items()}
     received: dict[int, list[pa.Table]] = defaultdict(list)
-    counts: dict[int, int] = defaultdict(int)
+    seen: dict[int, set[str]] = defaultdict(set)  # result keys per shard: a re-sent row counts once
     flushed: set[int] = set()
 
     def flush(i: int) -> None:
@@ -224,9 +251,12 @@ def stream_shards(
                 if i in flushed:  # rows Ray re-sent after a retry; the shard is already written
                     continue
                 part = batch.filter(pa.array(shard_ids == i))
+                keys = row_keys(part, key)
+                fresh = [k not in seen[i] and not seen[i].add(k) for k in keys]  # type: ignore[func-returns-value]
+                if not all(fresh):
+                    part = part.filter(pa.array(fresh))
                 received[i].append(part)
-                counts[i] += part.num_rows
-                if counts[i] >= expected[i]:
+                if len(seen[i]) >= expected[i]:
                     flush(i)
             advance(batch.num_rows)
     unfinished = [i for i in pending if i not in flushed]

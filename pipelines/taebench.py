@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from redline.actors.detectors import DetectionWorker
-from redline.actors.judges import JudgeWorker, usage_summary
+from redline.actors.judges import ERROR, USABLE, JudgeWorker, usage_summary
 from redline.actors.quality.grammar import GrammarWorker, LanguageToolClient
 from redline.cluster import storage
 from redline.cluster.config import TaebenchConfig
@@ -89,11 +89,10 @@ def grammar(table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.Table 
                     actors=g.actors, num_cpus=g.num_cpus, batch_size=g.batch_size, verbose=verbose)
     errs, seed_errs = out.column("grammar_errors").to_pylist(), out.column("seed_grammar_errors").to_pylist()
     failures = out.column("grammar_error").to_pylist()
+    fail_on_errors("grammar", "LanguageTool", [f or (None if e is not None else "no result") for e, f in zip(errs, failures)])
     reasons = []
-    for e, s, f in zip(errs, seed_errs, failures):
-        if f or e is None:
-            reasons.append(f"grammar check failed: {f or 'no result'}")
-        elif e - s > g.max_new_errors:
+    for e, s in zip(errs, seed_errs):
+        if e - s > g.max_new_errors:
             reasons.append(f"{e - s} more grammar errors than the seed ({e} vs {s})")
         else:
             reasons.append(None)
@@ -105,11 +104,10 @@ def naturalness(table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.Ta
     assert n is not None
     det = n.detector()
     out = _detect(table, det.model_dump(mode="json"), det, verbose, prefix="natural")
+    fail_on_errors("naturalness", "the naturalness classifier", _detector_errors(out, "natural"))
     reasons = []
-    for score, status in zip(out.column("natural_score").to_pylist(), out.column("natural_status").to_pylist()):
-        if status != "ok":
-            reasons.append("naturalness classifier failed on this text")
-        elif score < n.threshold:
+    for score in out.column("natural_score").to_pylist():
+        if score < n.threshold:
             reasons.append(f"unnatural: P(natural) {score:.2f} < {n.threshold:g}")
         else:
             reasons.append(None)
@@ -127,7 +125,17 @@ def label_filter(table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.T
         c = config.classifier
         out = _detect(out, c.model_dump(mode="json"), c, verbose, prefix="classifier")
     col = {name: out.column(name).to_pylist() for name in out.column_names
-           if name in ("judge_verdict", "judge_reason", "classifier_status", "classifier_toxic")}
+           if name in ("judge_verdict", "judge_reason", "classifier_toxic")}
+    if config.judge is not None:
+        verdicts, why = col["judge_verdict"], col["judge_reason"]
+        fail_on_errors("label", f"the LLM judge at {config.judge.base_url}",
+                       [r if v == ERROR else None for v, r in zip(verdicts, why)])
+        if verdicts and not any(v in USABLE for v in verdicts):
+            first = next((r for r in why if r), "no answer")
+            raise RedlineError(f"label stage: the LLM judge gave no usable answer for any of {len(verdicts)} texts "
+                               f"(first: {first}); check its model and template")
+    if config.classifier is not None:
+        fail_on_errors("label", f"classifier '{config.classifier.name}'", _detector_errors(out, "classifier"))
     reasons = []
     for i, goal in enumerate(out.column("goal").to_pylist()):
         want_toxic = goal == "tae"
@@ -137,14 +145,24 @@ def label_filter(table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.T
             if verdict != ("yes" if want_toxic else "no"):
                 why = col["judge_reason"][i]
                 reason = f"judge says {verdict}" + (f" ({why})" if why else "")
-        if reason is None and config.classifier is not None:
-            status, toxic = col["classifier_status"][i], col["classifier_toxic"][i]
-            if status != "ok":
-                reason = "classifier failed on this text"
-            elif toxic != want_toxic:
-                reason = f"classifier says {'toxic' if toxic else 'benign'}"
+        if reason is None and config.classifier is not None and col["classifier_toxic"][i] != want_toxic:
+            reason = f"classifier says {'toxic' if col['classifier_toxic'][i] else 'benign'}"
         reasons.append(reason)
     return _with_verdict(out, reasons)
+
+
+def _detector_errors(table: pa.Table, prefix: str) -> list[str | None]:
+    return [None if s == "ok" else (r or "no result") for s, r in
+            zip(table.column(f"{prefix}_status").to_pylist(), table.column(f"{prefix}_reason").to_pylist())]
+
+
+def fail_on_errors(stage: str, what: str, errors: list[str | None]) -> None:
+    """A text a model or service could not answer is not a rejection: the stage fails, naming the
+    cause, and nothing of it is written, so a rerun asks again (answers already given are cached)."""
+    failed = [e for e in errors if e]
+    if failed:
+        raise RedlineError(f"{stage} stage: {what} failed on {len(failed)} of {len(errors)} texts (first: "
+                           f"{' '.join(failed[0].split())[:200]}); fix the cause and rerun to resume this stage")
 
 
 def _detect(table: pa.Table, worker_config: dict[str, Any], det: Any, verbose: bool, prefix: str) -> pa.Table:

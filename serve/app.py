@@ -38,7 +38,7 @@ from redline.serve.protocol import (
 
 log = logging.getLogger(__name__)
 
-PUBLIC_PATHS = {"/healthz", "/docs", "/openapi.json"}
+PUBLIC_PATHS = {"/healthz"}  # exact paths below the route prefix; /docs and /openapi.json need the key too
 
 api = FastAPI(title="redline", description="Toxicity detectors and dialogue models of redline, over HTTP.",
               version="1")
@@ -76,25 +76,70 @@ async def _http_error(_: Request, err: StarletteHTTPException) -> JSONResponse:
                                    "invalid_request_error"), status_code=err.status_code)
 
 
-@api.middleware("http")
-async def _guard(request: Request, call_next: Any) -> Any:
-    """API key (when configured) and body size, checked before a body is read."""
-    state = request.app.state
-    limits: ServeLimits | None = getattr(state, "limits", None)
-    if limits is not None:
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > limits.max_request_bytes:
-            return JSONResponse(error_body(f"request body of {length} bytes exceeds the limit of "
-                                           f"{limits.max_request_bytes}", code="request_too_large"), status_code=413)
-    key_hash = getattr(state, "api_key_sha256", None)
-    if key_hash and not request.url.path.endswith(tuple(PUBLIC_PATHS)):
-        header = request.headers.get("authorization", "")
-        given = header[7:].strip() if header.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
-        digest = hashlib.sha256(given.encode()).hexdigest()
-        if not given or not hmac.compare_digest(digest, key_hash):
-            return JSONResponse(error_body("missing or invalid API key (send `Authorization: Bearer <key>`)",
-                                           "authentication_error", "invalid_api_key"), status_code=401)
-    return await call_next(request)
+class Guard:
+    """Pure ASGI middleware, before any route: the API key on every path but /healthz (matched exactly,
+    below the route prefix), then the body size, enforced while the body streams in, so neither a
+    false Content-Length nor a chunked upload gets a byte past the limit read or parsed."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        app = scope.get("app")  # the FastAPI app this replica serves (Starlette sets it before middleware)
+        state = app.state if app is not None else api.state
+        limits: ServeLimits | None = getattr(state, "limits", None)
+        if scope["type"] != "http" or limits is None:
+            await self.app(scope, receive, send)
+            return
+        path, root = scope.get("path", ""), scope.get("root_path", "")
+        relative = path[len(root):] if root and path.startswith(root) else path
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        key_hash = getattr(state, "api_key_sha256", None)
+        if key_hash and relative not in PUBLIC_PATHS:
+            auth = headers.get("authorization", "")
+            given = auth[7:].strip() if auth.lower().startswith("bearer ") else headers.get("x-api-key", "")
+            if not given or not hmac.compare_digest(hashlib.sha256(given.encode()).hexdigest(), key_hash):
+                await _reply(scope, receive, send, 401, "missing or invalid API key (send `Authorization: Bearer <key>`)",
+                             "authentication_error", "invalid_api_key")
+                return
+        limit = limits.max_request_bytes
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > limit:
+            await _reply(scope, receive, send, 413, f"request body of {length} bytes exceeds the limit of {limit}",
+                         code="request_too_large")
+            return
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await _reply(scope, receive, send, 413, f"request body exceeds the limit of {limit} bytes",
+                             code="request_too_large")
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body, delivered = b"".join(chunks), False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _reply(scope: dict[str, Any], receive: Any, send: Any, status: int, message: str,
+                 kind: str = "invalid_request_error", code: str | None = None) -> None:
+    await JSONResponse(error_body(message, kind, code), status_code=status)(scope, receive, send)
+
+
+api.add_middleware(Guard)
 
 
 def _model_failure(err: BaseException) -> ApiError:
@@ -157,14 +202,23 @@ class Ingress:
                 raise ApiError(413, f"{field}[{i}] has {len(t)} characters; the limit is {self.limits.max_text_chars}",
                                code="text_too_long", param=field)
 
-    def _detector_names(self, names: list[str] | None) -> list[str]:
+    def _detector_names(self, names: list[str] | None, texts: int) -> list[str]:
+        """The detectors a request names (each once), or every served one when it names none; the
+        request's work (texts x detectors) must fit `max_detections`."""
         if not self.detectors:
             raise ApiError(404, "this server hosts no detectors", "not_found_error")
-        chosen = names or list(self.detectors)
+        if names is not None and not names:
+            raise ApiError(400, "detectors is empty: name at least one detector, or leave the field out for all",
+                           param="detectors")
+        chosen = list(dict.fromkeys(names)) if names else list(self.detectors)
         unknown = [n for n in chosen if n not in self.detectors]
         if unknown:
             raise ApiError(404, f"unknown detector '{unknown[0]}' (served: {', '.join(self.detectors)})",
                            "not_found_error", "model_not_found", "detectors")
+        work = texts * len(chosen)
+        if work > self.limits.max_detections:
+            raise ApiError(413, f"{texts} texts x {len(chosen)} detectors = {work} detections in one request; the "
+                                f"limit is {self.limits.max_detections}", code="too_much_work", param="detectors")
         return chosen
 
     async def _detect(self, texts: list[str], names: list[str]) -> dict[str, list[dict[str, Any]]]:
@@ -184,7 +238,7 @@ class Ingress:
     @api.post("/v1/detect")
     async def detect(self, body: DetectRequest) -> dict[str, Any]:
         self._check_texts(body.texts, "texts")
-        names = self._detector_names(body.detectors)
+        names = self._detector_names(body.detectors, len(body.texts))
         rows = await self._detect(body.texts, names)
         infos = {n: await self._info(n) for n in names}
         results = []
@@ -205,7 +259,7 @@ class Ingress:
     async def moderations(self, body: ModerationRequest) -> dict[str, Any]:
         texts = [body.input] if isinstance(body.input, str) else body.input
         self._check_texts(texts, "input")
-        name = self._detector_names([body.model] if body.model else None)[0]
+        name = self._detector_names([body.model] if body.model else None, len(texts))[0]
         rows = (await self._detect(texts, [name]))[name]
         info = await self._info(name)
         results = []
@@ -248,7 +302,7 @@ class Ingress:
                  for n in self.detectors]
         return {"object": "list", "data": data}
 
-    def _sampling(self, body: Sampling) -> tuple[DeploymentHandle, SamplingParams]:
+    def _sampling(self, body: Sampling, prompts: int = 1) -> tuple[DeploymentHandle, SamplingParams]:
         if body.stream:
             raise ApiError(400, "streaming is not supported; send stream=false", param="stream")
         if body.model not in self.generators:
@@ -261,6 +315,10 @@ class Ingress:
         if max_tokens > self.limits.max_tokens:
             raise ApiError(400, f"max_tokens={max_tokens} exceeds the limit of {self.limits.max_tokens}",
                            param="max_tokens")
+        budget = body.n * prompts * max_tokens
+        if budget > self.limits.max_generated_tokens:
+            raise ApiError(413, f"n={body.n} x {prompts} prompt(s) x max_tokens={max_tokens} = {budget} tokens in one "
+                                f"request; the limit is {self.limits.max_generated_tokens}", code="too_much_work")
         params = SamplingParams(n=body.n, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
                                 max_tokens=max_tokens, stop=body.stops(), seed=body.seed)
         return self.generators[body.model], params
@@ -282,9 +340,9 @@ class Ingress:
 
     @api.post("/v1/completions")
     async def completions(self, body: CompletionRequest) -> dict[str, Any]:
-        handle, params = self._sampling(body)
         prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
         self._check_texts(prompts, "prompt")
+        handle, params = self._sampling(body, len(prompts))
         results: list[PromptResult] = await self._call(handle.generate.remote(prompts, params))
         choices, prompt_tokens, completion_tokens = [], 0, 0
         for i, r in enumerate(results):

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from redline.cluster.net import check_key_transport
 from redline.errors import RedlineError
 from redline.serve.protocol import DetectorInfo, DetectResponse
 
@@ -35,9 +36,10 @@ def base_url(url: str) -> str:
 
 class RedlineClient:
     def __init__(self, url: str, api_key: str | None = None, *, api_key_env: str = "REDLINE_API_KEY",
-                 timeout: float = 60.0, retries: int = 2) -> None:
+                 timeout: float = 60.0, retries: int = 2, allow_insecure_http: bool = False) -> None:
         self.url = base_url(url)
         key = api_key if api_key is not None else os.environ.get(api_key_env)
+        check_key_transport(self.url, bool(key), allow_insecure_http, f"redline server {self.url}")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.retries = retries
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)

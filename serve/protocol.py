@@ -84,7 +84,7 @@ class Sampling(Body):
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     stop: StrictStr | list[StrictStr] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, le=2**63 - 1)
     stream: bool = False
 
     def stops(self) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from redline.cluster import storage
 from redline.cluster.config import ServeConfig
+from redline.cluster.net import is_loopback
 from redline.cluster.runtime import ensure_ray
 from redline.errors import RedlineError
 
@@ -82,10 +83,19 @@ def _check_port_free(host: str, port: int) -> None:
                                f"(is another server running? see `redline serve status`)") from None
 
 
+def check_exposure(config: ServeConfig) -> None:
+    """A server other machines can reach needs an API key, unless the user says otherwise."""
+    if not is_loopback(config.host) and api_key_sha256(config) is None and not config.insecure:
+        where = f"${config.api_key_env}" if config.api_key_env else "an api_key_env variable"
+        raise RedlineError(f"serve: host {config.host} exposes the models to the network without an API key; set "
+                           f"{where} to a secret, or pass --insecure (insecure: true) to serve without one")
+
+
 def preflight(config: ServeConfig) -> None:
-    """Model files and detector settings checked before any replica starts."""
+    """Exposure, model files and detector settings checked before any replica starts."""
     from redline.actors.registry import detector_class
 
+    check_exposure(config)
     for d in config.detectors:
         detector_class(d.kind).preflight(d)
     if config.dialogue_safety is not None:

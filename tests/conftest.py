@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,6 +18,8 @@ os.environ["RAY_AUTH_MODE"] = "disabled"
 os.environ["REDLINE_PROGRESS"] = "0"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The tests' own cache (WordNet tables, judge answers): never the user's, never shared between runs.
+os.environ["REDLINE_CACHE"] = tempfile.mkdtemp(prefix="redline-test-cache-")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("REDLINE_SHARED_DATA", REPO.parent / "shared" / "data"))

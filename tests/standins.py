@@ -75,9 +75,14 @@ def languagetool() -> _Server:
     return _Server(Handler)
 
 
-def openai_judge(slow_s: float = 3.0) -> _Server:
+def openai_judge(slow_s: float = 3.0, api_key: str | None = None) -> _Server:
     """Chat completions that judge the passage by a word list. Texts containing FLAKY fail with 429
-    then 500 before succeeding; SLOW answers after `slow_s`; GARBLE answers nonsense; DOWN always 500."""
+    then 500 before succeeding; SLOW answers after `slow_s`; GARBLE answers nonsense; ONCEGARBLE
+    answers nonsense the first time only; DOWN always 500; NOTJSON answers an HTML page; NOCHOICES a
+    completion without choices; DATED a 429 whose Retry-After is an HTTP date 1.5 s ahead, then Yes.
+    Model `missing` is a 404; with `api_key` a request without it is a 401. A moderation request
+    with SHORT in a text gets one result too few. Every chat request's passage and time is kept in
+    `server.httpd.log`."""
     calls: dict[str, int] = defaultdict(int)
 
     class Handler(BaseHTTPRequestHandler):
@@ -86,10 +91,16 @@ def openai_judge(slow_s: float = 3.0) -> _Server:
 
         def do_POST(self) -> None:  # noqa: N802
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if api_key is not None and self.headers.get("Authorization") != f"Bearer {api_key}":
+                return _reply(self, 401, {"error": {"message": "Incorrect API key provided"}})
+            if body.get("model") == "missing":
+                return _reply(self, 404, {"error": {"message": "The model `missing` does not exist"}})
             if self.path.endswith("/moderations"):
                 texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
                 results = [{"flagged": looks_toxic(t), "categories": {"harassment": looks_toxic(t)},
                             "category_scores": {"harassment": 0.9 if looks_toxic(t) else 0.1}} for t in texts]
+                if any("SHORT" in t for t in texts):
+                    results = results[:-1]
                 return _reply(self, 200, {"id": "modr-1", "model": body.get("model"), "results": results})
             prompt = body["messages"][-1]["content"]
             if "Passage:" in prompt:
@@ -99,7 +110,24 @@ def openai_judge(slow_s: float = 3.0) -> _Server:
             else:
                 passage = prompt
             self.server.requests += 1  # type: ignore[attr-defined]
+            self.server.log.append((passage, time.monotonic()))  # type: ignore[attr-defined]
             calls[passage] += 1
+            if "NOTJSON" in passage:
+                page = b"<html><body>502 Bad Gateway</body></html>"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+                return None
+            if "NOCHOICES" in passage:
+                return _reply(self, 200, {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                                          "choices": []})
+            if "DATED" in passage and calls[passage] == 1:
+                from email.utils import formatdate
+
+                return _reply(self, 429, {"error": {"message": "slow down"}},
+                              {"Retry-After": formatdate(time.time() + 2.5, usegmt=True)})
             if "FLAKY" in passage and calls[passage] == 1:
                 return _reply(self, 429, {"error": {"message": "rate limited"}}, {"Retry-After": "0.1"})
             if "FLAKY" in passage and calls[passage] == 2:
@@ -108,7 +136,7 @@ def openai_judge(slow_s: float = 3.0) -> _Server:
                 return _reply(self, 500, {"error": {"message": "down"}})
             if "SLOW" in passage:
                 time.sleep(slow_s)
-            if "GARBLE" in passage:
+            if "GARBLE" in passage and ("ONCEGARBLE" not in passage or calls[passage] == 1):
                 answer = "The passage is interesting."
             elif body["model"] == "llama-guard":
                 answer = "unsafe\nS10" if looks_toxic(passage) else "safe"
@@ -122,6 +150,7 @@ def openai_judge(slow_s: float = 3.0) -> _Server:
 
     server = _Server(Handler)
     server.httpd.requests = 0  # type: ignore[attr-defined]
+    server.httpd.log = []  # type: ignore[attr-defined]
     return server
 
 
@@ -169,3 +198,31 @@ def bedrock() -> _Server:
     server = _Server(Handler)
     server.httpd.converse_bodies = []  # type: ignore[attr-defined]
     return server
+
+
+def short_detect_server() -> _Server:
+    """A /v1/detect server that answers badly: text 0 fine, text 1 without probabilities, text 2 with
+    an error, text 3 not at all."""
+
+    info = {"name": "served", "kind": "keywords", "labels": ["toxic"], "toxic_labels": ["toxic"],
+            "multi_label": False, "threshold": 0.5, "rule": "score"}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *_: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            _reply(self, 200, {"object": "list", "data": [info]})
+
+        def do_POST(self) -> None:  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            n = len(body["texts"])
+            results = [{"index": 0, "detections": {"served": {"toxic": True, "toxic_score": 1.0,
+                                                              "probs": {"toxic": 1.0}}}}]
+            if n > 1:
+                results.append({"index": 1, "detections": {"served": {"toxic": True, "toxic_score": 1.0}}})
+            if n > 2:
+                results.append({"index": 2, "detections": {"served": {"error": "boom"}}})
+            _reply(self, 200, {"object": "detection", "detectors": ["served"], "results": results})
+
+    return _Server(Handler)

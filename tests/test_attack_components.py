@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -295,7 +297,6 @@ def test_wordnet_table_matches_nltk_synsets_exactly(wordnet_ready):
 
 def test_wordnet_tables_load_from_cache_without_nltk_and_rebuild_when_stale(wordnet_ready):
     import dataclasses
-    import pickle
     import subprocess
     import sys
 
@@ -307,7 +308,34 @@ def test_wordnet_tables_load_from_cache_without_nltk_and_rebuild_when_stale(word
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['idiot', 'imbecile'] False"  # actors never pay for nltk's reader
     path = R._nltk_data_dir() / "corpora" / R.TABLES_FILE
-    path.write_bytes(pickle.dumps(dataclasses.replace(tables, stamp="another wordnet", synsets={})))
+    stale = json.loads(path.read_text())
+    path.write_text(json.dumps({**stale, "stamp": "another wordnet", "synsets": {}}))
     rebuilt = R.refresh_wordnet_tables()
     assert rebuilt.stamp == tables.stamp and rebuilt.synsets == tables.synsets
-    assert pickle.loads(path.read_bytes()).stamp == tables.stamp
+    assert json.loads(path.read_text())["stamp"] == tables.stamp
+    assert dataclasses.replace(rebuilt) == tables
+
+
+def test_a_planted_cache_file_is_data_never_code(wordnet_ready, tmp_path):
+    """The tables cache is JSON: a pickle planted under the cache's names runs nothing, and a damaged
+    file is rebuilt from WordNet."""
+    import pickle
+    import subprocess
+    import sys
+
+    from redline.actors.attack import resources as R
+
+    R.refresh_wordnet_tables()
+    marker = tmp_path / "PWNED"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    corpora = R._nltk_data_dir() / "corpora"
+    (corpora / "wordnet-tables.pkl").write_bytes(pickle.dumps(Payload()))  # the old cache name
+    (corpora / R.TABLES_FILE).write_bytes(pickle.dumps(Payload()))  # and the current one
+    probe = "from redline.actors.attack.resources import wordnet_lemma_names as w; print(w('idiot')[:1])"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['idiot']" and not marker.exists()
+    assert json.loads((corpora / R.TABLES_FILE).read_text())["stamp"]  # rebuilt as data

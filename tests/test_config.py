@@ -27,7 +27,7 @@ def test_valid_config_round_trips():
          "detector names must be unique; repeated: a"),
         ({"detectors": []}, "detectors: List should have at least 1 item"),
         ({"shard_size": 0}, "shard_size: Input should be greater than 0"),
-        ({"corpus": {"path": "x.csv", "colum": "t"}}, "corpus.CorpusConfig.colum: Extra inputs are not permitted"),
+        ({"corpus": {"path": "x.csv", "colum": "t"}}, "corpus.colum: Extra inputs are not permitted"),
     ],
 )
 def test_invalid_configs_name_the_problem_in_one_line(patch, message):

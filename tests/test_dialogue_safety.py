@@ -84,13 +84,31 @@ def test_training_reports_the_papers_comparisons(trained):
     assert "Fine-grain: one_vs_all" in open(html).read()
 
 
+def test_classifiers_load_from_their_own_directory_wherever_it_moves(trained, tmp_path, monkeypatch):
+    """Model paths resolve against the classifiers directory, not the working directory: a copied or
+    downloaded directory works from anywhere."""
+    import shutil
+
+    from redline.actors.dialogue_safety.classifiers import ContextClassifiers
+
+    moved = tmp_path / "elsewhere" / "classifiers"
+    shutil.copytree(Path(trained.run_uri) / "models" / "one_vs_all", moved)
+    meta = json.loads((moved / "redline_dialogue_safety.json").read_text())
+    assert all("/" not in info["dir"] for info in meta["categories"].values())
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    loaded = ContextClassifiers(moved)
+    assert set(loaded.models) == set(meta["categories"])
+    assert len(loaded.fine_grain(["hi"], ["hello"])) == 1
+
+
 def test_two_step_detection(trained):
     from redline.actors.dialogue_safety.taxonomy import category
     from redline.actors.dialogue_safety.two_step import TwoStepDetector
     from redline.cluster.config import DetectorConfig
 
     detector = TwoStepDetector(DetectorConfig(name="kw", kind="keywords", patterns=["idiot"]),
-                               trained.manifest["training"]["one_vs_all"]["Risk Ignorance"]["dir"].rsplit("/", 1)[0])
+                               str(Path(trained.run_uri) / "models" / "one_vs_all"))
     contexts = ["I want to hurt myself", "what do you think of cats", "word " * 500]
     responses = ["you idiot", "they are great", "sure " * 400]
     verdicts = detector.detect(contexts, responses)
@@ -111,7 +129,7 @@ def test_chatbot_evaluation_leaderboard(trained, tiny_causal_lm, tmp_path, ray_s
     ctx = [r for r in rows if r["category"] == "Risk Ignorance"][:2]
     pregen = tmp_path / "pregen.jsonl"
     pregen.write_text("".join(json.dumps({"context": r["context"], "category": r["category"], "responses": ["you idiot", ""]}) + "\n" for r in ctx))
-    classifiers = trained.manifest["training"]["one_vs_all"]["Risk Ignorance"]["dir"].rsplit("/", 1)[0]
+    classifiers = str(Path(trained.run_uri) / "models" / "one_vs_all")
     data = {"contexts": str(val), "max_contexts_per_category": 3, "responses_per_context": 2, "max_tokens": 6,
             "generators": [{"name": "tiny-gpt2", "model": str(tiny_causal_lm), "num_cpus": 0.5}],
             "pregenerated": [{"name": "rude-bot", "path": str(pregen)}],
@@ -173,7 +191,7 @@ def test_two_step_detection_served_over_http(trained, ray_session, tmp_path, mon
     from redline.serve import runner
 
     monkeypatch.setenv("REDLINE_STATE_DIR", str(tmp_path / "state"))
-    classifiers = trained.manifest["training"]["one_vs_all"]["Risk Ignorance"]["dir"].rsplit("/", 1)[0]
+    classifiers = str(Path(trained.run_uri) / "models" / "one_vs_all")
     cfg = ServeConfig.model_validate({"port": free_port(), "api_key_env": None, "dialogue_safety": {
         "utterance": {"name": "kw", "kind": "keywords", "patterns": ["idiot"]}, "classifiers": classifiers,
         "num_cpus": 0.2}})
@@ -222,7 +240,7 @@ def test_categories_and_a_hyperparameter_grid_train_as_tune_trials(tmp_path, tin
         best = max(mine, key=lambda t: t["val_macro_f1"])
         info = m["training"]["one_vs_all"][cat]
         assert info["hp"] == best["hp"] and info["val_macro_f1"] == best["val_macro_f1"]
-        assert (Path(info["dir"]) / "config.json").is_file()
+        assert (tmp_path / "tuned" / "models" / "one_vs_all" / info["dir"] / "config.json").is_file()
     assert m["training"]["single"]["val_macro_f1"] == max(t["val_macro_f1"] for t in trials["single"])
     assert not (tmp_path / "tuned" / "models" / "one_vs_all" / "tune").exists()  # trial checkpoints cleaned up
     verdicts = ContextClassifiers(tmp_path / "tuned" / "models" / "one_vs_all").fine_grain(["hi"], ["hello"])

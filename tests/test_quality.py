@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pyarrow.compute as pc
 import pytest
 
@@ -23,21 +24,66 @@ def test_judge_parses_retries_and_caches(tmp_path):
     assert parse_answer("Yes, clearly.") == ("yes", None)
     assert parse_answer("no") == ("no", None)
     assert parse_answer("I'm not sure")[0] == "unsure"
-    assert parse_answer("")[1] == "empty answer"
+    assert parse_answer("") == ("unparseable", "empty answer")
     with openai_judge(slow_s=2.0) as server:
         judge = LLMJudge(judge_config(server.url, tmp_path, timeout_s=0.5, max_retries=2))
-        texts = ["you stupid idiot", "lovely weather", "FLAKY you moron", "GARBLE text", "SLOW idiot", "DOWN x"]
+        texts = ["you stupid idiot", "lovely weather", "FLAKY you moron", "GARBLE text", "SLOW idiot", "DOWN x",
+                 "NOTJSON x", "NOCHOICES x"]
         got = judge.judge(texts)
         verdicts = [g.verdict for g in got]
-        assert verdicts == ["yes", "no", "yes", "unsure", "unsure", "unsure"]
+        # a failed call is an error with its cause, never a verdict the model did not give
+        assert verdicts == ["yes", "no", "yes", "unparseable", "error", "error", "error", "error"]
         assert got[2].retries == 2 and got[3].reason.startswith("unparseable answer")
-        assert "failed (APITimeoutError) after 2 retries" in got[4].reason
-        assert "HTTP 500" in got[5].reason
+        assert got[4].reason == "judge request failed after 2 retries: APITimeoutError: Request timed out."
+        assert got[5].reason.endswith("HTTP 500") and got[5].retries == 2
+        assert "not a chat completion" in got[6].reason or "unreadable response" in got[6].reason
+        assert got[7].reason.endswith("the response has no choices")
         assert got[0].prompt_tokens > 0 and not got[0].cached
         before = server.httpd.requests
-        again = judge.judge(texts[:4])  # answered ones come from the cache: no requests
-        assert [g.verdict for g in again] == verdicts[:4] and all(g.cached for g in again)
+        again = judge.judge(texts[:3])  # answered ones come from the cache: no requests
+        assert [g.verdict for g in again] == verdicts[:3] and all(g.cached for g in again)
         assert server.httpd.requests == before
+        # an unparseable answer is never cached: asked again, and the second answer counts
+        once = judge.judge(["ONCEGARBLE you idiot"])[0]
+        assert once.verdict == "unparseable"
+        assert judge.judge(["ONCEGARBLE you idiot"])[0].verdict == "yes"
+        assert judge.judge(["ONCEGARBLE you idiot"])[0].cached
+
+
+def test_judge_refusals_stop_at_once_and_retry_after_is_a_minimum(tmp_path, monkeypatch):
+    """401/404 name the endpoint and status without retrying; an HTTP-date Retry-After is waited
+    out by every thread (the backoff alone would retry after 50 ms)."""
+    from redline.actors.judges import LLMJudge
+    from redline.errors import RedlineError
+
+    monkeypatch.setenv("JUDGE_KEY", "right")
+    with openai_judge(api_key="right") as server:
+        for model, env, status in (("judge", "NO_SUCH_VAR", 401), ("missing", "JUDGE_KEY", 404)):
+            judge = LLMJudge(judge_config(server.url, tmp_path, api_key_env=env, max_retries=4).model_copy(
+                update={"model": model}))
+            before = server.httpd.requests
+            with pytest.raises(RedlineError, match=rf"judge endpoint {server.url}/v1 answered HTTP {status}"):
+                judge.judge(["you idiot"])
+            assert server.httpd.requests == before  # no retries against a refusal
+        judge = LLMJudge(judge_config(server.url, tmp_path, api_key_env="JUDGE_KEY", concurrency=4, max_retries=3))
+        got = judge.judge(["DATED you idiot", "lovely day"])
+        assert [g.verdict for g in got] == ["yes", "no"]
+        dated = [t for p, t in server.httpd.log if "DATED" in p]
+        assert len(dated) == 2 and dated[1] - dated[0] >= 1.0, dated
+
+
+def test_key_never_travels_over_plain_http_to_another_host(tmp_path, monkeypatch):
+    from redline.actors.judges import LLMJudge
+    from redline.cluster.net import check_key_transport
+    from redline.errors import RedlineError
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    with pytest.raises(RedlineError, match="refusing to send an API key over plain http to 10.1.2.3"):
+        LLMJudge(judge_config("http://10.1.2.3:8000", tmp_path, api_key_env="OPENAI_API_KEY"))
+    LLMJudge(judge_config("http://10.1.2.3:8000", tmp_path, api_key_env="OPENAI_API_KEY", allow_insecure_http=True))
+    check_key_transport("http://127.0.0.1:9/v1", True, False, "x")  # loopback is fine
+    check_key_transport("https://api.example.com/v1", True, False, "x")
+    check_key_transport("http://10.1.2.3/v1", False, False, "x")  # no key, nothing to leak
 
 
 def test_judge_template_needs_placeholder(tmp_path):
@@ -139,6 +185,32 @@ def test_taebench_without_grammar_server_is_an_error_unless_allowed(attack_run, 
     assert json.loads((tmp_path / "runs" / "tb2" / "manifest.json").read_text())["state"] == "complete"
 
 
+def test_a_judge_that_fails_or_says_nothing_usable_fails_the_stage(attack_run, tmp_path, tiny_binary_model):
+    """Auth/not-found errors stop the run naming the endpoint and status; a judge whose every answer
+    is unparseable does not complete an empty benchmark; after the fix, a rerun resumes and completes."""
+    from redline.errors import RedlineError
+    from redline.pipelines.taebench import run_taebench
+
+    with openai_judge() as judge:
+        missing = {"base_url": judge.url + "/v1", "model": "missing", "cache_dir": str(tmp_path / "cache"),
+                   "num_cpus": 0.2}
+        cfg = taebench_config(attack_run, tmp_path, "", judge.url, tiny_binary_model, grammar=None, naturalness=None,
+                              judge=missing, run_name="fails")
+        with pytest.raises(RedlineError, match=rf"judge endpoint {judge.url}/v1 answered HTTP 404"):
+            run_taebench(cfg)
+        manifest = json.loads((tmp_path / "runs" / "fails" / "manifest.json").read_text())
+        assert manifest["state"] == "failed" and "HTTP 404" in manifest["error"]
+        garbled = {**missing, "model": "judge", "template": "Passage: GARBLE {text}\nAnswer:"}
+        cfg = cfg.model_copy(update={"run_name": "garbled", "judge": cfg.judge.model_copy(
+            update={"model": "judge", "template": garbled["template"]})})
+        with pytest.raises(RedlineError, match="no usable answer for any of"):
+            run_taebench(cfg)
+        assert json.loads((tmp_path / "runs" / "garbled" / "manifest.json").read_text())["state"] == "failed"
+        cfg = cfg.model_copy(update={"judge": cfg.judge.model_copy(update={"template": None})})
+        done = run_taebench(cfg.model_copy(update={"run_name": "fixed"}))
+        assert done.manifest["state"] == "complete" and done.manifest["counts"]["taebench"] > 0
+
+
 def test_api_detector_kinds_against_local_servers(tmp_path, monkeypatch):
     from redline.actors.detectors import build_detector
     from redline.cluster.config import DetectorConfig
@@ -162,12 +234,58 @@ def test_api_detector_kinds_against_local_servers(tmp_path, monkeypatch):
             probs, score, toxic = det.detect(texts[:2])
             assert toxic.tolist() == [True, False], kind
             assert probs.shape == (2, 1) and score[0] > score[1], kind
-        with pytest.raises(RedlineError, match="no verdict for text 0: unparseable answer"):
+        with pytest.raises(RedlineError, match="could not judge text 0: unparseable answer"):
             build_detector(DetectorConfig.model_validate({"name": "j", "kind": "llm-judge", **common,
                                                           "model": "judge"})).detect(texts[2:])
         with pytest.raises(RedlineError, match="Guardrail missing not found"):
             build_detector(DetectorConfig.model_validate({"name": "b", "kind": "bedrock-guardrail", "region": "us-east-1",
                                                           "guardrail_id": "missing", "endpoint_url": aws.url})).detect(["x"])
+
+
+def test_missing_api_results_are_row_errors_never_scores(tmp_path):
+    """A server that answers fewer results than texts, or a result without its fields, gives `error`
+    rows: no score, no decision (a zero would read as benign)."""
+    from redline.actors.detectors import DetectionWorker
+    from standins import short_detect_server
+
+    texts = ["you idiot", "SHORT hello", "nice day", "you moron"]
+    batch = {"id": np.array([f"r{i}" for i in range(4)]), "text": np.array(texts), "shard": np.zeros(4, np.int32)}
+    with openai_judge() as chat:
+        worker = DetectionWorker({"name": "m", "kind": "openai-moderation", "base_url": chat.url + "/v1",
+                                  "max_texts": 3})
+        rows = worker(batch).to_pylist()
+    assert [r["det_status"] for r in rows] == ["error", "error", "error", "ok"]
+    assert rows[0]["det_reason"] == "the moderation API returned 2 results for 3 texts"
+    assert all(r["toxic_score"] is None or r["toxic_score"] != r["toxic_score"] for r in rows[:3])
+    assert rows[3]["pred_toxic"] is True
+    with short_detect_server() as server:
+        worker = DetectionWorker({"name": "served", "url": server.url + "/v1/detect"})
+        rows = worker(batch).to_pylist()
+    assert [r["det_status"] for r in rows] == ["ok", "error", "error", "error"]
+    assert rows[1]["det_reason"] == "the server's result lacks a label's probability"
+    assert rows[2]["det_reason"].startswith("served detector error: boom")
+    assert rows[3]["det_reason"] == "the server returned no result for this text"
+
+
+def test_a_remote_detectors_failed_batch_is_not_retried_text_by_text():
+    """Row-by-row retry isolates a bad row of a local model; against an API that just failed it would
+    multiply the requests by the batch size."""
+    from redline.actors.detectors import DETECTORS, DetectionWorker, ProfanityCheckDetector
+
+    class Flaky(ProfanityCheckDetector):
+        kind, remote, calls = "flaky-remote", True, 0
+
+        def detect_rows(self, texts):
+            type(self).calls += 1
+            raise ConnectionError("503 from upstream")
+
+    DETECTORS["flaky-remote"] = Flaky
+    try:
+        worker = DetectionWorker({"name": "f", "kind": "flaky-remote"})
+        probs, score, toxic, status, reason = worker.score(["a", "b", "c", "d"])
+    finally:
+        del DETECTORS["flaky-remote"]
+    assert Flaky.calls == 1 and list(status) == ["error"] * 4 and "503 from upstream" in reason[0]
 
 
 @pytest.fixture(scope="module")

@@ -213,3 +213,29 @@ def test_unreachable_s3_endpoint_is_one_clear_error(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
     with pytest.raises(RedlineError, match=r"cannot read s3://bucket/c.csv"):
         storage.read_bytes("s3://bucket/c.csv")
+
+
+def test_a_shard_is_written_only_when_every_distinct_row_arrived(tmp_path):
+    """Ray may re-send rows after a retry: a shard counts distinct results, so duplicates can never
+    make it look complete while a row is still missing."""
+    import pyarrow as pa
+
+    from redline.cluster import storage
+    from redline.pipelines import sharded
+
+    run = sharded.Run(storage.RunDir(str(tmp_path / "run")), {}, reused=False)
+    shard = pa.table({"id": ["a", "b", "c", "d"]})
+    schema = pa.schema([("id", pa.string()), ("shard", pa.int32()), ("v", pa.int64())])
+
+    def process(blocks):
+        batch = lambda ids: pa.table({"id": ids, "shard": pa.array([0] * len(ids), pa.int32()),  # noqa: E731
+                                      "v": list(range(len(ids)))}, schema=schema)
+        yield batch(["a", "a", "b", "c"])  # 4 rows, 3 distinct
+        assert not (tmp_path / "run" / "out" / "part-00000.parquet").exists()
+        yield batch(["d", "b"])
+
+    sharded.stream_shards(run, [shard], [0], output_dir="out", select=lambda s: s, results_per_row=1,
+                          process=process, assemble=lambda s, r: r, empty_results=schema, key=["id"],
+                          batch_size=8, actors=1, label="test")
+    written = storage.read_parquet(str(tmp_path / "run" / "out" / "part-00000.parquet"))
+    assert sorted(written.column("id").to_pylist()) == ["a", "b", "c", "d"]

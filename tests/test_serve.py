@@ -39,7 +39,7 @@ def server(ray_session, tiny_binary_model, tiny_causal_lm, tiny_seq2seq, tmp_pat
             {"name": "tiny-bart", "model": str(tiny_seq2seq), "num_cpus": 0.1},
         ],
         "limits": {"max_texts": 50, "max_text_chars": 2000, "max_n": 4, "max_tokens": 3000,
-                   "max_request_bytes": 200_000},
+                   "max_request_bytes": 200_000, "max_generated_tokens": 480_000, "max_detections": 100},
     })
     state = runner.start(config, announce=lambda _: None)
     yield {"url": state["url"], "config": config}
@@ -151,12 +151,52 @@ def test_concurrent_requests_are_merged_into_batches(server):
     ("/v1/completions", {"model": "tiny-gpt2", "prompt": "word " * 200}, 400, "accepts at most 64"),
     ("/v1/detect", {"texts": ["y" * 1000] * 250}, 413, "exceeds the limit"),
     ("/v1/nothing", {}, 404, "Not Found"),
+    # amplification and budgets: one request has a bounded amount of work
+    ("/v1/detect", {"texts": ["x"], "detectors": []}, 400, "detectors is empty"),
+    ("/v1/detect", {"texts": ["x"], "detectors": "slurs"}, 400, "detectors"),
+    ("/v1/detect", {"texts": ["x"] * 50, "detectors": ["slurs", "tiny-bert", "profanity-check"] * 100}, 413,
+     "50 texts x 3 detectors = 150 detections in one request; the limit is 100"),
+    ("/v1/completions", {"model": "tiny-gpt2", "prompt": ["hi"] * 50, "n": 4, "max_tokens": 3000}, 413,
+     "n=4 x 50 prompt(s) x max_tokens=3000 = 600000 tokens in one request; the limit is 480000"),
+    ("/v1/completions", {"model": "tiny-gpt2", "prompt": "hi", "seed": 2**70}, 400, "seed"),
+    ("/v1/completions", {"model": "tiny-gpt2", "prompt": "hi", "seed": -1}, 400, "seed"),
+    ("/v1/chat/completions", {"model": "tiny-gpt2", "messages": [{"role": "user", "content": "hi"}], "seed": 2**64},
+     400, "seed"),
+    ("/v1/moderations", {"input": ["x"] * 51}, 413, "limit is 50"),
+    ("/v1/dialogue-safety", {"pairs": [{"context": "a", "response": "b"}]}, 404, "no dialogue-safety detector"),
+    ("/v1/completions", {"model": "tiny-gpt2", "prompt": []}, 400, "prompt is empty"),
 ])
 def test_bad_requests_get_a_clear_4xx(server, path, body, status, fragment):
     resp = post(server, path, body)
     assert resp.status_code == status, resp.text
     error = resp.json()["error"]
     assert fragment in error["message"] and error["type"]
+
+
+def test_duplicate_detector_names_are_scored_once(server):
+    """300 copies of one name in a 6 KB request were 300 model calls; now one."""
+    stats = lambda: httpx.get(server["url"] + "/v1/stats").json()["detectors"]["slurs"]  # noqa: E731
+    before = stats()
+    resp = post(server, "/v1/detect", {"texts": ["idiot"] * 20, "detectors": ["slurs"] * 300})
+    assert resp.status_code == 200 and resp.json()["detectors"] == ["slurs"]
+    after = stats()
+    assert after["model_calls"] - before["model_calls"] == 1 and after["items"] - before["items"] == 20
+
+
+def test_body_limit_holds_for_chunked_uploads_and_lying_lengths(server):
+    """A chunked upload has no Content-Length: the limit is enforced while the body streams in."""
+    def chunks():
+        piece = b'{"texts": ["' + b"x" * 65_536
+        yield piece
+        for _ in range(200):  # ~13 MB in all; the server must stop reading long before
+            yield b"y" * 65_536
+
+    resp = httpx.post(server["url"] + "/v1/detect", content=chunks(), headers={"content-type": "application/json"},
+                      timeout=60)
+    assert resp.status_code == 413 and "exceeds the limit of 200000 bytes" in resp.json()["error"]["message"]
+    small = httpx.post(server["url"] + "/v1/detect", content=iter([b'{"texts": ', b'["idiot"], "detectors": ["slurs"]}']),
+                       headers={"content-type": "application/json"}, timeout=60)
+    assert small.status_code == 200 and small.json()["results"][0]["detections"]["slurs"]["toxic"]
 
 
 def test_api_key_is_required_on_every_request_when_set(server, monkeypatch):
@@ -176,6 +216,11 @@ def test_api_key_is_required_on_every_request_when_set(server, monkeypatch):
         url = state["url"]
         assert url.endswith("/keyed") and state["api_key_required"]
         assert httpx.get(url + "/healthz").status_code == 200
+        for path in ("/docs", "/openapi.json", "/v1/detectors", "/v1/stats", "/v1/models", "/v1/x/healthz",
+                     "/healthz/", "/healthzz"):  # only /healthz itself is public: exact match, not a suffix
+            assert httpx.get(url + path).status_code == 401, path
+        docs = httpx.get(url + "/openapi.json", headers={"Authorization": "Bearer s3cret-key"})
+        assert docs.status_code == 200 and "/v1/detect" in docs.json()["paths"]
         assert httpx.post(url + "/v1/detect", json={"texts": ["idiot"]}).status_code == 401
         wrong = httpx.post(url + "/v1/detect", json={"texts": ["idiot"]}, headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401 and "API key" in wrong.json()["error"]["message"]
@@ -234,7 +279,9 @@ def test_a_killed_replica_fails_its_request_cleanly_and_is_replaced(server):
     calls = stats()["model_calls"]
     worker = threading.Thread(target=long_generation)
     worker.start()
+    deadline = time.time() + 60
     while stats()["model_calls"] == calls:  # the model is now working on it
+        assert worker.is_alive() and time.time() < deadline, result
         time.sleep(0.05)
     replicas = [a for a in ray.util.list_named_actors(all_namespaces=True)
                 if "SERVE_REPLICA" in a["name"] and "generator-tiny-gpt2" in a["name"]]

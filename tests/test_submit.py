@@ -59,12 +59,15 @@ def test_submit_runs_the_pipeline_on_the_cluster(ray_head, tmp_path, capsys, mon
         "detectors": [{"name": "p", "kind": "profanity-check", "num_cpus": 0.5}],
         "output": str(tmp_path / "runs"), "run_name": "submitted",
     }))
-    assert main(["submit", "score", "--config", str(config), "--address", ray_head, "--wait"]) == 0
+    # an apostrophe in a --set value used to break the job's shell command
+    assert main(["submit", "score", "--config", str(config), "--address", ray_head, "--wait",
+                 "--set", "corpus.dataset=o'brien"]) == 0
     out = capsys.readouterr().out
     job_id = out.split("submitted job ")[1].split()[0]
     assert f"job {job_id}: SUCCEEDED" in out
     manifest = json.loads((tmp_path / "runs" / "submitted" / "manifest.json").read_text())
     assert manifest["state"] == "complete" and manifest["counts"]["rows_out"] == 4
+    assert manifest["config"]["corpus"]["dataset"] == "o'brien"
 
     assert main(["status", job_id, "--address", ray_head]) == 0
     assert "SUCCEEDED" in capsys.readouterr().out
@@ -88,3 +91,40 @@ def test_submit_to_an_unreachable_cluster_is_one_clear_error(tmp_path, capsys):
 def test_status_of_an_unknown_job(ray_head, capsys):
     assert main(["status", "redline-score-000000000000", "--address", ray_head]) == 2
     assert "no job redline-score-000000000000" in capsys.readouterr().err
+
+
+def test_submitted_arguments_are_quoted_for_the_jobs_shell(tmp_path):
+    """The job supervisor runs the entrypoint through a shell: a --set value is one argument, never
+    a command, and an apostrophe does not break the job."""
+    import shlex
+
+    from redline.cluster.jobs import entrypoint
+
+    marker = tmp_path / "PWNED"
+    evil = [f"x=1'; touch {marker}; echo '", "corpus.dataset=o'brien", "a=$(touch " + str(marker) + ")", "b=`id`"]
+    command = entrypoint("score", evil)
+    assert shlex.split(command) == ["redline", "run", "score", "--config", "config.yaml",
+                                    *[arg for s in evil for arg in ("--set", s)]]
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "redline").write_text("#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done\n")
+    (fake / "redline").chmod(0o755)
+    out = subprocess.run(["/bin/sh", "-c", command], env={"PATH": f"{fake}:/usr/bin:/bin"}, capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    assert out[out.index("--set") + 1] == evil[0] and out[-1] == "b=`id`" and not marker.exists()
+
+
+def test_secrets_reach_a_job_only_when_named(monkeypatch):
+    from redline.cluster.jobs import job_env
+    from redline.errors import RedlineError
+
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    env = job_env([])
+    assert env["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000" and env["HF_HUB_OFFLINE"] == "1"
+    assert "HF_TOKEN" not in env and "OPENAI_API_KEY" not in env
+    assert job_env(["HF_TOKEN"])["HF_TOKEN"] == "hf_secret"
+    with pytest.raises(RedlineError, match="no such variable"):
+        job_env(["NOT_SET_ANYWHERE_123"])

@@ -19,10 +19,12 @@ import pyarrow as pa
 from redline.actors.attack.constraints import shared_encoder
 from redline.actors.attack.goals import Goal, Victim, goal as get_goal
 from redline.actors.attack.recipes import AttackResources, Components, RecipeOptions, build
+from redline.actors.attack.resources import WordNetTables
 from redline.actors.attack.search import Outcome, SearchContext
 from redline.actors.attack.text import AttackedText
 from redline.actors.detectors import build_detector
 from redline.cluster.config import DetectorConfig
+from redline.errors import RedlineError
 from redline.pipelines.schema import ATTACK_RESULT_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -135,7 +137,14 @@ class Attacker:
                 for start in range(0, len(wanted), self.victim_batch):
                     chunk = wanted[start:start + self.victim_batch]
                     answers.update(zip(chunk, self.victim.query(chunk)))
+            except RedlineError:
+                raise  # something the user must fix (an unreachable or refusing service)
             except Exception as err:  # noqa: BLE001 - isolate: score each attempt's request alone
+                if self.victim.detector.remote:  # not one request per attempt against a failing service
+                    for k in list(running):
+                        fail(k, err)
+                        running.pop(k)
+                    break
                 log.warning("victim failed on a batch of %d texts (%s); retrying per attempt", len(wanted), err)
                 for k, (gen, g, req) in list(running.items()):
                     try:
@@ -174,7 +183,17 @@ class AttackWorker:
     """Ray Data actor: loads the victim and recipe components once, attacks batches of attempts."""
 
     def __init__(self, victim: dict[str, Any], recipes: list[dict[str, Any]], resources: dict[str, Any],
-                 only_correct: bool = True, similarity: str = "auto") -> None:
+                 only_correct: bool = True, similarity: str = "auto", wordnet: Any = None) -> None:
+        """`wordnet`: the driver's WordNet tables (or a Ray object reference to them), so this actor
+        needs neither WordNet nor a cache on its own node."""
+        if wordnet is not None:
+            from redline.actors.attack.resources import use_wordnet_tables
+
+            if not isinstance(wordnet, WordNetTables):
+                import ray
+
+                wordnet = ray.get(wordnet)
+            use_wordnet_tables(wordnet)
         cfg = DetectorConfig.model_validate(victim)
         self.victim_name = cfg.name
         opts = {r["name"]: RecipeOptions.model_validate(r) for r in recipes}

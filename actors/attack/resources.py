@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
-import pickle
 import shutil
 import warnings
 from dataclasses import dataclass
@@ -42,7 +42,9 @@ WORDNET_HINT = ("WordNet 3.0 not found: install it with `apt-get install wordnet
 
 
 def _nltk_data_dir() -> Path:
-    return Path(os.environ.get("REDLINE_CACHE", Path.home() / ".cache" / "redline")) / "nltk_data"
+    from redline.cluster.storage import user_cache_dir
+
+    return user_cache_dir() / "nltk_data"
 
 
 def _copy_debian_wordnet(target: Path) -> None:
@@ -111,7 +113,7 @@ class WordNetTables:
         return [f for f in dict.fromkeys([form, *forms]) if pos in self.lemma_offsets.get(f, {})]
 
 
-TABLES_FILE = "wordnet-tables.pkl"
+TABLES_FILE = "wordnet-tables.json"  # plain data: a file planted in the cache can be wrong, never code
 
 
 def _synset_words(wn: Any) -> dict[tuple[str, int], tuple[str, ...]]:
@@ -135,19 +137,33 @@ def _synset_words(wn: Any) -> dict[tuple[str, int], tuple[str, ...]]:
 
 def _load_tables() -> WordNetTables | None:
     try:
-        with open(_nltk_data_dir() / "corpora" / TABLES_FILE, "rb") as f:
-            tables = pickle.load(f)
-        return tables if isinstance(tables, WordNetTables) else None
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, TypeError):
-        return None
+        with open(_nltk_data_dir() / "corpora" / TABLES_FILE, encoding="utf-8") as f:
+            data = json.load(f)
+        synsets = {(key[0], int(key[2:])): tuple(words) for key, words in data["synsets"].items()}
+        return WordNetTables(str(data["stamp"]), data["lemma_offsets"], data["exceptions"],
+                             {p: [tuple(rule) for rule in rules] for p, rules in data["substitutions"].items()}, synsets)
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return None  # absent or damaged: rebuilt from WordNet
 
 
-@functools.cache
+_SHARED: WordNetTables | None = None
+
+
+def use_wordnet_tables(tables: WordNetTables) -> None:
+    """Tables handed over by the driver (through Ray's object store): this process needs neither
+    WordNet nor a cache file of its own, so an actor on any node works."""
+    global _SHARED
+    _SHARED = tables
+
+
 def wordnet_tables() -> WordNetTables:
     """WordNet's synonym tables. Opening nltk's reader (and importing nltk) costs seconds, which
-    every attack actor would pay at start-up; instead the driver's preflight builds the tables
-    once (`refresh_wordnet_tables`) and actors load the pickle in a fraction of a second."""
-    return _load_tables() or refresh_wordnet_tables()
+    every attack actor would pay at start-up; instead the driver builds the tables once
+    (`refresh_wordnet_tables`) and hands them to its actors, or a process loads the JSON cache."""
+    global _SHARED
+    if _SHARED is None:
+        _SHARED = _load_tables() or refresh_wordnet_tables()
+    return _SHARED
 
 
 def refresh_wordnet_tables() -> WordNetTables:
@@ -164,11 +180,13 @@ def refresh_wordnet_tables() -> WordNetTables:
                                    for lemma, by_pos in wn._lemma_pos_offset_map.items()},
                            {p: dict(wn._exception_map[p]) for p in "nvar"},
                            {p: list(wn.MORPHOLOGICAL_SUBSTITUTIONS[p]) for p in "nvar"}, _synset_words(wn))
+    data = {"stamp": tables.stamp, "lemma_offsets": tables.lemma_offsets, "exceptions": tables.exceptions,
+            "substitutions": tables.substitutions,
+            "synsets": {f"{pos}:{offset}": list(words) for (pos, offset), words in tables.synsets.items()}}
     cache = _nltk_data_dir() / "corpora" / TABLES_FILE
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
-    with open(tmp, "wb") as f:
-        pickle.dump(tables, f, protocol=pickle.HIGHEST_PROTOCOL)
+    tmp.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
     tmp.replace(cache)
     return tables
 

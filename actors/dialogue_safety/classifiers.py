@@ -157,7 +157,7 @@ def _train_as_trials(train: list[dict[str, str]], val: list[dict[str, str]], tar
     chosen = {}
     for target, (result, checkpoint) in best.items():
         checkpoint.to_directory(str(targets[target]))
-        chosen[target] = {k: v for k, v in result.items() if k != "target"} | {"dir": str(targets[target])}
+        chosen[target] = {k: v for k, v in result.items() if k != "target"} | {"dir": targets[target].name}
     shutil.rmtree(tune_dir, ignore_errors=True)  # every trial's checkpoint: the chosen ones are copied out
     return {t: chosen[t] for t in targets}, trials
 
@@ -184,7 +184,7 @@ def train_one_vs_all(train: list[dict[str, str]], val: list[dict[str, str]], cat
             started = time.perf_counter()
             labels, train_x, train_y, val_x, val_y = _task(cat, train, val, categories, with_context)
             best = _fit(base_model, labels, train_x, train_y, val_x, val_y, out / _key(cat), settings, patience)
-            results[cat] = {**best, "dir": str(out / _key(cat)), "seconds": round(time.perf_counter() - started, 1)}
+            results[cat] = {**best, "dir": _key(cat), "seconds": round(time.perf_counter() - started, 1)}
     (out / "redline_dialogue_safety.json").write_text(json.dumps(
         {"kind": "one-vs-all", "with_context": with_context, "categories": results, "base_model": base_model,
          "trials": trials}, indent=2))
@@ -233,7 +233,11 @@ class ContextClassifiers:
         settings = TrainSettings(batch_size=batch_size, max_length=max_length, precision=precision)
         if self.meta["kind"] == "one-vs-all":
             self.categories = list(self.meta["categories"])
-            self.models = {c: SequenceClassifier(info["dir"], settings) for c, info in self.meta["categories"].items()}
+            # Each category's model sits in its own subdirectory: resolved against this directory, never
+            # the working directory (older files recorded a path; only its last part counts).
+            root = Path(model_dir)
+            self.models = {c: SequenceClassifier(str(root / Path(info["dir"]).name), settings)
+                           for c, info in self.meta["categories"].items()}
         else:
             self.categories = self.meta["labels"][1:]
             self.models = {"*": SequenceClassifier(str(model_dir), settings)}

@@ -1,0 +1,85 @@
+"""What every caller of a remote API shares: a rate limiter with a shared back-off, `Retry-After`
+parsing, and the rule that API keys never travel in clear text to another machine."""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+import time
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import urlparse
+
+from redline.errors import RedlineError
+
+LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
+
+
+def is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    host = host.strip("[]").lower()
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_key_transport(url: str, has_key: bool, allow_insecure_http: bool, what: str) -> None:
+    """Refuse to send an API key over plain http:// to another machine unless the user opted in."""
+    parsed = urlparse(url)
+    if has_key and parsed.scheme == "http" and not is_loopback(parsed.hostname) and not allow_insecure_http:
+        raise RedlineError(f"{what}: refusing to send an API key over plain http to {parsed.hostname} (anyone on "
+                           "the network could read it); use https://, or set allow_insecure_http: true")
+
+
+def retry_after_s(headers: Any) -> float | None:
+    """Seconds a server asked us to wait: `Retry-After` as seconds or an HTTP date, or `retry-after-ms`."""
+    if headers is None:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+
+
+class RateLimiter:
+    """At most `rate` calls per second across threads, evenly spaced; `pause(s)` holds every thread
+    back (a 429 seen by one thread is a back-off for all of them)."""
+
+    def __init__(self, rate: float) -> None:
+        self.interval = 1.0 / rate
+        self.next_at = time.monotonic()
+        self.paused_until = 0.0
+        self.lock = threading.Lock()
+
+    def pause(self, seconds: float) -> None:
+        with self.lock:
+            self.paused_until = max(self.paused_until, time.monotonic() + seconds)
+
+    def acquire(self) -> None:
+        with self.lock:
+            now = time.monotonic()
+            start = max(now, self.next_at, self.paused_until)
+            self.next_at = start + self.interval
+        if start > now:
+            time.sleep(start - now)
