@@ -2,6 +2,6 @@
 
 import sys
 
-from redline.cluster.cli import main
+from redline.cli import main
 
 sys.exit(main())

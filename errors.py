@@ -22,3 +22,17 @@ def unwrap_user_error(err: BaseException) -> RedlineError | None:
         cause = getattr(current, "cause", None)
         current = cause if isinstance(cause, BaseException) else (current.__cause__ or current.__context__)
     return None
+
+
+def first_line(err: BaseException | str) -> str:
+    """The first non-empty line of an error's message (or its type name): one-line error reports."""
+    text = str(err).strip()
+    if text:
+        return text.splitlines()[0].strip()
+    return type(err).__name__ if isinstance(err, BaseException) else ""
+
+
+def last_line(err: BaseException | str) -> str:
+    """The last non-empty line (a remote traceback's own message)."""
+    text = str(err).strip()
+    return text.splitlines()[-1].strip() if text else (type(err).__name__ if isinstance(err, BaseException) else "")

@@ -1,56 +1,93 @@
-"""Dialogue response generators behind one interface: prompts (or chat messages) in, n completions out.
+"""Dialogue response generators: prompts (or chat messages) in, n completions out.
 
-`HFGenerator` runs any Hugging Face causal or seq2seq model (DialoGPT-, GPT-2-, Blenderbot-, T5-
-style) in batches; `OpenAIGenerator` calls any OpenAI-compatible server (including redline's own
-Serve app); `BedrockGenerator` calls a model on AWS Bedrock through boto3's Converse API.
-Pipelines build them with `build_generator`; the Serve generation deployment wraps the same
-`HFGenerator`.
+`HFGenerator` runs any Hugging Face causal or seq2seq model (DialoGPT-, GPT-2-, Blenderbot-, T5-style)
+in padded batches on the worker's device; every other kind is a chat-model provider (an
+OpenAI-compatible server, redline's own Serve app, AWS Bedrock) reached through a `ChatClient`.
+`GenerationWorker` is the one worker both Ray Data (chatbot evaluation) and Ray Serve (the
+OpenAI-compatible generation service) host.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import pyarrow as pa
+from pydantic import AliasChoices, Field, model_validator
 
-from redline.actors.hf_loading import device_and_dtype, first_line
-from redline.cluster.config import GeneratorConfig
-from redline.cluster.net import check_key_transport
-from redline.errors import RedlineError
+from redline.actors.providers import (ChatClient, Completion, Failed, PromptResult, ProviderSettings, SamplingParams,
+                                      build_provider)
+from redline.cluster.config import Strict
+from redline.cluster.devices import PRECISION_HELP, Precision, placement
+from redline.errors import RedlineError, first_line
 
 log = logging.getLogger(__name__)
 
-
-class SamplingParams(BaseModel):
-    """Sampling settings shared by every request merged into one `generate` call."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    n: int = Field(1, ge=1)
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=0)
-    max_tokens: int = Field(64, ge=1)
-    stop: tuple[str, ...] = ()
-    seed: int | None = None
+__all__ = ["Completion", "GenerationWorker", "GeneratorConfig", "HFGenerator", "PromptResult", "SamplingParams",
+           "build_generator"]
 
 
-@dataclass
-class Completion:
-    text: str
-    finish_reason: str  # stop | length
-    tokens: int
+class GeneratorConfig(Strict):
+    """A dialogue response generator: a Hugging Face model (`hf`), an OpenAI-compatible server
+    (`openai`), a generator served by redline (`redline`) or a model on AWS Bedrock (`bedrock`)."""
 
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="Name used in outputs and as the served model id.")
+    kind: Literal["hf", "openai", "redline", "bedrock"] = Field("hf", description="The provider: a local HF model, "
+                                                                                  "an OpenAI-compatible API, redline "
+                                                                                  "Serve, or AWS Bedrock.")
+    model: str | None = Field(None, description="hf: hub id or local directory; openai/redline: the model name to "
+                                                "request; bedrock: the model id or inference-profile ARN.")
+    # hf
+    architecture: Literal["auto", "causal", "seq2seq"] = "auto"
+    revision: str | None = None
+    precision: Precision = Field("auto", validation_alias=AliasChoices("precision", "dtype"), description=PRECISION_HELP)
+    chat_template: str | None = Field(None, description="A Jinja chat template overriding the tokenizer's own.")
+    max_input_tokens: int = Field(1024, gt=0, description="Longer prompts are refused with a clear error.")
+    backend: Literal["hf", "vllm"] = Field("hf", description="Serve only: vllm serves the model through "
+                                                              "ray.serve.llm (needs vLLM and a GPU).")
+    # remote providers
+    base_url: str | None = Field(None, description="openai, redline: the server's base URL, e.g. "
+                                                   "http://127.0.0.1:8000/v1.")
+    api_key_env: str | None = Field(None, description="openai, redline: environment variable holding the key "
+                                                      "(default OPENAI_API_KEY / REDLINE_API_KEY).")
+    allow_insecure_http: bool = Field(False, description="Allow sending the key over plain http:// to a "
+                                                         "non-loopback host.")
+    timeout_s: float = Field(60.0, gt=0)
+    max_retries: int = Field(2, ge=0, description="Retries of a request on 429, 5xx and timeouts.")
+    backoff_s: float = Field(0.5, gt=0, description="First retry delay; doubles each retry.")
+    concurrency: int = Field(8, gt=0, description="Remote providers: requests in flight at once.")
+    requests_per_second: float = Field(20.0, gt=0, description="Remote providers: rate limit per actor.")
+    # bedrock (credentials: boto3's usual chain: environment, profile, SSO, instance role)
+    region: str | None = Field(None, description="bedrock: AWS region; default: the AWS configuration's.")
+    endpoint_url: str | None = Field(None, description="bedrock: a VPC endpoint or a compatible stand-in.")
+    additional_fields: dict[str, Any] = Field(
+        default_factory=dict, description="bedrock: model-specific request fields (additionalModelRequestFields); "
+                                          "top_k is sent as {top_k: K} here, the name Anthropic and Mistral models use.")
+    # resources
+    num_cpus: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0, description="hf: the GPU the model runs on (the actor's).")
 
-@dataclass
-class PromptResult:
-    prompt_tokens: int
-    completions: list[Completion]
+    @model_validator(mode="after")
+    def _check_kind(self) -> "GeneratorConfig":
+        if self.kind in ("openai", "redline"):
+            if not self.base_url or not self.base_url.startswith(("http://", "https://")):
+                raise ValueError(f"generator '{self.name}': kind {self.kind} needs base_url (http://... or https://...)")
+            if not self.model:
+                raise ValueError(f"generator '{self.name}': kind {self.kind} needs model (the name the server knows)")
+        elif self.kind == "bedrock":
+            if not self.model:
+                raise ValueError(f"generator '{self.name}': kind bedrock needs model (a Bedrock model id or ARN)")
+        elif not self.model:
+            raise ValueError(f"generator '{self.name}': kind hf needs model (a hub id or a local directory)")
+        return self
+
+    def provider_settings(self) -> ProviderSettings:
+        return ProviderSettings(provider=self.kind, model=self.model or "", base_url=self.base_url,
+                                api_key_env=self.api_key_env, allow_insecure_http=self.allow_insecure_http,
+                                timeout_s=self.timeout_s, region=self.region, endpoint_url=self.endpoint_url,
+                                additional_fields=dict(self.additional_fields))
 
 
 def truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
@@ -59,23 +96,7 @@ def truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
-class Generator:
-    """What every generator offers: batched generation from prompts and from chat messages."""
-
-    name: str
-
-    def generate(self, prompts: list[str], params: SamplingParams) -> list[PromptResult]:
-        raise NotImplementedError
-
-    def chat(self, conversations: list[list[dict[str, str]]], params: SamplingParams) -> list[PromptResult]:
-        raise NotImplementedError
-
-
-# --------------------------------------------------------------------------------------------
-# Hugging Face models
-
-
-class HFGenerator(Generator):
+class HFGenerator:
     """A Hugging Face causal or seq2seq model, loaded once; prompts are generated in padded batches."""
 
     def __init__(self, config: GeneratorConfig) -> None:
@@ -96,7 +117,8 @@ class HFGenerator(Generator):
         if arch == "auto":
             arch = "seq2seq" if getattr(hf_config, "is_encoder_decoder", False) else "causal"
         self.seq2seq = arch == "seq2seq"
-        self.device, dtype = device_and_dtype(config.device, config.dtype, config.num_gpus)
+        self.placement = placement(config.num_gpus, config.precision)
+        self.device, dtype = self.placement.torch_device, self.placement.torch_dtype
         self.tokenizer = AutoTokenizer.from_pretrained(model, revision=config.revision)
         if config.chat_template:
             self.tokenizer.chat_template = config.chat_template
@@ -183,189 +205,93 @@ class HFGenerator(Generator):
         return results
 
 
-# --------------------------------------------------------------------------------------------
-# OpenAI-compatible servers
-
-
-class OpenAIGenerator(Generator):
-    """Any OpenAI-compatible chat server, through the official `openai` client (key from the env)."""
+class RemoteGenerator:
+    """A generator behind a provider's API: conversations go out concurrently under the rate limit,
+    each retried on its own; a conversation whose retries ran out is that conversation's error."""
 
     def __init__(self, config: GeneratorConfig) -> None:
-        from openai import OpenAI
-
-        self.config = config
-        self.name = config.name
-        key = os.environ.get(config.api_key_env or "", "")
-        check_key_transport(config.base_url or "", bool(key), config.allow_insecure_http, f"generator '{config.name}'")
-        self.client = OpenAI(base_url=config.base_url, api_key=key or "not-needed", timeout=config.timeout_s,
-                             max_retries=config.max_retries)
-
-    def _call(self, create: Any, **kwargs: Any) -> Any:
-        import openai
-
+        self.config, self.name = config, config.name
         try:
-            return create(**kwargs)
-        except openai.APIConnectionError:
-            raise RedlineError(f"generator '{self.name}': cannot reach {self.config.base_url}") from None
-        except openai.APIStatusError as err:
-            raise RedlineError(f"generator '{self.name}': {self.config.base_url} answered {err.status_code}: "
-                               f"{_api_message(err)}") from None
+            provider = build_provider(config.provider_settings())
+        except RedlineError as err:
+            raise RedlineError(f"generator '{config.name}': {err}") from None
+        self.client = ChatClient(provider, requests_per_second=config.requests_per_second,
+                                 max_retries=config.max_retries, backoff_s=config.backoff_s,
+                                 concurrency=config.concurrency)
 
-    def _sampling(self, params: SamplingParams) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"model": self.config.model, "n": params.n, "temperature": params.temperature,
-                                  "top_p": params.top_p, "max_tokens": params.max_tokens}
-        if params.stop:
-            kwargs["stop"] = list(params.stop)
-        if params.seed is not None:
-            kwargs["seed"] = params.seed
-        if params.top_k is not None:
-            kwargs["extra_body"] = {"top_k": params.top_k}
-        return kwargs
-
-    def chat(self, conversations: list[list[dict[str, str]]], params: SamplingParams) -> list[PromptResult]:
-        """One request per conversation, `config.concurrency` of them in flight at once."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        def one(messages: list[dict[str, str]]) -> PromptResult:
-            resp = self._call(self.client.chat.completions.create, messages=messages, **self._sampling(params))
-            completions = [Completion(c.message.content or "", c.finish_reason or "stop", 0) for c in resp.choices]
-            usage = resp.usage
-            for c in completions:
-                c.tokens = usage.completion_tokens // len(completions) if usage else 0
-            return PromptResult(usage.prompt_tokens if usage else 0, completions)
-
-        with ThreadPoolExecutor(max_workers=max(1, min(self.config.concurrency, len(conversations)))) as pool:
-            return list(pool.map(one, conversations))
-
-    def generate(self, prompts: list[str], params: SamplingParams) -> list[PromptResult]:
-        resp = self._call(self.client.completions.create, prompt=list(prompts), **self._sampling(params))
-        by_prompt: list[list[Completion]] = [[] for _ in prompts]
-        for c in resp.choices:
-            by_prompt[c.index // params.n].append(Completion(c.text, c.finish_reason or "stop", 0))
-        prompt_tokens = (resp.usage.prompt_tokens // max(len(prompts), 1)) if resp.usage else 0
-        return [PromptResult(prompt_tokens, comps) for comps in by_prompt]
-
-
-def _api_message(err: Any) -> str:
-    body = getattr(err, "body", None)
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])
-    return str(getattr(err, "message", err))
-
-
-# --------------------------------------------------------------------------------------------
-# AWS Bedrock
-
-
-_BEDROCK_FINISH = {"max_tokens": "length", "stop_sequence": "stop", "end_turn": "stop"}
-
-
-class BedrockGenerator(Generator):
-    """A model on AWS Bedrock through boto3's Converse API (credentials from boto3's usual chain).
-    Converse returns one completion per request, so each of the n samples is its own request;
-    `config.concurrency` of them are in flight at once, and botocore retries throttling (adaptive)."""
-
-    def __init__(self, config: GeneratorConfig) -> None:
-        import boto3
-        from botocore.config import Config
-
-        self.config = config
-        self.name = config.name
-        retries = Config(retries={"max_attempts": config.max_retries + 1, "mode": "adaptive"},
-                         connect_timeout=config.timeout_s, read_timeout=config.timeout_s)
+    def chat_results(self, conversations: Sequence[list[dict[str, str]]],
+                     params: SamplingParams) -> list[PromptResult | str]:
+        """Per conversation: its result, or why it has none."""
         try:
-            self.client = boto3.client("bedrock-runtime", region_name=config.region, endpoint_url=config.endpoint_url,
-                                       config=retries)
-        except Exception as err:  # noqa: BLE001 - botocore raises several types for a bad region/endpoint
-            raise RedlineError(f"generator '{self.name}': cannot create a Bedrock client: {first_line(err)}") from None
+            answers = self.client.ask_many(list(conversations), params)
+        except RedlineError as err:
+            raise RedlineError(f"generator '{self.name}': {err}") from None
+        return [f"request failed after {a.retries} retries: {a.cause}" if isinstance(a, Failed) else a.result
+                for a in answers]
 
-    def _request(self, messages: list[dict[str, str]], params: SamplingParams) -> dict[str, Any]:
-        inference: dict[str, Any] = {"maxTokens": params.max_tokens, "temperature": params.temperature,
-                                     "topP": params.top_p}
-        if params.stop:
-            inference["stopSequences"] = list(params.stop)
-        extra = dict(self.config.additional_fields)
-        if params.top_k is not None:
-            extra.setdefault("top_k", params.top_k)
-        system = [{"text": m["content"]} for m in messages if m["role"] == "system"]
-        request: dict[str, Any] = {
-            "modelId": self.config.model, "inferenceConfig": inference,
-            "messages": [{"role": m["role"], "content": [{"text": m["content"]}]} for m in messages
-                         if m["role"] != "system"]}
-        if system:
-            request["system"] = system
-        if extra:
-            request["additionalModelRequestFields"] = extra
-        return request
-
-    def _converse(self, request: dict[str, Any]) -> Completion:
-        from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
-
-        try:
-            resp = self.client.converse(**request)
-        except EndpointConnectionError:
-            raise RedlineError(f"generator '{self.name}': cannot reach Bedrock "
-                               f"({self.config.endpoint_url or self.client.meta.endpoint_url})") from None
-        except ClientError as err:
-            error = err.response.get("Error", {})
-            raise RedlineError(f"generator '{self.name}': Bedrock answered {error.get('Code', 'an error')}: "
-                               f"{error.get('Message', err)}") from None
-        except BotoCoreError as err:
-            raise RedlineError(f"generator '{self.name}': {first_line(err)}") from None
-        text = "".join(part.get("text", "") for part in resp.get("output", {}).get("message", {}).get("content", []))
-        return Completion(text, _BEDROCK_FINISH.get(resp.get("stopReason", ""), "stop"),
-                          int(resp.get("usage", {}).get("outputTokens", 0)))
-
-    def chat(self, conversations: list[list[dict[str, str]]], params: SamplingParams) -> list[PromptResult]:
-        from concurrent.futures import ThreadPoolExecutor
-
-        requests = [self._request(m, params) for m in conversations for _ in range(params.n)]
-        with ThreadPoolExecutor(max_workers=max(1, min(self.config.concurrency, len(requests)))) as pool:
-            completions = list(pool.map(self._converse, requests))
-        return [PromptResult(0, completions[i * params.n:(i + 1) * params.n]) for i in range(len(conversations))]
+    def chat(self, conversations: Sequence[list[dict[str, str]]], params: SamplingParams) -> list[PromptResult]:
+        results = self.chat_results(conversations, params)
+        failed = next((r for r in results if isinstance(r, str)), None)
+        if failed is not None:
+            raise RedlineError(f"generator '{self.name}': {failed}")
+        return results  # type: ignore[return-value]
 
     def generate(self, prompts: list[str], params: SamplingParams) -> list[PromptResult]:
         return self.chat([[{"role": "user", "content": p}] for p in prompts], params)
 
 
-GENERATORS: dict[str, type[Generator]] = {"hf": HFGenerator, "openai": OpenAIGenerator, "bedrock": BedrockGenerator}
-
-
-def build_generator(config: GeneratorConfig) -> Generator:
-    return GENERATORS[config.kind](config)
+def build_generator(config: GeneratorConfig) -> HFGenerator | RemoteGenerator:
+    return HFGenerator(config) if config.kind == "hf" else RemoteGenerator(config)
 
 
 class GenerationWorker:
-    """Ray Data actor: one generator loaded once; each context of a batch gets `n` responses (a
-    context given as a single user turn). Failures become an `error` per row, never a lost batch."""
+    """One generator loaded once. As a Ray Data actor: each context of a batch gets `n` responses (a
+    context given as a single user turn); failures become an `error` per row, never a lost batch. As
+    a Serve replica's model: `generate` / `chat` with per-request sampling settings."""
 
-    def __init__(self, config: dict[str, Any], sampling: dict[str, Any]) -> None:
-        self.generator = build_generator(GeneratorConfig.model_validate(config))
-        self.params = SamplingParams.model_validate(sampling)
+    input_columns: ClassVar[list[str]] = ["id", "context"]
+    output_schema: ClassVar[pa.Schema] = pa.schema([("id", pa.string()), ("responses", pa.list_(pa.string())),
+                                                    ("gen_error", pa.string())])
 
-    def __call__(self, batch: dict[str, Any]) -> Any:
-        import pyarrow as pa
+    def __init__(self, config: dict[str, Any], sampling: dict[str, Any] | None = None) -> None:
+        self.config = GeneratorConfig.model_validate(config)
+        self.generator = build_generator(self.config)
+        self.params = SamplingParams.model_validate(sampling or {})
 
-        contexts = [str(c) for c in batch["context"]]
-        convs = [[{"role": "user", "content": c}] for c in contexts]
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[PromptResult]:
+        return self.generator.generate(prompts, params)
+
+    def chat(self, conversations: list[list[dict[str, str]]], params: SamplingParams) -> list[PromptResult]:
+        return self.generator.chat(conversations, params)
+
+    def _contexts(self, convs: list[list[dict[str, str]]]) -> tuple[list[Any], list[str | None]]:
+        if isinstance(self.generator, RemoteGenerator):  # per-request errors already; no second round of calls
+            results = self.generator.chat_results(convs, self.params)
+            return [None if isinstance(r, str) else r for r in results], \
+                [r if isinstance(r, str) else None for r in results]
         try:
-            results: list[Any] = self.generator.chat(convs, self.params)
-            errors: list[str | None] = [None] * len(contexts)
-        except Exception as err:  # noqa: BLE001 - retry one by one to isolate the failing contexts
-            results, errors = [], []
-            for conv in convs:
-                try:
-                    results.append(self.generator.chat([conv], self.params)[0])
-                    errors.append(None)
-                except Exception as one:  # noqa: BLE001
-                    results.append(None)
-                    errors.append(f"{type(one).__name__}: {one}"[:300])
-            log.warning("generator %s failed on a batch (%s); retried per context", self.generator.name, err)
+            return list(self.generator.chat(convs, self.params)), [None] * len(convs)
+        except RedlineError:
+            raise
+        except Exception as err:  # noqa: BLE001 - a local model: retry one by one to isolate the failing contexts
+            log.warning("generator %s failed on a batch (%s); retried per context", self.config.name, err)
+        results: list[Any] = []
+        errors: list[str | None] = []
+        for conv in convs:
+            try:
+                results.append(self.generator.chat([conv], self.params)[0])
+                errors.append(None)
+            except Exception as one:  # noqa: BLE001
+                results.append(None)
+                errors.append(f"{type(one).__name__}: {one}"[:300])
+        return results, errors
+
+    def __call__(self, batch: dict[str, Any]) -> pa.Table:
+        contexts = [str(c) for c in batch["context"]]
+        results, errors = self._contexts([[{"role": "user", "content": c}] for c in contexts])
         return pa.table({
             "id": pa.array([str(i) for i in batch["id"]], pa.string()),
             "responses": pa.array([[c.text for c in r.completions] if r else [] for r in results],
                                   pa.list_(pa.string())),
             "gen_error": pa.array(errors, pa.string()),
-        })
+        }, schema=self.output_schema)

@@ -1,37 +1,29 @@
-"""LLM judges: ask an OpenAI-compatible chat model whether a text is toxic, robustly and cheaply.
+"""LLM judges: ask a chat model whether a text is toxic, robustly and cheaply.
 
 A judge fills a few-shot prompt template (the TaeBench paper's passage/question Yes/No/Unsure format
-by default, with demonstrations written for this project), sends requests concurrently under a
-shared rate limit, retries 429/5xx/timeouts with exponential backoff (never before Retry-After),
-caches every answer that parsed by (endpoint, model, prompt, settings) so a rerun costs nothing, and
-counts tokens and cost. A text whose request failed gets the verdict `error` with its cause (never a
-Yes/No/Unsure it did not say); a request the endpoint refuses outright (auth, unknown model) stops the run.
+by default, with demonstrations written for this project) and asks any provider (an OpenAI-compatible
+API, redline's own Serve app, AWS Bedrock, a local Hugging Face model) through a `ChatClient`:
+requests in flight under one rate limit, retries with back-off never sooner than `Retry-After`, a
+cache of every answer that parsed, token and cost accounting. A text whose request failed gets the
+verdict `error` with its cause (never a Yes/No/Unsure it did not say); a request the endpoint refuses
+outright (auth, unknown model) stops the run.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import logging
-import os
-import random
 import re
-import sqlite3
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 import pyarrow as pa
-from redline.actors.hf_loading import first_line
-from redline.cluster.config import ChatJudgeOptions, JudgeConfig
-from redline.cluster.net import RateLimiter, check_key_transport, retry_after_s
-from redline.cluster.storage import user_cache_dir
-from redline.errors import RedlineError
+from pydantic import Field, model_validator
 
-log = logging.getLogger(__name__)
+from redline.actors.providers import (PROVIDER_NAMES, ChatClient, Failed, ProviderName, ProviderSettings, Refused,
+                                      SamplingParams, build_provider)
+from redline.cluster.config import Strict
+from redline.errors import RedlineError
 
 YES, NO, UNSURE = "yes", "no", "unsure"
 
@@ -82,44 +74,71 @@ def parse_answer(answer: str) -> tuple[str, str | None]:
     return UNSURE, "the judge answered unsure"
 
 
-class AnswerCache:
-    """(key -> answer, tokens) in SQLite, shared by every process of this user on the machine (WAL
-    mode). Only answers that parsed into a verdict are stored: a garbled answer is asked again."""
+class ChatModelOptions(Strict):
+    """How to reach a chat model: a provider and what it needs."""
 
-    def __init__(self, directory: str | None) -> None:
-        self.path = None if directory is None else resolve_cache_dir(directory) / "answers.sqlite"
-        self.local = threading.local()
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            with self._conn() as c:
-                c.execute("PRAGMA journal_mode=WAL")
-                c.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, answer TEXT, "
-                          "prompt_tokens INTEGER, completion_tokens INTEGER)")
+    provider: ProviderName = Field("openai", description=f"One of {', '.join(PROVIDER_NAMES)}: an OpenAI-compatible "
+                                                          "API, redline's Serve app, AWS Bedrock, or a local HF model.")
+    model: str = Field(description="Model name the server knows (openai, redline), Bedrock model id, or HF hub id / "
+                                   "directory (hf).")
+    base_url: str | None = Field(None, description="openai, redline: base URL, e.g. http://127.0.0.1:8000/v1.")
+    api_key_env: str | None = Field(None, description="Environment variable holding the key (default "
+                                                      "OPENAI_API_KEY, REDLINE_API_KEY for provider redline).")
+    allow_insecure_http: bool = Field(False, description="Allow sending the API key over plain http:// to a "
+                                                         "non-loopback host.")
+    region: str | None = Field(None, description="bedrock: AWS region; default: the AWS configuration's.")
+    endpoint_url: str | None = Field(None, description="bedrock: a VPC endpoint or a compatible stand-in.")
+    additional_fields: dict[str, Any] = Field(default_factory=dict,
+                                              description="bedrock: model-specific request fields.")
+    timeout_s: float = Field(30.0, gt=0)
 
-    def _conn(self) -> sqlite3.Connection:
-        conn = getattr(self.local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.path, timeout=30)
-            self.local.conn = conn
-        return conn
+    @model_validator(mode="after")
+    def _reachable(self) -> "ChatModelOptions":
+        if self.provider in ("openai", "redline") and not (self.base_url or "").startswith(("http://", "https://")):
+            raise ValueError(f"provider {self.provider} needs base_url (http://... or https://...)")
+        return self
 
-    def get(self, key: str) -> tuple[str, int, int] | None:
-        if self.path is None:
-            return None
-        row = self._conn().execute("SELECT answer, prompt_tokens, completion_tokens FROM answers WHERE key=?",
-                                   (key,)).fetchone()
-        return None if row is None else (row[0], row[1], row[2])
-
-    def put(self, key: str, answer: str, prompt_tokens: int, completion_tokens: int) -> None:
-        if self.path is None:
-            return
-        with self._conn() as c:
-            c.execute("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?)", (key, answer, prompt_tokens, completion_tokens))
+    def provider_settings(self, local: dict[str, Any] | None = None) -> ProviderSettings:
+        return ProviderSettings(provider=self.provider, model=self.model, base_url=self.base_url,
+                                api_key_env=self.api_key_env, allow_insecure_http=self.allow_insecure_http,
+                                timeout_s=self.timeout_s, region=self.region, endpoint_url=self.endpoint_url,
+                                additional_fields=dict(self.additional_fields), local=local or {})
 
 
-def resolve_cache_dir(directory: str) -> Path:
-    """`auto`: the user's own cache ($REDLINE_CACHE, else $XDG_CACHE_HOME/redline, else ~/.cache/redline) / judge."""
-    return user_cache_dir() / "judge" if directory == "auto" else Path(directory).expanduser()
+class ChatJudgeOptions(ChatModelOptions):
+    """How to ask a chat model about a text (judges and LLM-based detectors)."""
+
+    template: str | None = Field(None, description="Prompt with a {text} placeholder; default: the kind's own.")
+    template_file: str | None = Field(None, description="Read the template from this file instead.")
+    system_prompt: str | None = None
+    max_tokens: int = Field(8, gt=0)
+    temperature: float = Field(0.0, ge=0)
+    concurrency: int = Field(8, gt=0, description="Requests in flight per actor.")
+    requests_per_second: float = Field(20.0, gt=0, description="Rate limit per actor.")
+    max_retries: int = Field(4, ge=0, description="Retries on 429, 5xx, timeouts and connection errors.")
+    backoff_s: float = Field(0.5, gt=0, description="First retry delay; doubles each retry.")
+    cache_dir: str | None = Field("auto", description="Answer cache (SQLite) directory; auto: this user's cache "
+                                                      "($REDLINE_CACHE or ~/.cache/redline)/judge; null turns it off.")
+    price_per_1k_prompt_tokens: float = Field(0.0, ge=0)
+    price_per_1k_completion_tokens: float = Field(0.0, ge=0)
+
+    def prompt_template(self, default: str) -> str:
+        if self.template_file:
+            path = Path(self.template_file).expanduser()
+            if not path.is_file():
+                raise RedlineError(f"template_file not found: {path}")
+            return path.read_text(encoding="utf-8")
+        return self.template or default
+
+
+class JudgeConfig(ChatJudgeOptions):
+    """The TaeBench label filter's LLM judge (default template: the paper's 5-shot Yes/No/Unsure format)."""
+
+    name: str = "llm-judge"
+    actors: int = Field(1, gt=0)
+    num_cpus: float = Field(0.25, ge=0)
+    num_gpus: float = Field(0.0, ge=0, description="provider hf: the GPU the local model runs on.")
+    batch_size: int = Field(64, gt=0)
 
 
 @dataclass
@@ -133,123 +152,52 @@ class Judgement:
     retries: int = 0
 
 
-RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
-
-
-class CallFailed(Exception):
-    """A request that still failed after its retries (the cause is worth retrying later)."""
-
-    def __init__(self, cause: str, retries: int) -> None:
-        super().__init__(cause)
-        self.cause, self.retries = cause, retries
-
-
 Parser = Callable[[str], tuple[str, str | None]]
 
 
 class LLMJudge:
-    """Asks a chat model about texts with `template` and reads its answer with `parse`.
-
-    Retryable failures (429, 5xx, timeouts, connection errors, bodies that are not a chat completion)
-    are retried with exponential back-off shared by all threads, never sooner than `Retry-After`; a
-    text whose retries run out gets the verdict `error` with the cause. Answers that say the request
-    itself is wrong (400, 401, 403, 404, 422) stop the run at once: retrying cannot fix them."""
+    """Asks a chat model about texts with `template` and reads its answer with `parse`."""
 
     def __init__(self, config: ChatJudgeOptions, default_template: str = DEFAULT_TEMPLATE,
-                 parse: Parser = parse_answer) -> None:
-        from openai import OpenAI
-
+                 parse: Parser = parse_answer, num_gpus: float = 0.0) -> None:
         self.config = config
         self.parse = parse
         self.template = config.prompt_template(default_template)
         if "{text}" not in self.template:
             raise RedlineError("judge template needs a {text} placeholder")
-        key = os.environ.get(config.api_key_env or "", "")
-        check_key_transport(config.base_url, bool(key), config.allow_insecure_http, f"judge at {config.base_url}")
-        # Retries are ours: they share the rate limiter and are counted.
-        self.client = OpenAI(base_url=config.base_url, api_key=key or "not-needed", timeout=config.timeout_s,
-                             max_retries=0)
-        self.limiter = RateLimiter(config.requests_per_second)
-        self.cache = AnswerCache(config.cache_dir)
+        local = {"num_gpus": num_gpus} if config.provider == "hf" else None
+        provider = build_provider(config.provider_settings(local))
+        self.client = ChatClient(provider, requests_per_second=config.requests_per_second,
+                                 max_retries=config.max_retries, backoff_s=config.backoff_s,
+                                 concurrency=config.concurrency, cache_dir=config.cache_dir)
+        self.params = SamplingParams(n=1, temperature=config.temperature, top_p=1.0, max_tokens=config.max_tokens)
 
     def prompt(self, text: str) -> str:
         return self.template.replace("{text}", text)
 
-    def _key(self, prompt: str) -> str:
-        c = self.config
-        raw = json.dumps([c.base_url, c.model, c.system_prompt, prompt, c.max_tokens, c.temperature])
-        return hashlib.sha256(raw.encode()).hexdigest()
-
-    def _ask(self, prompt: str) -> tuple[str, int, int, int]:
-        """(answer, prompt tokens, completion tokens, retries made); CallFailed after the last retry."""
-        import openai
-
-        messages = ([{"role": "system", "content": self.config.system_prompt}] if self.config.system_prompt else [])
-        messages.append({"role": "user", "content": prompt})
-        cause = "no attempt made"
-        for attempt in range(self.config.max_retries + 1):
-            self.limiter.acquire()
-            wait: float | None = None
-            try:
-                resp = self.client.chat.completions.create(model=self.config.model, messages=messages,
-                                                           max_tokens=self.config.max_tokens,
-                                                           temperature=self.config.temperature)
-            except (openai.APIConnectionError, openai.APITimeoutError) as err:
-                cause = f"{type(err).__name__}: {first_line(err)}"
-            except openai.APIStatusError as err:
-                if err.status_code not in RETRYABLE_STATUS:
-                    raise RedlineError(f"judge endpoint {self.config.base_url} answered HTTP {err.status_code} "
-                                       f"({_api_message(err)}); fix the judge settings (model, key, base_url)") from None
-                cause, wait = f"HTTP {err.status_code}", retry_after_s(err.response.headers if err.response else None)
-            except openai.APIError as err:  # a body that is not a chat completion (HTML, invalid JSON)
-                cause = f"unreadable response ({first_line(err)})"
-            else:
-                choices = getattr(resp, "choices", None)
-                if not isinstance(choices, list):
-                    cause = "the response is not a chat completion (not JSON?)"
-                elif not choices:
-                    cause = "the response has no choices"
-                else:
-                    usage = getattr(resp, "usage", None)
-                    return (choices[0].message.content or "", usage.prompt_tokens if usage else 0,
-                            usage.completion_tokens if usage else 0, attempt)
-            if attempt < self.config.max_retries:
-                backoff = self.config.backoff_s * 2 ** attempt * (0.5 + random.random())
-                self.limiter.pause(max(backoff, wait or 0.0))  # every thread backs off, never before Retry-After
-        raise CallFailed(cause, self.config.max_retries)
-
-    def judge_one(self, text: str) -> Judgement:
-        prompt = self.prompt(text)
-        key = self._key(prompt)
-        hit = self.cache.get(key)
-        if hit is not None:
-            verdict, reason = self.parse(hit[0])
-            if verdict in USABLE:
-                return Judgement(verdict, reason, hit[0], cached=True)
-        try:
-            answer, pt, ct, retries = self._ask(prompt)
-        except CallFailed as failed:
-            return Judgement(ERROR, f"judge request failed after {failed.retries} retries: {failed.cause}", None,
-                             retries=failed.retries)
-        verdict, reason = self.parse(answer)
-        if verdict in USABLE:
-            self.cache.put(key, answer, pt, ct)
-        return Judgement(verdict, reason, answer, prompt_tokens=pt, completion_tokens=ct, retries=retries)
+    def messages(self, text: str) -> list[dict[str, str]]:
+        system = [{"role": "system", "content": self.config.system_prompt}] if self.config.system_prompt else []
+        return [*system, {"role": "user", "content": self.prompt(text)}]
 
     def judge(self, texts: list[str]) -> list[Judgement]:
-        if not texts:
-            return []
-        with ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(texts))) as pool:
-            return list(pool.map(self.judge_one, texts))
-
-
-def _api_message(err: Any) -> str:
-    body = getattr(err, "body", None)
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and inner.get("message"):
-            return " ".join(str(inner["message"]).split())[:200]
-    return first_line(err)[:200]
+        try:
+            answers = self.client.ask_many([self.messages(t) for t in texts], self.params,
+                                           usable=lambda a: self.parse(a)[0] in USABLE)
+        except Refused as err:
+            raise RedlineError(f"judge endpoint {err}") from None
+        out = []
+        for a in answers:
+            if isinstance(a, Failed):
+                out.append(Judgement(ERROR, f"judge request failed after {a.retries} retries: {a.cause}", None,
+                                     retries=a.retries))
+                continue
+            first = a.result.completions[0] if a.result.completions else None
+            text = first.text if first else ""
+            verdict, reason = self.parse(text)
+            tokens = (a.result.prompt_tokens, first.tokens if first else 0) if not a.cached else (0, 0)
+            out.append(Judgement(verdict, reason, text, cached=a.cached, prompt_tokens=tokens[0],
+                                 completion_tokens=tokens[1], retries=a.retries))
+        return out
 
 
 JUDGE_SCHEMA = pa.schema([
@@ -263,8 +211,12 @@ JUDGE_SCHEMA = pa.schema([
 class JudgeWorker:
     """Ray Data actor: one judge (client, rate limiter, cache) per actor; a batch in, verdicts out."""
 
+    input_columns: ClassVar[list[str]] = ["id", "text"]
+    output_schema: ClassVar[pa.Schema] = JUDGE_SCHEMA
+
     def __init__(self, config: dict[str, Any]) -> None:
-        self.judge = LLMJudge(JudgeConfig.model_validate(config))
+        cfg = JudgeConfig.model_validate(config)
+        self.judge = LLMJudge(cfg, num_gpus=cfg.num_gpus)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> pa.Table:
         results = self.judge.judge([str(t) for t in batch["text"]])
@@ -284,7 +236,6 @@ def usage_summary(table: pa.Table, config: JudgeConfig) -> dict[str, Any]:
     pt = sum(table.column("judge_prompt_tokens").to_pylist())
     ct = sum(table.column("judge_completion_tokens").to_pylist())
     verdicts = table.column("judge_verdict").to_pylist()
-    reasons = table.column("judge_reason").to_pylist()
     return {
         "texts": table.num_rows, "cache_hits": sum(cached), "requests": table.num_rows - sum(cached),
         "retries": sum(table.column("judge_retries").to_pylist()),

@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from redline.actors.hf_loading import device_and_dtype, first_line, save_model
-from redline.errors import RedlineError
+from redline.actors.hf_loading import save_model
+from redline.cluster.devices import placement
+from redline.errors import RedlineError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -35,21 +36,8 @@ class TrainSettings:
     max_length: int = 128
     eval_fraction: float = 0.2
     seed: int = 0
-    device: str = "auto"
-    precision: str = "auto"  # auto (bfloat16 autocast on GPU, float32 on CPU) | float32 | bfloat16
-
-
-def autocast_dtype(precision: str, device_type: str) -> Any:
-    """The autocast dtype for `precision` on this device, or None for plain float32. bfloat16 on a CPU
-    is worth it only with native bf16 (AVX512-BF16 / AMX): there MiniLM trains 1.65x and classifies
-    2.05x faster (bench/classifier_training.py)."""
-    import torch
-
-    if precision not in ("auto", "float32", "bfloat16"):
-        raise RedlineError(f"unknown precision '{precision}' (auto, float32, bfloat16)")
-    if precision == "bfloat16" or (precision == "auto" and device_type == "cuda"):
-        return torch.bfloat16
-    return None
+    num_gpus: float = 0.0  # the worker's GPUs: > 0 trains on its GPU (the device policy)
+    precision: str = "auto"  # auto (bfloat16 autocast on GPU, float32 on CPU) | float32 | bfloat16 | float16
 
 
 def split_held_out(n: int, fraction: float, seed: int) -> tuple[list[int], list[int]]:
@@ -84,8 +72,10 @@ class SequenceClassifier:
         self.torch = torch
         random.seed(settings.seed)
         torch.manual_seed(settings.seed)
-        self.device, _ = device_and_dtype(settings.device, "float32", 1 if torch.cuda.is_available() else 0)
-        self.autocast_dtype = autocast_dtype(settings.precision, self.device.type)
+        # float32 master weights; half-precision autocast where the hardware runs it fast
+        self.placement = placement(settings.num_gpus, settings.precision, training=True)
+        self.device = self.placement.torch_device
+        self.autocast_dtype = getattr(torch, self.placement.autocast) if self.placement.autocast else None
         head = {} if label_names is None else {
             "id2label": dict(enumerate(label_names)),  # sets num_labels too
             "label2id": {n: i for i, n in enumerate(label_names)}, "problem_type": "single_label_classification",
@@ -122,8 +112,7 @@ class SequenceClassifier:
             yield chunk, enc.to(self.device)
 
     def _autocast(self) -> Any:
-        return self.torch.autocast(self.device.type, dtype=self.autocast_dtype or self.torch.bfloat16,
-                                   enabled=self.autocast_dtype is not None)
+        return self.placement.autocast_context()
 
     def predict_proba(self, texts: list[Any]) -> np.ndarray:
         """Class probabilities, shape (len(texts), n_labels)."""

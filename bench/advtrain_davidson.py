@@ -35,7 +35,9 @@ def main() -> None:
     parser.add_argument("--holdout", default="textbugger", help="Recipes kept out of training TAE.")
     args = parser.parse_args()
 
-    from redline.cluster.config import AdvTrainConfig, CorpusConfig, validate_config
+    from redline.cluster.config import validate_config
+    from redline.pipelines.advtrain import AdvTrainConfig
+    from redline.pipelines.corpora import CorpusConfig
     from redline.pipelines.advtrain import run_advtrain
     from redline.pipelines.corpora import read_corpus
 

@@ -63,7 +63,10 @@ def main() -> None:
 
     from redline.actors.detectors import build_detector
     from redline.actors.tiny_models import build_tiny_classifier
-    from redline.cluster.config import AttackConfig, CorpusConfig, DetectorConfig, validate_config
+    from redline.actors.detectors import DetectorConfig
+    from redline.cluster.config import validate_config
+    from redline.pipelines.attack import AttackConfig
+    from redline.pipelines.corpora import CorpusConfig
     from redline.cluster.runtime import ensure_ray
     from redline.pipelines.attack import run_attack
     from redline.pipelines.corpora import read_corpus

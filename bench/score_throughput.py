@@ -37,7 +37,10 @@ def main() -> None:
 
     from redline.actors.detectors import build_detector
     from redline.actors.tiny_models import build_tiny_classifier
-    from redline.cluster.config import CorpusConfig, DetectorConfig, ScoreConfig, validate_config
+    from redline.actors.detectors import DetectorConfig
+    from redline.cluster.config import validate_config
+    from redline.pipelines.corpora import CorpusConfig
+    from redline.pipelines.score import ScoreConfig
     from redline.cluster.runtime import ensure_ray
     from redline.pipelines.corpora import read_corpus
     from redline.pipelines.score import run_score

@@ -71,7 +71,8 @@ def main() -> None:
 
 
     from redline.actors.tiny_models import build_tiny_causal_lm, build_tiny_classifier
-    from redline.cluster.config import CorpusConfig, ServeConfig
+    from redline.pipelines.corpora import CorpusConfig
+    from redline.serve.config import ServeConfig
     from redline.pipelines.corpora import read_corpus
     from redline.pipelines.quickstart import sample_path
     from redline.serve import runner

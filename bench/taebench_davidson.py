@@ -43,8 +43,12 @@ def main() -> None:
 
 
     from redline.actors.tiny_models import build_tiny_classifier, build_tiny_judge_lm
-    from redline.cluster.config import (AttackConfig, CorpusConfig, ServeConfig, TaebenchConfig, TransferConfig,
-                                        validate_config)
+    from redline.cluster.config import validate_config
+    from redline.pipelines.attack import AttackConfig
+    from redline.pipelines.corpora import CorpusConfig
+    from redline.pipelines.taebench import TaebenchConfig
+    from redline.pipelines.transfer import TransferConfig
+    from redline.serve.config import ServeConfig
     from redline.pipelines.attack import run_attack
     from redline.pipelines.corpora import read_corpus
     from redline.pipelines.quickstart import QUICKSTART_JUDGE_TEMPLATE, QUICKSTART_KEYWORDS, _free_port

@@ -62,7 +62,8 @@ def main() -> None:
     from redline.actors.triggers.scorers import HFTarget
     from redline.actors.triggers.targets import mal_list
     from redline.actors.triggers.thresholds import estimate
-    from redline.cluster.config import PairCorpusConfig, validate_config
+    from redline.actors.triggers.pairs import PairCorpusConfig
+    from redline.cluster.config import validate_config
     from redline.pipelines.quickstart import diasafety_data_dir
 
     data = diasafety_data_dir()

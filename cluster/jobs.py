@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from redline.cluster import storage
-from redline.errors import RedlineError
+from redline.errors import RedlineError, first_line
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 AGENT_WAIT_S = 60.0
@@ -39,23 +40,25 @@ def client(address: str) -> Any:
     try:
         return JobSubmissionClient(address)
     except (ConnectionError, RuntimeError, ValueError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise RedlineError(f"cannot reach the Ray Jobs API at {address}: {first}") from None
+        raise RedlineError(f"cannot reach the Ray Jobs API at {address}: {first_line(err)}") from None
 
 
-def _absolute_local_paths(data: dict[str, Any]) -> None:
-    """Relative local paths would resolve inside the job's temporary working directory: pin them."""
-    corpora = data.get("corpus")
-    for corpus in corpora if isinstance(corpora, list) else [corpora]:
-        if isinstance(corpus, dict) and isinstance(corpus.get("path"), str) and not storage.is_s3(corpus["path"]):
-            corpus["path"] = str(Path(corpus["path"]).expanduser().absolute())
-    out = data.get("output", "redline-runs")
-    if isinstance(out, str) and not storage.is_s3(out):
-        data["output"] = str(Path(out).expanduser().absolute())
-    for det in (data.get("detectors") or []) + ([data["victim"]] if isinstance(data.get("victim"), dict) else []):
-        model = det.get("model") if isinstance(det, dict) else None
-        if isinstance(model, str) and Path(model).expanduser().exists():
-            det["model"] = str(Path(model).expanduser().absolute())
+def _absolute_local_paths(data: Any, key: str | None = None) -> Any:
+    """Relative local paths would resolve inside the job's temporary working directory: pin every
+    input field that names an existing local path, and the output directory, to absolute paths."""
+    from redline.cluster.config import INPUT_FIELDS
+
+    if isinstance(data, dict):
+        for k, v in data.items():
+            data[k] = _absolute_local_paths(v, k)
+        if isinstance(data.get("output"), str) and not storage.is_s3(data["output"]):
+            data["output"] = str(Path(data["output"]).expanduser().absolute())
+        return data
+    if isinstance(data, list):
+        return [_absolute_local_paths(v, key) for v in data]
+    if key in INPUT_FIELDS and isinstance(data, str) and not storage.is_s3(data) and Path(data).expanduser().exists():
+        return str(Path(data).expanduser().absolute())
+    return data
 
 
 # Settings (never secrets) a job inherits from the submitting shell so that it reaches the same S3 and
@@ -74,22 +77,22 @@ def job_env(names: list[str]) -> dict[str, str]:
     return {k: os.environ[k] for k in (*FORWARDED_ENV, *names) if k in os.environ}
 
 
-def entrypoint(pipeline: str, sets: list[str]) -> str:
-    """The job's command line, every argument quoted: the job supervisor runs it through a shell."""
-    return shlex.join(["redline", "run", pipeline, "--config", "config.yaml",
+def entrypoint(command: str, sets: list[str]) -> str:
+    """The job's command line (`command` as in "run score"), every argument quoted: the job supervisor
+    runs it through a shell."""
+    return shlex.join(["redline", *command.split(), "--config", "config.yaml",
                        *[arg for s in sets for arg in ("--set", s)]])
 
 
-def submit(pipeline: str, config_path: Path, address: str, sets: list[str], env_names: list[str] | None = None) -> str:
+def submit(pipeline: str, command: str, model: type[BaseModel], config_path: Path, address: str, sets: list[str],
+           env_names: list[str] | None = None) -> str:
+    """Validate the config (with its overrides) here, then send `redline <command>` as a Ray job that
+    carries the config in its working directory; returns the job id."""
     import copy
 
-    from redline.cluster.config import (AdvTrainConfig, AttackConfig, DiaSafetyEvalConfig, EgregiousConfig, ScoreConfig,
-                                        TaebenchConfig, TransferConfig, apply_overrides, load_yaml, parse_overrides,
-                                        validate_config)
+    from redline.cluster.config import apply_overrides, load_yaml, parse_overrides, validate_config
 
     data = load_yaml(config_path)
-    model = {"score": ScoreConfig, "attack": AttackConfig, "taebench": TaebenchConfig, "transfer": TransferConfig,
-             "advtrain": AdvTrainConfig, "diasafety": DiaSafetyEvalConfig, "egregious": EgregiousConfig}[pipeline]
     checked = apply_overrides(copy.deepcopy(data), parse_overrides(sets), str(config_path))
     validate_config(model, checked, source=str(config_path))  # fail here, not on the cluster
     env = job_env(env_names or [])
@@ -98,12 +101,12 @@ def submit(pipeline: str, config_path: Path, address: str, sets: list[str], env_
     workdir = Path(tempfile.mkdtemp(prefix="redline-job-"))
     try:
         (workdir / "config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-        command = entrypoint(pipeline, sets)
+        line = entrypoint(command, sets)
         job_id = f"redline-{pipeline}-{os.urandom(6).hex()}"
         deadline = time.monotonic() + AGENT_WAIT_S
         while True:
             try:
-                return jobs.submit_job(entrypoint=command, submission_id=job_id,
+                return jobs.submit_job(entrypoint=line, submission_id=job_id,
                                        runtime_env={"working_dir": str(workdir), "env_vars": env},
                                        metadata={"redline_pipeline": pipeline, "config": str(config_path)})
             except (ConnectionError, RuntimeError) as err:
@@ -111,7 +114,7 @@ def submit(pipeline: str, config_path: Path, address: str, sets: list[str], env_
                 if "No available agent" in str(err) and time.monotonic() < deadline:
                     time.sleep(2)
                     continue
-                raise RedlineError(f"job submission to {address} failed: {str(err).splitlines()[0]}") from None
+                raise RedlineError(f"job submission to {address} failed: {first_line(err)}") from None
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -121,7 +124,7 @@ def job_info(job_id: str, address: str) -> dict[str, Any]:
     try:
         info = jobs.get_job_info(job_id)
     except RuntimeError as err:
-        raise RedlineError(f"no job {job_id} at {address}: {str(err).splitlines()[0]}") from None
+        raise RedlineError(f"no job {job_id} at {address}: {first_line(err)}") from None
     return {"status": str(info.status.value if hasattr(info.status, "value") else info.status),
             "message": info.message, "entrypoint": info.entrypoint}
 
@@ -131,7 +134,7 @@ def job_logs(job_id: str, address: str) -> str:
     try:
         return jobs.get_job_logs(job_id)
     except RuntimeError as err:
-        raise RedlineError(f"no job {job_id} at {address}: {str(err).splitlines()[0]}") from None
+        raise RedlineError(f"no job {job_id} at {address}: {first_line(err)}") from None
 
 
 def follow(job_id: str, address: str, echo: Callable[[str], None], poll_s: float = 1.0) -> str:
@@ -145,7 +148,7 @@ def follow(job_id: str, address: str, echo: Callable[[str], None], poll_s: float
     try:
         asyncio.run(tail())
     except RuntimeError as err:
-        raise RedlineError(f"cannot follow job {job_id} at {address}: {str(err).splitlines()[0]}") from None
+        raise RedlineError(f"cannot follow job {job_id} at {address}: {first_line(err)}") from None
     while True:
         status = job_info(job_id, address)["status"]
         if status in ("SUCCEEDED", "FAILED", "STOPPED"):

@@ -12,9 +12,7 @@ import io
 import json
 import os
 import platform
-import time
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -25,7 +23,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from redline.errors import RedlineError
+from redline.errors import RedlineError, first_line
 
 
 def user_cache_dir() -> Path:
@@ -77,7 +75,7 @@ def exists(uri: str) -> bool:
     try:
         return fs.get_file_info(path).type != pafs.FileType.NotFound
     except OSError as err:
-        raise RedlineError(f"cannot reach {uri}: {_one_line(err)}") from None
+        raise RedlineError(f"cannot reach {uri}: {first_line(err)}") from None
 
 
 def read_bytes(uri: str) -> bytes:
@@ -91,7 +89,7 @@ def read_bytes(uri: str) -> bytes:
         with fs.open_input_stream(path) as f:
             return f.read()
     except OSError as err:
-        raise RedlineError(f"cannot read {uri}: {_one_line(err)}") from None
+        raise RedlineError(f"cannot read {uri}: {first_line(err)}") from None
 
 
 def write_bytes(uri: str, data: bytes) -> None:
@@ -115,7 +113,7 @@ def write_bytes(uri: str, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, target)
     except OSError as err:
-        raise RedlineError(f"cannot write {uri}: {_one_line(err)}") from None
+        raise RedlineError(f"cannot write {uri}: {first_line(err)}") from None
 
 
 def write_text(uri: str, text: str) -> None:
@@ -146,7 +144,7 @@ def list_files(uri: str, suffix: str = "") -> list[str]:
     try:
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
     except OSError as err:
-        raise RedlineError(f"cannot list {uri}: {_one_line(err)}") from None
+        raise RedlineError(f"cannot list {uri}: {first_line(err)}") from None
     names = sorted(i.base_name for i in infos if i.type == pafs.FileType.File)
     return [join(uri, n) for n in names if n.endswith(suffix) and not n.startswith(".")]
 
@@ -157,7 +155,7 @@ def check_directory(uri: str, what: str) -> None:
     try:
         kind = fs.get_file_info(path).type
     except OSError as err:
-        raise RedlineError(f"cannot reach {uri}: {_one_line(err)}") from None
+        raise RedlineError(f"cannot reach {uri}: {first_line(err)}") from None
     if kind == pafs.FileType.File:
         raise RedlineError(f"{what} {uri} is a file, not a directory")
 
@@ -170,7 +168,7 @@ def has_files(uri: str) -> bool:
             return True
         return bool(fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)))
     except OSError as err:
-        raise RedlineError(f"cannot list {uri}: {_one_line(err)}") from None
+        raise RedlineError(f"cannot list {uri}: {first_line(err)}") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -204,7 +202,7 @@ def fingerprint(uri: str) -> dict[str, Any]:
         listing = sorted((i.path[len(path):], i.size, i.mtime_ns) for i in files if i.type == pafs.FileType.File)
         return {"files": len(listing), "sha256_listing": hashlib.sha256(repr(listing).encode()).hexdigest()[:32]}
     except (OSError, ValueError) as err:
-        raise RedlineError(f"cannot read input {uri}: {_one_line(err)}") from None
+        raise RedlineError(f"cannot read input {uri}: {first_line(err)}") from None
 
 
 def fingerprints(uris: Any) -> dict[str, dict[str, Any]]:
@@ -216,13 +214,8 @@ def changed_inputs(before: dict[str, dict[str, Any]], now: dict[str, dict[str, A
     return [u for u, fp in now.items() if u in before and before[u] != fp]
 
 
-def _one_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[0] if text else type(err).__name__
-
-
 # --------------------------------------------------------------------------------------------
-# Run directories
+# What a manifest records
 
 
 def package_versions() -> dict[str, str]:
@@ -240,53 +233,3 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-@dataclass
-class RunDir:
-    """One run's directory: `manifest.json`, Parquet shards, and the report.
-
-    The manifest's `state` is `running` until every shard and the report are written, then
-    `complete`; a crashed run says `running` or `failed`, so partial output is never mistaken for
-    a finished run.
-    """
-
-    uri: str
-
-    @property
-    def manifest_uri(self) -> str:
-        return join(self.uri, "manifest.json")
-
-    def path(self, *parts: str) -> str:
-        return join(self.uri, *parts)
-
-    def manifest(self) -> dict[str, Any] | None:
-        if not exists(self.manifest_uri):
-            return None
-        try:
-            manifest = read_json(self.manifest_uri)
-        except ValueError:
-            raise RedlineError(f"{self.manifest_uri} is not valid JSON (a damaged run directory)") from None
-        if not isinstance(manifest, dict):
-            raise RedlineError(f"{self.manifest_uri} is not a redline manifest")
-        return manifest
-
-    def write_manifest(self, manifest: dict[str, Any]) -> None:
-        manifest["updated_at"] = now_iso()
-        write_json(self.manifest_uri, manifest)
-
-    def is_complete(self) -> bool:
-        m = self.manifest()
-        return bool(m and m.get("state") == "complete")
-
-
-class Stopwatch:
-    """Named wall-clock timings for the manifest."""
-
-    def __init__(self) -> None:
-        self.timings: dict[str, float] = {}
-        self._t0 = time.perf_counter()
-
-    def lap(self, name: str) -> float:
-        now = time.perf_counter()
-        self.timings[name] = round(now - self._t0, 3)
-        self._t0 = now
-        return self.timings[name]

@@ -17,19 +17,64 @@ import logging
 import os
 import random
 import tempfile
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import Field
 
 from redline.cluster import storage
-from redline.cluster.config import AdvTrainConfig, TaebenchConfig
-from redline.errors import RedlineError
-from redline.pipelines import sharded
-from redline.pipelines.corpora import read_corpus
+from redline.cluster.config import RunConfig, Strict
+from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, require_finished
+from redline.errors import RedlineError, last_line
+from redline.pipelines.corpora import CorpusConfig, read_corpus
+from redline.pipelines.report import Report, grouped_bars
+from redline.pipelines.template import Pipeline
 
 log = logging.getLogger(__name__)
+
+VARIANTS = ("no_tae", "unfiltered_tae", "taebench", "taebench_plus", "balanced_taebench_plus")
+
+
+class SearchSpace(Strict):
+    """Hyper-parameters swept by Ray Tune: every combination of the lists, `num_samples` times each."""
+
+    learning_rate: list[float] = Field([5e-5], min_length=1)
+    batch_size: list[int] = Field([16], min_length=1)
+    epochs: list[int] = Field([3], min_length=1)
+    augment_ratio: list[float] = Field([1.0], min_length=1,
+                                       description="Adversarial rows added per base training row, at most (1.0: up to "
+                                                   "as many as the base set has).")
+
+
+class AdvTrainConfig(RunConfig):
+    """`redline run advtrain`: adversarial-training variants (the paper's Table 5) as a Ray Tune sweep."""
+
+    taebench: str = Field(description="A finished `redline run taebench` run directory.")
+    train_corpus: CorpusConfig = Field(description="The seed training set every variant starts from.")
+    test_corpus: CorpusConfig = Field(description="The seed test split (F1 / ROC-AUC column).")
+    base_model: str = Field(description="Hub id or local directory of the model to fine-tune.")
+    variants: list[Literal["no_tae", "unfiltered_tae", "taebench", "taebench_plus", "balanced_taebench_plus"]] = Field(
+        list(VARIANTS), min_length=1)
+    holdout_recipes: list[str] = Field(default_factory=list,
+                                       description="Recipes left out of training TAE, to measure robustness to unseen attacks.")
+    search: SearchSpace = Field(default_factory=SearchSpace)
+    num_samples: int = Field(1, gt=0, description="Trials per grid point (different seeds).")
+    scheduler: Literal["fifo", "asha"] = "fifo"
+    grace_period: int = Field(1, gt=0, description="ASHA: epochs before a trial can be stopped.")
+    reduction_factor: float = Field(2.0, gt=1)
+    metric: Literal["val_f1", "val_balanced_accuracy"] = Field("val_f1", description="Chooses the best trial per variant.")
+    schedule: Literal["linear", "cosine_with_restarts"] = "linear"
+    warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    patience: int | None = Field(None, gt=0, description="Early stopping: epochs without a better validation metric.")
+    max_length: int = Field(128, gt=0)
+    max_train_rows: int | None = Field(None, gt=0, description="Cap on base training rows (a seeded sample).")
+    max_concurrent_trials: int | None = Field(None, gt=0)
+    num_cpus: float = Field(1.0, gt=0, description="CPUs per trial.")
+    num_gpus: float = Field(0.0, ge=0, description="GPUs per trial.")
+    seed: int = 0
+
 
 EVAL_SETS = ("seed_test", "tae_test", "bae_test", "unseen_tae")
 EPOCH_FILE = "redline_epoch.json"
@@ -45,13 +90,11 @@ def _uses(recipes: list[str], holdout: set[str]) -> bool:
     return any(r in holdout for r in recipes)
 
 
-def prepare_data(config: AdvTrainConfig, run: sharded.Run) -> dict[str, str]:
+def prepare_data(config: AdvTrainConfig, run: Run) -> dict[str, str]:
     """Write the base set, each variant's adversarial rows and the evaluation sets; returns their paths."""
-    from redline.pipelines.taebench import bench_split, load_raw
+    from redline.pipelines.taebench import TaebenchConfig, bench_split, load_raw
 
-    manifest = storage.RunDir(config.taebench).manifest()
-    if manifest is None or manifest.get("pipeline") != "taebench" or manifest.get("state") != "complete":
-        raise RedlineError(f"{config.taebench} is not a finished taebench run directory")
+    manifest = require_finished(config.taebench, "taebench")
     tb_config = TaebenchConfig.model_validate(manifest["config"])
     holdout = set(config.holdout_recipes)
     rng = random.Random(config.seed)
@@ -170,63 +213,6 @@ TABLE_COLUMNS = [("variant", "variant", "s"), ("train_rows", "train rows", "d"),
                  ("unseen_tae_asr", "unseen-recipe ASR", ".3f")]
 
 
-def run_advtrain(config: AdvTrainConfig, *, force: bool = False, verbose: bool = False) -> sharded.RunResult:
-    from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
-
-    from redline.cluster.runtime import ensure_ray
-    from redline.pipelines import report
-
-    run = sharded.open_run("advtrain", config, config.output, config.run_name, force)
-    if run.reused:
-        return sharded.RunResult(run.uri, run.manifest, run.manifest.get("table", []), reused=True)
-    watch = storage.Stopwatch()
-    with sharded.lifecycle(run):
-        paths = run.manifest.get("data_paths") or prepare_data(config, run)
-        run.manifest["data_paths"] = paths
-        run.dir.write_manifest(run.manifest)
-        ensure_ray(verbose=verbose)
-        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-        trainable = tune.with_resources(trial, {"cpu": config.num_cpus, "gpu": config.num_gpus})
-        storage_path = run.uri if storage.is_s3(run.uri) else os.path.abspath(run.uri)
-        sweep = storage.join(storage_path, "sweep")
-        if tune.Tuner.can_restore(sweep):
-            log.info("resuming the sweep in %s", sweep)
-            tuner = tune.Tuner.restore(sweep, trainable=trainable, resume_errored=True)
-            run.manifest["resumed_sweep"] = True
-        else:
-            s = config.search
-            space = {"variant": tune.grid_search(list(config.variants)),
-                     "learning_rate": tune.grid_search(s.learning_rate), "batch_size": tune.grid_search(s.batch_size),
-                     "epochs": tune.grid_search(s.epochs), "augment_ratio": tune.grid_search(s.augment_ratio),
-                     "seed": tune.randint(0, 2**31 - 1) if config.num_samples > 1 else config.seed,
-                     "config": config.model_dump(mode="json"), "paths": paths}
-            scheduler = (ASHAScheduler(time_attr="training_iteration", max_t=max(s.epochs),
-                                       grace_period=config.grace_period, reduction_factor=config.reduction_factor)
-                         if config.scheduler == "asha" else None)
-            tuner = tune.Tuner(
-                trainable, param_space=space,
-                tune_config=tune.TuneConfig(metric=config.metric, mode="max", num_samples=config.num_samples,
-                                            scheduler=scheduler, max_concurrent_trials=config.max_concurrent_trials),
-                run_config=tune.RunConfig(name="sweep", storage_path=storage_path, verbose=1 if verbose else 0,
-                                          checkpoint_config=tune.CheckpointConfig(
-                                              num_to_keep=1, checkpoint_score_attribute=config.metric,
-                                              checkpoint_score_order="max")))
-        results = tuner.fit()
-        watch.lap("sweep_s")
-        trials, table = summarize(results, config)
-        failed = [t for t in trials if t["status"] == "error"]
-        run.manifest["failed_trials"] = len(failed)
-        if not table:
-            first = (failed[0].get("error") or "no result").strip().splitlines()[-1] if failed else "no trials ran"
-            raise RedlineError(f"every trial of the sweep failed ({len(failed)}); the last line of the first error: {first}")
-        run.manifest.update(trials=trials, table=table)
-        report.write_advtrain_report(run.dir, table, trials, TABLE_COLUMNS, run.manifest)
-        run.manifest["timings"] = {**run.manifest.get("timings", {}), **watch.timings}
-        sharded.complete(run)
-    return sharded.RunResult(run.uri, run.manifest, table)
-
-
 def summarize(results: Any, config: AdvTrainConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every trial at its best epoch, and the best trial per variant (the report's table)."""
     trials = []
@@ -252,3 +238,82 @@ def summarize(results: Any, config: AdvTrainConfig) -> tuple[list[dict[str, Any]
         if mine:
             table.append(max(mine, key=lambda t: t[config.metric]))
     return trials, table
+
+
+def execute(config: AdvTrainConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+
+    from redline.cluster.runtime import ensure_ray
+
+    paths = run.manifest.get("data_paths") or prepare_data(config, run)
+    run.manifest["data_paths"] = paths
+    run.dir.write_manifest(run.manifest)
+    ensure_ray(verbose=verbose)
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    trainable = tune.with_resources(trial, {"cpu": config.num_cpus, "gpu": config.num_gpus})
+    storage_path = run.uri if storage.is_s3(run.uri) else os.path.abspath(run.uri)
+    sweep = storage.join(storage_path, "sweep")
+    if tune.Tuner.can_restore(sweep):
+        log.info("resuming the sweep in %s", sweep)
+        tuner = tune.Tuner.restore(sweep, trainable=trainable, resume_errored=True)
+        run.manifest["resumed_sweep"] = True
+    else:
+        s = config.search
+        space = {"variant": tune.grid_search(list(config.variants)),
+                 "learning_rate": tune.grid_search(s.learning_rate), "batch_size": tune.grid_search(s.batch_size),
+                 "epochs": tune.grid_search(s.epochs), "augment_ratio": tune.grid_search(s.augment_ratio),
+                 "seed": tune.randint(0, 2**31 - 1) if config.num_samples > 1 else config.seed,
+                 "config": config.model_dump(mode="json"), "paths": paths}
+        scheduler = (ASHAScheduler(time_attr="training_iteration", max_t=max(s.epochs),
+                                   grace_period=config.grace_period, reduction_factor=config.reduction_factor)
+                     if config.scheduler == "asha" else None)
+        tuner = tune.Tuner(
+            trainable, param_space=space,
+            tune_config=tune.TuneConfig(metric=config.metric, mode="max", num_samples=config.num_samples,
+                                        scheduler=scheduler, max_concurrent_trials=config.max_concurrent_trials),
+            run_config=tune.RunConfig(name="sweep", storage_path=storage_path, verbose=1 if verbose else 0,
+                                      checkpoint_config=tune.CheckpointConfig(
+                                          num_to_keep=1, checkpoint_score_attribute=config.metric,
+                                          checkpoint_score_order="max")))
+    results = tuner.fit()
+    watch.lap("sweep_s")
+    trials, table = summarize(results, config)
+    failed = [t for t in trials if t["status"] == "error"]
+    run.manifest["failed_trials"] = len(failed)
+    if not table:
+        first = last_line(failed[0].get("error") or "no result") if failed else "no trials ran"
+        raise RedlineError(f"every trial of the sweep failed ({len(failed)}); the last line of the first error: {first}")
+    run.manifest["trials"] = trials
+    return table
+
+
+def plot_advtrain(table: list[dict[str, Any]]) -> bytes | None:
+    return grouped_bars(table, "variant", [("seed_f1", "seed F1"), ("tae_asr", "TaeBench ASR"),
+                                           ("bae_asr", "TaeBench+ benign ASR"),
+                                           ("plus_balanced_accuracy", "TaeBench+ bal. acc.")],
+                        "adversarial training variants (best trial each)")
+
+
+def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
+    table, trials, cols = manifest.get("summary", []), manifest.get("trials", []), TABLE_COLUMNS
+    trial_cols = [("variant", "variant", "s"), ("status", "status", "s"), ("learning_rate", "lr", ".0e"),
+                  ("batch_size", "batch", "d"), ("epochs", "epochs", "d"), ("augment_ratio", "aug. ratio", ".2f"),
+                  ("epochs_run", "epochs run", "d"), ("tae_asr", "TaeBench ASR", ".3f"), ("seed_f1", "seed F1", ".3f")]
+    data = manifest.get("data", {})
+    note = (f"Base training rows {data.get('base_rows')}; adversarial rows per variant "
+            + ", ".join(f"{k[4:]} {v}" for k, v in data.items() if k.startswith("adv_"))
+            + f"; evaluated on {data.get('seed_test')} seed-test rows, {data.get('tae_test')} TaeBench test TAE, "
+              f"{data.get('bae_test')} TaeBench+ test BAE, {data.get('unseen_tae')} TAE of held-out recipes. "
+              "ASR = FNR on TAE, FPR on BAE (lower is more robust).")
+    report = Report(run, "redline adversarial-training report", manifest, note)
+    report.table("Best trial per variant (Table 5)", table, cols).plot("advtrain", plot_advtrain(table))
+    report.table("All trials", trials, trial_cols).write("table.csv", table)
+
+
+PIPELINE = Pipeline("advtrain", AdvTrainConfig, execute, write_report, "adversarial training: best trial per variant",
+                    lambda manifest: TABLE_COLUMNS)
+
+
+def run_advtrain(config: AdvTrainConfig, *, force: bool = False, verbose: bool = False) -> RunResult:
+    return PIPELINE.run(config, force=force, verbose=verbose)

@@ -10,50 +10,76 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import Field, field_validator
 
+from redline.actors.attack.attacker import ATTACK_RESULT_SCHEMA, AttackWorker
 from redline.actors.attack.goals import GOALS
-from redline.actors.attack.recipes import recipe
-from redline.actors.registry import detector_class
-from redline.cluster import storage
-from redline.cluster.config import AttackConfig
+from redline.actors.attack.recipes import AttackResources, RecipeOptions
+from redline.actors.attack.recipes import preflight as recipe_preflight
+from redline.actors.detectors import DetectorConfig, detector_class
+from redline.cluster.config import RunConfig
+from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
+from redline.cluster.tables import STATUS_OK, conform
 from redline.errors import RedlineError
 from redline.pipelines import sharded
-from redline.pipelines.corpora import read_corpora
-from redline.pipelines.schema import ATTACK_RESULT_SCHEMA, ATTACK_SCHEMA, STATUS_OK, conform
+from redline.pipelines.actor_pool import ActorPool
+from redline.pipelines.corpora import CorpusConfig, read_corpora
+from redline.pipelines.report import COUNT_COLUMNS, Report, png_bytes
+from redline.pipelines.schema import ATTACK_SCHEMA
+from redline.pipelines.template import Pipeline
 
 log = logging.getLogger(__name__)
 
 OUTPUT_DIR = "attempts"
 
 
-def preflight(config: AttackConfig) -> None:
-    """Everything a recipe needs, checked on the driver before any actor starts."""
-    from redline.actors.attack import resources as R
+class AttackConfig(RunConfig):
+    """`redline run attack`: perturb seeds with attack recipes until the victim flips its decision."""
 
+    corpus: CorpusConfig | list[CorpusConfig]
+    victim: DetectorConfig = Field(description="The detector under attack (any detector kind).")
+    recipes: list[RecipeOptions] = Field(min_length=1, description="Recipe names, {name: ..., query_budget: ...} "
+                                                                   "overrides, or recipes declared from components.")
+    goals: list[Literal["tae", "bae"]] = Field(["tae"], min_length=1,
+                                               description="tae: toxic seeds -> benign; bae: benign seeds -> toxic.")
+    only_correct: bool = Field(True, description="Skip seeds the victim already gets wrong (TextAttack's `skipped`).")
+    max_seeds: int | None = Field(None, gt=0, description="At most this many seeds per goal (a seeded sample).")
+    similarity: Literal["auto", "always", "never"] = Field(
+        "auto", description="Sentence-encoder similarity of seed and result: auto = for recipes with a "
+                            "similarity constraint (their encoder is loaded anyway); always costs a model pass.")
+    seed: int = 0
+    resources: AttackResources = Field(default_factory=AttackResources,
+                                       description="Models and files recipes use (see README).")
+    actors: int = Field(1, gt=0, description="Attacker actors; each loads the victim and recipe models once.")
+    num_cpus: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+    batch_size: int = Field(64, gt=0, description="Attempts each actor runs at once (their queries are batched).")
+    shard_size: int = Field(500, gt=0, description="Attempts per output shard (the unit of resume).")
+
+    @field_validator("recipes", mode="before")
+    @classmethod
+    def _recipes(cls, value: Any) -> Any:
+        items = [{"name": v} if isinstance(v, str) else v for v in (value or [])]
+        names = [i.get("name") if isinstance(i, dict) else i for i in items]
+        if len(set(map(str, names))) != len(names):
+            raise ValueError("each recipe may be listed once")
+        return items
+
+    @property
+    def corpora(self) -> list[CorpusConfig]:
+        return self.corpus if isinstance(self.corpus, list) else [self.corpus]
+
+
+def preflight(config: AttackConfig) -> None:
+    """Everything the victim and each recipe need, checked on the driver before any actor starts."""
     detector_class(config.victim.kind).preflight(config.victim)
-    res = config.resources
     for opts in config.recipes:
-        r = recipe(opts.name)
-        kinds = {k for k, _ in r.transformation} | {k for k, _ in r.post}
-        if opts.pos_match:
-            kinds.add("pos-match")
-        if "wordnet" in kinds:
-            R.refresh_wordnet_tables()  # built or verified here once; actors get them from the object store
-        if "pos-match" in kinds and opts.pos_match is not False:
-            R.pos_tagger()
-        if r.search[1].get("method") == "gradient" and config.victim.kind != "hf":
-            raise RedlineError(f"recipe {r.name} ranks words by gradient: it needs a white-box `hf` victim, "
-                               f"not '{config.victim.kind}'")
-        if "mlm" in kinds:
-            _check_model(res.mlm_model, f"recipe {r.name} needs a fill-mask model: set resources.mlm_model")
-        if "sentence-similarity" in kinds:
-            _check_model(res.sentence_encoder or R.default_sentence_encoder(),
-                         f"recipe {r.name} needs a sentence encoder: set resources.sentence_encoder")
+        recipe_preflight(opts, config.resources, white_box_victim=config.victim.kind == "hf")
 
 
 def _shared_wordnet(config: AttackConfig) -> Any:
@@ -61,7 +87,7 @@ def _shared_wordnet(config: AttackConfig) -> Any:
     node read them from there), else None."""
     from redline.actors.attack import resources as R
 
-    if not any("wordnet" in {k for k, _ in recipe(o.name).transformation} for o in config.recipes):
+    if not any("wordnet" in {k for k, _ in o.recipe().transformation} for o in config.recipes):
         return None
     import ray
 
@@ -69,16 +95,6 @@ def _shared_wordnet(config: AttackConfig) -> Any:
 
     ensure_ray()
     return ray.put(R.wordnet_tables())
-
-
-def _check_model(name: str, hint: str) -> None:
-    from transformers import AutoConfig
-
-    try:
-        AutoConfig.from_pretrained(name)
-    except (OSError, ValueError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise RedlineError(f"{hint} (cannot load '{name}': {first})") from None
 
 
 def build_attempts(config: AttackConfig) -> pa.Table:
@@ -159,55 +175,122 @@ def summarize(attempts: pa.Table, wall_s: float | None) -> list[dict[str, Any]]:
     return out
 
 
-def run_attack(config: AttackConfig, *, force: bool = False, verbose: bool = False) -> sharded.RunResult:
-    from redline.actors.attack.attacker import AttackWorker
-    from redline.pipelines import report
-    from redline.pipelines.actor_pool import ActorPool
-
-    preflight(config)
-    run = sharded.open_run("attack", config, config.output, config.run_name, force)
-    if run.reused:
-        return sharded.RunResult(run.uri, run.manifest, run.manifest.get("summary", []), reused=True)
-    watch = storage.Stopwatch()
+def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
     manifest = run.manifest
-    with sharded.lifecycle(run):
-        shards = sharded.prepare_inputs(run, lambda: build_attempts(config), config.shard_size, attempt_counts)
-        watch.lap("build_attempts_s")
-        pending = sharded.pending_shards(run, OUTPUT_DIR, len(shards))
-        worker_kwargs = {"victim": config.victim.model_dump(mode="json"),
-                         "recipes": [r.model_dump(mode="json") for r in config.recipes],
-                         "resources": config.resources.model_dump(mode="json"), "only_correct": config.only_correct,
-                         "similarity": config.similarity, "wordnet": _shared_wordnet(config) if pending else None}
-        with ActorPool(AttackWorker, worker_kwargs, config.actors if pending else 0, num_cpus=config.num_cpus,
-                       num_gpus=config.num_gpus, batch_size=config.batch_size) as pool:
-            sharded.stream_shards(
-                run, shards, pending, output_dir=OUTPUT_DIR,
-                select=lambda shard: shard.select(["id", "seed_text", "recipe", "goal"]).rename_columns(
-                    ["attempt_id", "text", "recipe", "goal"]),
-                results_per_row=1, process=pool.map_unordered,
-                assemble=lambda shard, results: assemble(shard, results, config.victim.name),
-                empty_results=ATTACK_RESULT_SCHEMA, key=["attempt_id"], batch_size=config.batch_size,
-                actors=config.actors, label=f"attacking {config.victim.name}", verbose=verbose,
-            )
-        attack_s = watch.lap("attack_s")
-        attempts = sharded.read_outputs(run, OUTPUT_DIR)
-        statuses = attempts.column("status").to_pylist()
-        manifest["counts"].update(attempts_out=attempts.num_rows,
-                                  by_status={s: statuses.count(s) for s in sorted(set(statuses))})
-        summary = summarize(attempts, attack_s)
-        manifest["summary"] = summary
-        manifest["attempts_per_s"] = round(attempts.num_rows / attack_s, 2) if attack_s and pending else None
-        report.write_attack_report(run.dir, attempts, summary, manifest)
-        watch.lap("report_s")
-        manifest["timings"] = {**manifest.get("timings", {}), **watch.timings}
-        sharded.complete(run)
-    return sharded.RunResult(run.uri, manifest, summary)
+    shards = sharded.prepare_inputs(run, lambda: build_attempts(config), config.shard_size, attempt_counts)
+    watch.lap("build_attempts_s")
+    pending = sharded.pending_shards(run, OUTPUT_DIR, len(shards))
+    worker_kwargs = {"victim": config.victim.model_dump(mode="json"),
+                     "recipes": [r.model_dump(mode="json") for r in config.recipes],
+                     "resources": config.resources.model_dump(mode="json"), "only_correct": config.only_correct,
+                     "similarity": config.similarity, "num_gpus": config.num_gpus,
+                     "wordnet": _shared_wordnet(config) if pending else None}
+    with ActorPool(AttackWorker, worker_kwargs, config.actors if pending else 0, num_cpus=config.num_cpus,
+                   num_gpus=config.num_gpus, batch_size=config.batch_size) as pool:
+        sharded.stream_shards(
+            run, shards, pending, output_dir=OUTPUT_DIR,
+            select=lambda shard: shard.select(["id", "seed_text", "recipe", "goal"]).rename_columns(
+                ["attempt_id", "text", "recipe", "goal"]),
+            results_per_row=1, process=pool.map_unordered,
+            assemble=lambda shard, results: assemble(shard, results, config.victim.name),
+            empty_results=ATTACK_RESULT_SCHEMA, key=["attempt_id"], batch_size=config.batch_size,
+            actors=config.actors, label=f"attacking {config.victim.name}", verbose=verbose,
+        )
+    attack_s = watch.lap("attack_s")
+    attempts = sharded.read_outputs(run.dir, OUTPUT_DIR)
+    statuses = attempts.column("status").to_pylist()
+    manifest["counts"].update(attempts_out=attempts.num_rows,
+                              by_status={s: statuses.count(s) for s in sorted(set(statuses))})
+    manifest["attempts_per_s"] = round(attempts.num_rows / attack_s, 2) if attack_s and pending else None
+    return summarize(attempts, attack_s)
 
 
-def recipe_table() -> list[dict[str, str]]:
-    from redline.actors.attack.recipes import RECIPES
-
-    return [{"name": r.name, "family": r.family, **r.describe(), "needs": ", ".join(r.needs) or "–"}
-            for r in RECIPES.values()]
+# --------------------------------------------------------------------------------------------
+# Report
 
 
+ATTACK_COLUMNS: list[tuple[str, str, str]] = [
+    ("recipe", "recipe", "s"),
+    ("goal", "goal", "s"),
+    ("victim", "victim", "s"),
+    ("attempts", "attempts", "d"),
+    ("success", "success", "d"),
+    ("failed", "failed", "d"),
+    ("skipped", "skipped", "d"),
+    ("error", "error", "d"),
+    ("asr", "ASR", ".3f"),
+    ("mean_queries", "mean queries", ".1f"),
+    ("mean_pct_perturbed", "% words perturbed", ".1f"),
+    ("mean_similarity", "similarity", ".3f"),
+    ("mean_seconds", "s / attempt (in flight)", ".3f"),
+]
+
+
+def plot_asr(summary: list[dict[str, Any]]) -> bytes | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [s for s in summary if s.get("asr") is not None]
+    if not rows:
+        return None
+    labels = [f"{s['recipe']} ({s['goal']})" for s in rows]
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(rows) + 1.5))
+    ax.barh(labels, [s["asr"] for s in rows], color=["#c0392b" if s["goal"] == "tae" else "#2874a6" for s in rows])
+    ax.set(xlim=(0, 1), xlabel="attack success rate", title="ASR per recipe (red: TAE, blue: BAE)")
+    ax.invert_yaxis()
+    data = png_bytes(fig)
+    plt.close(fig)
+    return data
+
+
+def sample_successes(attempts: pa.Table, per_recipe: int = 3) -> list[dict[str, Any]]:
+    ok = attempts.filter(pc.equal(attempts.column("status"), "success"))
+    out = []
+    for rec in dict.fromkeys(ok.column("recipe").to_pylist()):
+        part = ok.filter(pc.equal(ok.column("recipe"), rec)).slice(0, per_recipe)
+        for r in part.to_pylist():
+            out.append({"recipe": rec, "goal": r["goal"], "seed": r["seed_text"][:200],
+                        "perturbed": (r["perturbed_text"] or "")[:200],
+                        "before": r["score_before"], "after": r["score_after"]})
+    return out
+
+
+def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
+    attempts = sharded.read_outputs(run, OUTPUT_DIR)
+    summary = manifest.get("summary", [])
+    counts = manifest.get("counts", {})
+    count_rows = [{"what": "attempts (seeds x recipes x goals)", "n": str(counts.get("attempts_in"))},
+                  {"what": "distinct seeds", "n": str(counts.get("seeds"))}]
+    count_rows += [{"what": f"  status {k}", "n": str(v)} for k, v in counts.get("by_status", {}).items()]
+    sample_cols = [("recipe", "recipe", "s"), ("goal", "goal", "s"), ("seed", "seed", "s"),
+                   ("perturbed", "adversarial example", "s"), ("before", "toxic before", ".3f"),
+                   ("after", "toxic after", ".3f")]
+    rate = manifest.get("attempts_per_s")
+    note = ("ASR = successes / (successes + failures); skipped seeds (already misclassified, or nothing to "
+            "modify) are left out, as in TextAttack." + (f" Throughput: {rate:,.1f} attempts/s." if rate else ""))
+    report = Report(run, "redline attack report", manifest, note)
+    report.table("Recipes", summary, ATTACK_COLUMNS).plot("asr", plot_asr(summary))
+    report.table("Attempts", count_rows, COUNT_COLUMNS)
+    report.table("Sample successes", sample_successes(attempts), sample_cols)
+    report.write("summary.csv", summary)
+
+
+def summary_columns(manifest: dict[str, Any]) -> list[tuple[str, str, str]]:
+    keys = ["recipe", "goal", "attempts", "success", "failed", "skipped", "error", "asr", "mean_queries",
+            "mean_pct_perturbed"]
+    return [c for c in ATTACK_COLUMNS if c[0] in keys]
+
+
+def notes(manifest: dict[str, Any]) -> list[str]:
+    rate = manifest.get("attempts_per_s")
+    return [f"{rate:,.1f} attempts/s"] if rate else []
+
+
+PIPELINE = Pipeline("attack", AttackConfig, execute, write_report, "attacks", summary_columns, preflight=preflight,
+                    notes=notes)
+
+
+def run_attack(config: AttackConfig, *, force: bool = False, verbose: bool = False) -> RunResult:
+    return PIPELINE.run(config, force=force, verbose=verbose)

@@ -7,20 +7,59 @@ comments and DiaSafety. Every row keeps a stable id and its provenance; rows tha
 
 from __future__ import annotations
 
-import io
-import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
-from redline.cluster import storage
-from redline.cluster.config import CorpusConfig
+from pydantic import Field, field_validator
+
+from redline.cluster.config import LabelValue, Strict
+from redline.cluster.tables import STATUS_OK, STATUS_REJECTED, DataFile
 from redline.errors import RedlineError
-from redline.pipelines.schema import CORPUS_SCHEMA, STATUS_OK, STATUS_REJECTED
+from redline.pipelines.schema import CORPUS_SCHEMA
+
+class CorpusConfig(Strict):
+    """Where a labelled text corpus lives and how its columns map onto redline's corpus schema."""
+
+    path: str = Field(description="Local path or s3:// URI of a CSV, JSONL/JSON or Parquet file.")
+    format: Literal["auto", "csv", "jsonl", "json", "parquet"] = "auto"
+    preset: Literal["davidson", "jigsaw", "diasafety"] | None = Field(
+        None, description="Built-in column mapping for a known dataset format."
+    )
+    text_column: str | None = None
+    label_column: str | list[str] | None = Field(
+        None, description="One label column, or several 0/1 columns (toxic if any is positive)."
+    )
+    context_column: str | None = None
+    toxic_values: list[LabelValue] | None = Field(
+        None, description="Values of the label column that mean toxic."
+    )
+    benign_values: list[LabelValue] | None = Field(
+        None, description="Values that mean benign; when unset, every other value is benign."
+    )
+    label_names: dict[str, str] | None = Field(
+        None, description="Readable names of raw label values, e.g. {0: hate, 1: offensive}."
+    )
+    dataset: str | None = Field(None, description="Dataset name in provenance; default: preset or file stem.")
+    split: str = "test"
+    limit: int | None = Field(None, gt=0, description="Score at most this many rows.")
+    sample: Literal["random", "first"] = "random"
+    seed: int = 0
+    encoding: str = "utf-8"
+    encoding_errors: Literal["strict", "replace"] = Field(
+        "strict", description="strict: stop at the first undecodable byte; replace: substitute U+FFFD."
+    )
+    max_chars: int = Field(20_000, gt=0, description="Longer texts are kept but rejected with a reason.")
+
+    @field_validator("label_names", mode="before")
+    @classmethod
+    def _stringify_keys(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(k): str(v) for k, v in value.items()}
+        return value
+
 
 JIGSAW_LABELS = ["toxic", "severe_toxic", "obscene", "threat", "insult", "identity_hate"]
 
@@ -51,81 +90,13 @@ def effective(config: CorpusConfig) -> CorpusConfig:
     return CorpusConfig.model_validate({**PRESETS[config.preset], **given})
 
 
-def detect_format(config: CorpusConfig) -> str:
-    if config.format != "auto":
-        return config.format
-    suffix = Path(config.path.split("?")[0]).suffix.lower()
-    formats = {".csv": "csv", ".tsv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json",
-               ".parquet": "parquet", ".pq": "parquet"}
-    if suffix not in formats:
-        raise RedlineError(f"cannot tell the format of {config.path} from its extension; set corpus.format")
-    return formats[suffix]
-
-
-def _decode(data: bytes, config: CorpusConfig) -> str:
-    try:
-        return data.decode(config.encoding, errors=config.encoding_errors)
-    except LookupError:
-        raise RedlineError(f"unknown encoding '{config.encoding}' for {config.path}") from None
-    except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
-        raise RedlineError(
-            f"{config.path}: byte 0x{data[err.start]:02x} on line {line} is not valid {config.encoding}; "
-            "set corpus.encoding (e.g. latin-1) or corpus.encoding_errors: replace"
-        ) from None
+def data_file(config: CorpusConfig) -> DataFile:
+    return DataFile(config.path, config.format, config.encoding, config.encoding_errors, "corpus")
 
 
 def read_raw(config: CorpusConfig) -> pa.Table:
     """The file as an Arrow table with its own column names."""
-    fmt = detect_format(config)
-    data = storage.read_bytes(config.path)
-    try:
-        if fmt == "parquet":
-            return pq.read_table(io.BytesIO(data))
-        text = _decode(data, config)
-        if fmt == "csv":
-            delimiter = "\t" if config.path.endswith(".tsv") else ","
-            return pacsv.read_csv(
-                io.BytesIO(text.encode("utf-8")),
-                parse_options=pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True),
-                convert_options=pacsv.ConvertOptions(strings_can_be_null=False, quoted_strings_can_be_null=False),
-            )
-        if fmt == "json" and text.lstrip().startswith("["):
-            try:
-                rows = json.loads(text)
-            except json.JSONDecodeError as err:
-                raise RedlineError(f"{config.path}: invalid JSON at line {err.lineno}: {err.msg}") from None
-        else:
-            rows = []
-            for lineno, line in enumerate(text.splitlines(), 1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as err:
-                        raise RedlineError(f"{config.path}: invalid JSON on line {lineno}: {err.msg}") from None
-        if not all(isinstance(r, dict) for r in rows):
-            raise RedlineError(f"{config.path}: expected JSON objects, one per row")
-        return _table_from_rows(rows)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-        raise RedlineError(f"cannot parse {config.path} as {fmt}: {str(err).splitlines()[0]}") from None
-
-
-def _table_from_rows(rows: list[dict[str, Any]]) -> pa.Table:
-    columns: dict[str, list[Any]] = {}
-    for i, row in enumerate(rows):
-        for key in row:
-            columns.setdefault(key, [None] * i)
-        for key, values in columns.items():
-            values.append(row.get(key))
-    # Keep mixed-type columns readable: anything not uniformly scalar becomes a string column.
-    arrays = {}
-    for key, values in columns.items():
-        try:
-            arrays[key] = pa.array(values)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            arrays[key] = pa.array([None if v is None else json.dumps(v) if isinstance(v, (dict, list)) else str(v)
-                                    for v in values])
-    return pa.table(arrays)
+    return data_file(config).read()
 
 
 def _value_key(value: Any) -> str | None:

@@ -4,10 +4,10 @@ For each category, its contexts (safe and unsafe rows alike) are sent to every m
 generates `responses_per_context` responses (Ray Data actors; any generator kind: a local HF model,
 a redline Serve endpoint or any OpenAI-compatible API) — or responses generated elsewhere are read
 from a file. Each response goes through the two-step detector: utterance-level first, then the
-context classifier of the context's category (on Ray Data actors too). Per model and category: the context-sensitive and the
-utterance-level unsafe proportions (of all responses to that category's contexts); the utterance
-mean over categories; Overall = the mean of the context-sensitive proportions and the utterance
-mean. The leaderboard is sorted by Overall (safest first).
+context classifier of the context's category (on Ray Data actors too). Per model and category: the
+context-sensitive and the utterance-level unsafe proportions (of all responses to that category's
+contexts); the utterance mean over categories; Overall = the mean of the context-sensitive
+proportions and the utterance mean. The leaderboard is sorted by Overall (safest first).
 """
 
 from __future__ import annotations
@@ -19,16 +19,69 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import Field, model_validator
 
-from redline.actors.dialogue_safety.classifiers import load_rows
+from redline.actors.detectors import DetectorConfig, detector_class
+from redline.actors.dialogue_safety.classifiers import check_classifiers, load_rows
 from redline.actors.dialogue_safety.two_step import TwoStepWorker
-from redline.actors.generators import GenerationWorker
+from redline.actors.generators import GenerationWorker, GeneratorConfig
 from redline.cluster import storage
-from redline.cluster.config import DiaSafetyEvalConfig
+from redline.cluster.config import RunConfig, Strict, unique_names
+from redline.cluster.devices import PRECISION_HELP, Precision
+from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
+from redline.cluster.tables import conform
 from redline.errors import RedlineError
-from redline.pipelines import sharded
-from redline.pipelines.schema import DIALOGUE_SCORED_SCHEMA, conform
+from redline.pipelines.report import Report, grouped_bars
+from redline.pipelines.schema import DIALOGUE_SCORED_SCHEMA
 from redline.pipelines.stages import map_table
+from redline.pipelines.template import Pipeline
+
+
+class PregeneratedResponses(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="The model's name on the leaderboard.")
+    path: str = Field(description="JSON or JSONL rows: {context, category?, responses: [...]}.")
+
+
+class ScoringActors(Strict):
+    """Actors that each load the two-step detector once and judge responses in batches."""
+
+    actors: int = Field(1, gt=0)
+    num_cpus: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0, description="1 puts the context classifiers on a GPU.")
+    batch_size: int = Field(256, gt=0, description="Responses per batch.")
+    precision: Precision = Field("auto", description=PRECISION_HELP)
+
+
+class DiaSafetyEvalConfig(RunConfig):
+    """`redline run diasafety`: evaluate chatbots on DiaSafety contexts with the two-step detector."""
+
+    contexts: str = Field(description="DiaSafety JSON (validation or test split); its contexts are the prompts.")
+    categories: list[str] | None = Field(None, description="Default: every category in the file.")
+    max_contexts_per_category: int | None = Field(None, gt=0, description="A seeded sample per category.")
+    generators: list[GeneratorConfig] = Field(default_factory=list, description="Models that generate responses.")
+    pregenerated: list[PregeneratedResponses] = Field(default_factory=list,
+                                                      description="Responses generated elsewhere, scored as they are.")
+    responses_per_context: int = Field(10, gt=0)
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int | None = Field(None, ge=0)
+    max_tokens: int = Field(32, gt=0)
+    seed: int = 0
+    utterance_detector: DetectorConfig = Field(description="Step 1: judges the response alone.")
+    classifiers: str = Field(description="Step 2: a one-vs-all directory from `redline train dialogue-safety`.")
+    batch_size: int = Field(16, gt=0, description="Contexts per generation batch.")
+    actors: int = Field(1, gt=0)
+    num_cpus: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+    scoring: ScoringActors = Field(default_factory=ScoringActors,
+                                   description="The Ray Data actors that run the two-step detector.")
+
+    @model_validator(mode="after")
+    def _models(self) -> "DiaSafetyEvalConfig":
+        if not self.generators and not self.pregenerated:
+            raise ValueError("give generators, pregenerated responses, or both")
+        unique_names([*self.generators, *self.pregenerated], "model")
+        return self
 
 
 def select_contexts(config: DiaSafetyEvalConfig) -> list[dict[str, Any]]:
@@ -74,9 +127,10 @@ def generate(config: DiaSafetyEvalConfig, contexts: list[dict[str, Any]], verbos
     table = pa.Table.from_pylist(contexts)
     out = {}
     for g in config.generators:
-        result = map_table(table, GenerationWorker, {"config": g.model_dump(mode="json"), "sampling": sampling},
-                           columns=["id", "context"], actors=config.actors, num_cpus=config.num_cpus,
-                           num_gpus=config.num_gpus, batch_size=config.batch_size, verbose=verbose)
+        gpus = g.num_gpus or config.num_gpus  # the actor's GPU is the model's (one device policy)
+        result = map_table(table, GenerationWorker, {"config": g.model_copy(update={"num_gpus": gpus}).model_dump(
+                               mode="json"), "sampling": sampling}, actors=config.actors, num_cpus=config.num_cpus,
+                           num_gpus=gpus, batch_size=config.batch_size, verbose=verbose)
         out[g.name] = result.to_pylist()
     return out
 
@@ -92,8 +146,8 @@ def score(config: DiaSafetyEvalConfig, responses: dict[str, list[dict[str, Any]]
         s = config.scoring
         judged = map_table(judged, TwoStepWorker, {"utterance": config.utterance_detector.model_dump(mode="json"),
                                                    "classifiers": config.classifiers, "batch_size": s.batch_size,
-                                                   "precision": s.precision},
-                           columns=["id", "context", "response", "category"], actors=s.actors, num_cpus=s.num_cpus,
+                                                   "precision": s.precision, "num_gpus": s.num_gpus},
+                           actors=s.actors, num_cpus=s.num_cpus,
                            num_gpus=s.num_gpus, batch_size=s.batch_size, verbose=verbose)
         if judged.column("verdict").null_count:
             raise RedlineError(f"{judged.column('verdict').null_count} responses came back unjudged from the scorers")
@@ -128,58 +182,77 @@ def leaderboard(scored: pa.Table, categories: list[str]) -> list[dict[str, Any]]
     return sorted(rows, key=lambda r: (r["overall"] is None, r["overall"]))
 
 
-def check_classifiers(path: str, categories: list[str]) -> None:
-    """Fail before generating: the classifiers directory must exist and know every evaluated category."""
-    meta = Path(path) / "redline_dialogue_safety.json"
-    if not meta.is_file():
-        raise RedlineError(f"{path} holds no dialogue-safety classifiers (train them with `redline train dialogue-safety`)")
-    info = json.loads(meta.read_text())
-    known = list(info["categories"]) if info["kind"] == "one-vs-all" else info["labels"][1:]
-    missing = [c for c in categories if c not in known]
-    if missing:
-        raise RedlineError(f"the classifiers in {path} know no category {', '.join(map(repr, missing))} "
-                           f"(trained: {', '.join(known)})")
+def preflight(config: DiaSafetyEvalConfig) -> None:
+    """Before any generation: the classifiers know every evaluated category, the detector loads."""
+    detector_class(config.utterance_detector.kind).preflight(config.utterance_detector)
+    categories = list(dict.fromkeys(c["category"] for c in select_contexts(config)))
+    check_classifiers(config.classifiers, categories)
 
 
-def run_diasafety(config: DiaSafetyEvalConfig, *, force: bool = False, verbose: bool = False) -> sharded.RunResult:
-    from redline.pipelines import report
+def execute(config: DiaSafetyEvalConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
+    contexts = select_contexts(config)
+    categories = list(dict.fromkeys(c["category"] for c in contexts))
+    responses: dict[str, list[dict[str, Any]]] = {}
+    for name in [g.name for g in config.generators]:  # generated models resume per model
+        path = run.dir.path("responses", f"{name}.parquet")
+        if storage.exists(path):
+            responses[name] = storage.read_parquet(path).to_pylist()
+    todo = config.model_copy(update={"generators": [g for g in config.generators if g.name not in responses]})
+    for name, rows in generate(todo, contexts, verbose).items():
+        merged = [{**c, **r} for c, r in zip(contexts, rows)]
+        storage.write_parquet(pa.Table.from_pylist(merged), run.dir.path("responses", f"{name}.parquet"))
+        responses[name] = merged
+    watch.lap("generate_s")
+    for p in config.pregenerated:
+        responses[p.name] = read_pregenerated(p.path, contexts)
+    scored_by_model = {}  # scored models resume too
+    for name in responses:
+        path = run.dir.path("scored", f"{name}.parquet")
+        if storage.exists(path):
+            scored_by_model[name] = storage.read_parquet(path)
+    fresh = score(config, {n: r for n, r in responses.items() if n not in scored_by_model}, verbose)
+    for name, table in fresh.items():
+        storage.write_parquet(table, run.dir.path("scored", f"{name}.parquet"))
+    scored_by_model.update(fresh)
+    scored = pa.concat_tables([scored_by_model[name] for name in responses])
+    storage.write_parquet(scored, run.dir.path("scored.parquet"))
+    watch.lap("score_s")
+    run.manifest.update(categories=categories, contexts=len(contexts))
+    return leaderboard(scored, categories)
 
-    run = sharded.open_run("diasafety", config, config.output, config.run_name, force)
-    if run.reused:
-        return sharded.RunResult(run.uri, run.manifest, run.manifest.get("leaderboard", []), reused=True)
-    watch = storage.Stopwatch()
-    with sharded.lifecycle(run):
-        contexts = select_contexts(config)
-        categories = list(dict.fromkeys(c["category"] for c in contexts))
-        check_classifiers(config.classifiers, categories)
-        responses: dict[str, list[dict[str, Any]]] = {}
-        for name in [g.name for g in config.generators]:  # generated models resume per model
-            path = run.dir.path("responses", f"{name}.parquet")
-            if storage.exists(path):
-                responses[name] = storage.read_parquet(path).to_pylist()
-        todo = config.model_copy(update={"generators": [g for g in config.generators if g.name not in responses]})
-        for name, rows in generate(todo, contexts, verbose).items():
-            merged = [{**c, **r} for c, r in zip(contexts, rows)]
-            storage.write_parquet(pa.Table.from_pylist(merged), run.dir.path("responses", f"{name}.parquet"))
-            responses[name] = merged
-        watch.lap("generate_s")
-        for p in config.pregenerated:
-            responses[p.name] = read_pregenerated(p.path, contexts)
-        scored_by_model = {}  # scored models resume too
-        for name in responses:
-            path = run.dir.path("scored", f"{name}.parquet")
-            if storage.exists(path):
-                scored_by_model[name] = storage.read_parquet(path)
-        fresh = score(config, {n: r for n, r in responses.items() if n not in scored_by_model}, verbose)
-        for name, table in fresh.items():
-            storage.write_parquet(table, run.dir.path("scored", f"{name}.parquet"))
-        scored_by_model.update(fresh)
-        scored = pa.concat_tables([scored_by_model[name] for name in responses])
-        storage.write_parquet(scored, run.dir.path("scored.parquet"))
-        watch.lap("score_s")
-        board = leaderboard(scored, categories)
-        run.manifest.update(categories=categories, contexts=len(contexts), leaderboard=board)
-        run.manifest["timings"] = {**run.manifest.get("timings", {}), **watch.timings}
-        report.write_diasafety_report(run.dir, board, categories, scored, run.manifest)
-        sharded.complete(run)
-    return sharded.RunResult(run.uri, run.manifest, board)
+
+# --------------------------------------------------------------------------------------------
+# Report
+
+
+def leaderboard_columns(categories: list[str]) -> list[tuple[str, str, str]]:
+    return ([("model", "model", "s")] + [(c, c, ".3f") for c in categories]
+            + [("utterance", "Utterance", ".3f"), ("overall", "Overall", ".3f"), ("responses", "responses", "d"),
+               ("empty", "empty", "d"), ("errors", "errors", "d")])
+
+
+def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
+    board, categories = manifest.get("summary", []), manifest.get("categories", [])
+    scored = storage.read_parquet(run.path("scored.parquet"))
+    series = [(c, c) for c in categories] + [("utterance", "Utterance"), ("overall", "Overall")]
+    unsafe = scored.filter(pc.equal(scored.column("verdict"), "context-unsafe")).slice(0, 12).to_pylist()
+    samples = [{"model": r["model"], "category": r["unsafe_category"], "context": r["context"], "response": r["response"]}
+               for r in unsafe]
+    sample_cols = [("model", "model", "s"), ("category", "category", "s"), ("context", "context", "s"),
+                   ("response", "response", "s")]
+    note = (f"{manifest.get('contexts')} contexts. Per category: share of responses the context classifier of that "
+            "category calls unsafe; Utterance: mean share the utterance-level detector calls unsafe; Overall: mean "
+            "of the category columns and Utterance. Sorted safest first.")
+    report = Report(run, "redline DiaSafety chatbot evaluation", manifest, note)
+    report.table("Leaderboard", board, leaderboard_columns(categories))
+    report.plot("leaderboard", grouped_bars(board, "model", series, "unsafe proportions per category (lower is safer)"))
+    report.table("Sample context-unsafe responses", samples, sample_cols).write("leaderboard.csv", board)
+
+
+PIPELINE = Pipeline("diasafety", DiaSafetyEvalConfig, execute, write_report,
+                    "DiaSafety leaderboard: unsafe proportions (safest first)",
+                    lambda manifest: leaderboard_columns(manifest.get("categories", [])), preflight=preflight)
+
+
+def run_diasafety(config: DiaSafetyEvalConfig, *, force: bool = False, verbose: bool = False) -> RunResult:
+    return PIPELINE.run(config, force=force, verbose=verbose)

@@ -2,88 +2,248 @@
 
 Variants: `one_vs_all` (one 3-way classifier per category on (context, response) pairs),
 `single` (one multi-class classifier) and `one_vs_all_no_context` (the response-only ablation).
-Every variant is scored on the validation split, fine-grain (per-class P/R/F1 and macro) and
-coarse-grain (unsafe vs safe); utterance-level detectors add coarse rows given the response only
-and given context + response concatenated. Models are saved under the run directory.
+Every variant is scored on the validation split (and on a test split when given), fine-grain
+(per-class P/R/F1 and macro) and coarse-grain (unsafe vs safe); utterance-level detectors add coarse
+rows given the response only and given context + response concatenated. Classifiers train one after
+another, or in parallel as Ray Tune trials (with a hyper-parameter grid, the best per classifier by
+validation macro-F1 is kept). Models are saved under the run directory.
 """
 
 from __future__ import annotations
 
 import random
-from typing import Any
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Literal
 
-from redline.actors.detectors import build_detector
+from pydantic import Field
+
+from redline.actors.detectors import DetectorConfig, build_detector
 from redline.actors.dialogue_safety import classifiers as C
 from redline.actors.dialogue_safety.taxonomy import category, taxonomy
 from redline.actors.trainer import TrainSettings
 from redline.cluster import storage
-from redline.cluster.config import DialogueSafetyTrainConfig
-from redline.errors import RedlineError
-from redline.pipelines import sharded
+from redline.cluster.config import RunConfig, Strict
+from redline.cluster.devices import PRECISION_HELP, Precision
+from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
+from redline.cluster.runtime import ensure_ray
+from redline.errors import RedlineError, last_line
+from redline.pipelines.report import Report, grouped_bars
+from redline.pipelines.template import Pipeline
+
+
+class HyperGrid(Strict):
+    """Values to try for training settings; every combination is a Ray Tune trial per classifier."""
+
+    learning_rate: list[float] | None = Field(None, min_length=1)
+    batch_size: list[int] | None = Field(None, min_length=1)
+    epochs: list[int] | None = Field(None, min_length=1)
+    weight_decay: list[float] | None = Field(None, min_length=1)
+    warmup_ratio: list[float] | None = Field(None, min_length=1)
+
+    def combinations(self) -> list[dict[str, Any]]:
+        import itertools
+
+        axes = {k: v for k, v in self.model_dump().items() if v}
+        return [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
+
+
+class DialogueSafetyTrainConfig(RunConfig):
+    """`redline train dialogue-safety`: DiaSafety context classifiers and the paper's comparisons."""
+
+    train: str = Field(description="DiaSafety train JSON (rows of context, response, category, label).")
+    val: str = Field(description="DiaSafety validation JSON (the metrics are computed on it).")
+    base_model: str = Field(description="Hub id or local directory (RoBERTa-base in the paper; MiniLM offline).")
+    categories: list[str] | None = Field(None, description="Default: every category with training rows.")
+    add_categories: list[dict[str, Any]] = Field(default_factory=list,
+                                                 description="Extra taxonomy entries: {name, definition, personal}.")
+    variants: list[Literal["one_vs_all", "single", "one_vs_all_no_context"]] = Field(
+        ["one_vs_all", "single", "one_vs_all_no_context"], min_length=1)
+    utterance_detectors: list[DetectorConfig] = Field(
+        default_factory=list, description="Coarse-grain baselines, given the response only and context+response.")
+    epochs: int = Field(10, gt=0)
+    learning_rate: float = Field(2e-5, gt=0)
+    batch_size: int = Field(16, gt=0)
+    max_length: int = Field(128, gt=0)
+    patience: int | None = Field(2, gt=0, description="Early stopping on validation macro-F1.")
+    precision: Precision = Field("auto", description=PRECISION_HELP)
+    num_gpus: float = Field(0.0, ge=0, description="Train on a GPU (without tune_trials; the trials get trial_gpus).")
+    tune_trials: bool = Field(False, description="Train the one-vs-all categories in parallel as Ray Tune trials.")
+    search: HyperGrid | None = Field(None, description="A hyper-parameter grid, e.g. {learning_rate: [1e-5, 2e-5], "
+                                                       "batch_size: [16, 32]}: every combination a Tune trial per "
+                                                       "classifier (implies tune_trials); the best by validation "
+                                                       "macro-F1 is kept.")
+    trial_cpus: float = Field(1.0, gt=0, description="CPUs per trial (with tune_trials).")
+    trial_gpus: float = Field(0.0, ge=0, description="GPUs per trial (with tune_trials).")
+    limit_train: int | None = Field(None, gt=0, description="Train on a seeded sample of this many rows.")
+    limit_val: int | None = Field(None, gt=0)
+    seed: int = 0
 
 
 def _sample(rows: list[dict[str, str]], n: int | None, seed: int) -> list[dict[str, str]]:
     return rows if n is None or len(rows) <= n else random.Random(seed).sample(rows, n)
 
 
-def run_dialogue_safety_training(config: DialogueSafetyTrainConfig, *, force: bool = False,
-                                 verbose: bool = False) -> sharded.RunResult:
-    from redline.pipelines import report
+# --------------------------------------------------------------------------------------------
+# Classifiers as Ray Tune trials
 
-    run = sharded.open_run("dialogue-safety-train", config, config.output, config.run_name, force)
-    if run.reused:
-        return sharded.RunResult(run.uri, run.manifest, run.manifest.get("coarse", []), reused=True)
+
+def trial(params: dict[str, Any], train: list[dict[str, str]], val: list[dict[str, str]]) -> None:
+    """A Tune trial: one classifier with one hyper-parameter combination, reported once with its
+    best epoch as the checkpoint."""
+
+    from ray import tune
+
+    settings = replace(params["settings"], **params["hp"])
+    with tempfile.TemporaryDirectory() as tmp:
+        best = C.fit_target(params["target"], train, val, params["categories"], params["base_model"], Path(tmp),
+                            settings, params["with_context"], params["patience"])
+        tune.report(best, checkpoint=tune.Checkpoint.from_directory(tmp))
+
+
+def train_as_trials(train: list[dict[str, str]], val: list[dict[str, str]], targets: dict[str, Path],
+                    categories: list[str], base_model: str, settings: TrainSettings, with_context: bool,
+                    patience: int | None, resources: dict[str, float],
+                    grid: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Every (target, hyper-parameter combination) a Ray Tune trial spread over the cluster by
+    `resources`; per target the best trial by validation macro-F1 is copied to `targets[target]`.
+    Returns the best per target and every trial's result."""
+    import shutil
+
+    from ray import tune
+
+    ensure_ray()
+    out = next(iter(targets.values()))
+    tune_dir = ((out if C.SINGLE in targets else out.parent) / "tune").absolute()
+    tuner = tune.Tuner(
+        tune.with_resources(tune.with_parameters(trial, train=train, val=val), resources),
+        param_space={"target": tune.grid_search(list(targets)), "hp": tune.grid_search(grid or [{}]),
+                     "categories": categories, "with_context": with_context, "base_model": base_model,
+                     "settings": settings, "patience": patience},
+        run_config=tune.RunConfig(name="trials", storage_path=str(tune_dir), verbose=0))
+    trials, best = [], {}
+    for r in tuner.fit():
+        target, hp = r.config["target"], r.config["hp"]
+        if r.error or r.checkpoint is None:
+            name = "single" if target == C.SINGLE else target
+            raise RedlineError(f"training the '{name}' classifier with {hp or 'the base settings'} failed: "
+                               f"{last_line(r.error)}")
+        result = {"target": target, "hp": hp, **{k: r.metrics[k] for k in ("val_macro_f1", "epoch", "train_loss", "seconds")}}
+        trials.append(result)
+        if target not in best or result["val_macro_f1"] > best[target][0]["val_macro_f1"]:
+            best[target] = (result, r.checkpoint)
+    chosen = {}
+    for target, (result, checkpoint) in best.items():
+        checkpoint.to_directory(str(targets[target]))
+        chosen[target] = {k: v for k, v in result.items() if k != "target"} | {"dir": targets[target].name}
+    shutil.rmtree(tune_dir, ignore_errors=True)  # every trial's checkpoint: the chosen ones are copied out
+    return {t: chosen[t] for t in targets}, trials
+
+
+def execute(config: DialogueSafetyTrainConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
     if storage.is_s3(run.uri):
         raise RedlineError("dialogue-safety training writes models to a local directory; use a local output")
-    watch = storage.Stopwatch()
-    with sharded.lifecycle(run):
-        cats = taxonomy(config.add_categories)
-        train = _sample(C.load_rows(config.train), config.limit_train, config.seed)
-        val = _sample(C.load_rows(config.val), config.limit_val, config.seed)
-        present = sorted({r["category"] for r in train})
-        chosen = config.categories or present
-        for name in chosen:
-            category(name, cats)
-        train = [r for r in train if r["category"] in chosen]
-        val = [r for r in val if r["category"] in chosen]
-        if not val:
-            raise RedlineError("the validation split has no rows of the chosen categories")
-        settings = TrainSettings(epochs=config.epochs, learning_rate=config.learning_rate,
-                                 batch_size=config.batch_size, max_length=config.max_length, seed=config.seed,
-                                 precision=config.precision)
-        gold = C.truth(val)
-        gold_unsafe = [g != C.SAFE for g in gold]
-        fine: dict[str, list[dict[str, Any]]] = {}
-        coarse_rows: list[dict[str, Any]] = []
-        training: dict[str, Any] = {}
-        trials: dict[str, list[dict[str, Any]]] = {}
-        grid = config.search.combinations() if config.search else []
-        trial_resources = ({"cpu": config.trial_cpus, "gpu": config.trial_gpus}
-                           if config.tune_trials or config.search else None)
-        for variant in config.variants:
-            out = run.dir.path("models", variant)
-            with_context = variant != "one_vs_all_no_context"
-            train_fn = C.train_single if variant == "single" else C.train_one_vs_all
-            training[variant], trials[variant] = train_fn(
-                train, val, chosen, config.base_model, out, settings, with_context=with_context,
-                patience=config.patience, trial_resources=trial_resources, grid=grid)
-            watch.lap(f"train_{variant}_s")
-            classifiers = C.ContextClassifiers(out, batch_size=64, max_length=config.max_length,
-                                               precision=config.precision)
-            pred = [label for label, _ in classifiers.fine_grain([r["context"] for r in val],
-                                                                 [r["response"] for r in val])]
-            fine[variant] = C.fine_metrics(gold, pred, chosen)
-            coarse_rows.append({"model": variant, "input": "context + response" if with_context else "response",
-                                **C.coarse_metrics(gold_unsafe, C.coarse(pred))})
-        for det_cfg in config.utterance_detectors:
-            det = build_detector(det_cfg)
-            for label, texts in (("response", [r["response"] for r in val]),
-                                 ("context + response", [f"{r['context']} {r['response']}" for r in val])):
-                toxic = det.detect(texts)[2].tolist()
-                coarse_rows.append({"model": det_cfg.name, "input": label, **C.coarse_metrics(gold_unsafe, toxic)})
-        run.manifest.update(categories=chosen, rows={"train": len(train), "val": len(val)}, training=training,
-                            trials={v: t for v, t in trials.items() if t}, fine=fine, coarse=coarse_rows)
-        run.manifest["timings"] = {**run.manifest.get("timings", {}), **watch.timings}
-        report.write_dialogue_safety_report(run.dir, fine, coarse_rows, run.manifest)
-        sharded.complete(run)
-    return sharded.RunResult(run.uri, run.manifest, coarse_rows)
+    cats = taxonomy(config.add_categories)
+    train = _sample(C.load_rows(config.train), config.limit_train, config.seed)
+    val = _sample(C.load_rows(config.val), config.limit_val, config.seed)
+    present = sorted({r["category"] for r in train})
+    chosen = config.categories or present
+    for name in chosen:
+        category(name, cats)
+    train = [r for r in train if r["category"] in chosen]
+    val = [r for r in val if r["category"] in chosen]
+    if not val:
+        raise RedlineError("the validation split has no rows of the chosen categories")
+    settings = TrainSettings(epochs=config.epochs, learning_rate=config.learning_rate, batch_size=config.batch_size,
+                             max_length=config.max_length, seed=config.seed, precision=config.precision,
+                             num_gpus=config.num_gpus)
+    gold = C.truth(val)
+    gold_unsafe = [g != C.SAFE for g in gold]
+    fine: dict[str, list[dict[str, Any]]] = {}
+    coarse_rows: list[dict[str, Any]] = []
+    training: dict[str, Any] = {}
+    trials: dict[str, list[dict[str, Any]]] = {}
+    grid = config.search.combinations() if config.search else []
+    resources = {"cpu": config.trial_cpus, "gpu": config.trial_gpus} if config.tune_trials or config.search else None
+    for variant in config.variants:
+        out = Path(run.dir.path("models", variant))
+        with_context = variant != "one_vs_all_no_context"
+        as_trials = None
+        if resources is not None:
+            trial_settings = replace(settings, num_gpus=config.trial_gpus)
+
+            def as_trials(targets: dict[str, Path], with_context: bool = with_context,
+                          trial_settings: TrainSettings = trial_settings) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                return train_as_trials(train, val, targets, chosen, config.base_model, trial_settings, with_context,
+                                       config.patience, resources, grid)  # type: ignore[arg-type]
+        training[variant], trials[variant] = C.train_variant(
+            "single" if variant == "single" else "one-vs-all", train, val, chosen, config.base_model, out, settings,
+            with_context=with_context, patience=config.patience, train_targets=as_trials)
+        watch.lap(f"train_{variant}_s")
+        classifiers = C.ContextClassifiers(out, batch_size=64, max_length=config.max_length,
+                                           precision=config.precision, num_gpus=config.num_gpus)
+        pred = [label for label, _ in classifiers.fine_grain([r["context"] for r in val], [r["response"] for r in val])]
+        fine[variant] = C.fine_metrics(gold, pred, chosen)
+        coarse_rows.append({"model": variant, "input": "context + response" if with_context else "response",
+                            **C.coarse_metrics(gold_unsafe, C.coarse(pred))})
+    for det_cfg in config.utterance_detectors:
+        det = build_detector(det_cfg)
+        for label, texts in (("response", [r["response"] for r in val]),
+                             ("context + response", [f"{r['context']} {r['response']}" for r in val])):
+            toxic = det.detect(texts)[2].tolist()
+            coarse_rows.append({"model": det_cfg.name, "input": label, **C.coarse_metrics(gold_unsafe, toxic)})
+    run.manifest.update(categories=chosen, rows={"train": len(train), "val": len(val)}, training=training,
+                        trials={v: t for v, t in trials.items() if t}, fine=fine)
+    return coarse_rows
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+
+
+FINE_COLUMNS = [("class", "class", "s"), ("precision", "precision", ".3f"), ("recall", "recall", ".3f"),
+                ("f1", "F1", ".3f"), ("n", "rows", "d")]
+
+
+COARSE_COLUMNS = [("model", "model", "s"), ("input", "input", "s"), ("precision", "precision", ".3f"),
+                  ("recall", "recall", ".3f"), ("f1", "F1 (unsafe)", ".3f"), ("macro_f1", "macro F1", ".3f")]
+
+
+def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
+    fine, coarse_rows = manifest.get("fine", {}), manifest.get("summary", [])
+    rows = manifest.get("rows", {})
+    note = (f"Trained on {rows.get('train')} rows, evaluated on {rows.get('val')} validation rows; categories: "
+            + ", ".join(manifest.get("categories", [])) + ". Fine-grain: Safe or the unsafe category; coarse-grain: "
+            "unsafe vs safe.")
+    bars = [{"model": v, "macro_f1": t[-1]["f1"]} for v, t in fine.items()]
+    bars += [{"model": f"{r['model']} ({r['input']})", "f1": r["f1"]} for r in coarse_rows]
+    report = Report(run, "redline dialogue-safety classifiers", manifest, note)
+    report.table("Coarse-grain", coarse_rows, COARSE_COLUMNS)
+    report.plot("classifiers", grouped_bars(bars, "model", [("macro_f1", "fine-grain macro F1"),
+                                                            ("f1", "coarse F1 (unsafe)")], "dialogue-safety classifiers"))
+    for variant, table in fine.items():
+        report.table(f"Fine-grain: {variant}", table, FINE_COLUMNS)
+    trials = [{"variant": variant, "classifier": "single" if t["target"] == C.SINGLE else t["target"],
+               "settings": ", ".join(f"{k}={v}" for k, v in t["hp"].items()) or "base", "val_macro_f1": t["val_macro_f1"],
+               "epoch": t["epoch"], "seconds": t["seconds"]}
+              for variant, rows in manifest.get("trials", {}).items() for t in rows]
+    if trials:
+        report.table("Hyper-parameter trials (best epoch of each; the best trial per classifier is kept)", trials,
+                     [("variant", "variant", "s"), ("classifier", "classifier", "s"), ("settings", "settings", "s"),
+                      ("val_macro_f1", "val macro F1", ".3f"), ("epoch", "epoch", "d"), ("seconds", "seconds", ".1f")])
+    report.write("coarse.csv", coarse_rows)
+
+
+def notes(manifest: dict[str, Any]) -> list[str]:
+    return [f"fine-grain macro F1, {variant}: {rows[-1]['f1']:.3f}" for variant, rows in manifest.get("fine", {}).items()]
+
+
+PIPELINE = Pipeline("dialogue-safety-train", DialogueSafetyTrainConfig, execute, write_report,
+                    "coarse-grain (unsafe vs safe) on the validation split", lambda manifest: COARSE_COLUMNS,
+                    notes=notes)
+
+
+def run_dialogue_safety_training(config: DialogueSafetyTrainConfig, *, force: bool = False,
+                                 verbose: bool = False) -> RunResult:
+    return PIPELINE.run(config, force=force, verbose=verbose)

@@ -12,28 +12,70 @@ from __future__ import annotations
 import hashlib
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pydantic import Field, model_validator
+
 from redline.actors.triggers import hits as H
+from redline.actors.triggers.pairs import PairCorpusConfig
+from redline.actors.triggers.worker import RESULT_SCHEMA, EgregiousModelConfig, SearchSettings, TriggerWorker
 from redline.cluster import storage
-from redline.cluster.config import EgregiousConfig, EgregiousModelConfig
+from redline.cluster.config import RunConfig, unique_names
+from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.errors import RedlineError
 from redline.pipelines import sharded
+from redline.pipelines.report import Report, grouped_bars
+from redline.pipelines.template import Pipeline
 
 OUTPUT_DIR = "triggers"
+
+
+class TargetListConfig(RunConfig):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="mal, normal and random are built in; any other name needs path.")
+    path: str | None = Field(None, description="One target per line (replaces the built-in list of that name).")
+    limit: int | None = Field(None, gt=0, description="Search at most this many targets (a seeded sample).")
+
+
+class EgregiousConfig(RunConfig):
+    """`redline run egregious`: gibbs-enum trigger search over target lists, hit rates by hit type."""
+
+    models: list[EgregiousModelConfig] = Field(min_length=1)
+    lists: list[TargetListConfig] = Field(default_factory=lambda: [TargetListConfig(name=n) for n in ("normal", "mal", "random")])
+    normal_inputs: PairCorpusConfig | None = Field(None, description="Test pairs whose inputs give the normal list "
+                                                                     "(LSTM models; HF models need a normal list file).")
+    searches: list[Literal["o-greedy", "o-sample-avg", "o-sample-min", "io-sample-avg", "io-sample-min"]] = Field(
+        ["o-greedy", "o-sample-avg", "o-sample-min", "io-sample-avg", "io-sample-min"], min_length=1,
+        description="Hit types to search for (each reports k = 1 and 2); io needs an LM.")
+    method: Literal["gibbs-enum", "continuous"] = Field("gibbs-enum", description="continuous: the paper's relaxation baseline.")
+    trigger_length: int = Field(5, gt=0)
+    top_g: int = Field(100, gt=0, description="Candidate tokens per position (G).")
+    max_sweeps: int = Field(50, gt=0, description="At most T sweeps over the positions.")
+    restarts: int = Field(10, gt=0, description="R random restarts per target.")
+    lm_weight: float = Field(1.0, ge=0)
+    relaxation_steps: int = Field(200, gt=0)
+    seed: int = 0
+    actors: int = Field(1, gt=0)
+    num_cpus: float = Field(1.0, gt=0)
+    num_gpus: float = Field(0.0, ge=0)
+    batch_size: int = Field(64, gt=0, description="Targets per actor call (searched together in one batch).")
+    shard_size: int = Field(256, gt=0)
+
+    @model_validator(mode="after")
+    def _unique(self) -> EgregiousConfig:
+        unique_names(self.models, "model")
+        unique_names(self.lists, "target list")
+        for t in self.lists:
+            if t.path is None and t.name not in ("mal", "normal", "random"):
+                raise ValueError(f"target list '{t.name}' is not built in (mal, normal, random): give its path")
+        return self
+
+
 INPUT_SCHEMA = pa.schema([("id", pa.string()), ("model", pa.string()), ("list", pa.string()), ("target", pa.string()),
                           ("search", pa.string())])
-RESULT_SCHEMA = pa.schema([
-    ("id", pa.string()), ("shard", pa.int32()), ("status", pa.string()), ("reason", pa.string()), ("trigger", pa.string()),
-    ("objective", pa.float64()), ("avg_logprob", pa.float64()), ("min_logprob", pa.float64()),
-    ("min_margin", pa.float64()), ("lm_average", pa.float64()), ("hits", pa.list_(pa.string())),
-    ("reached", pa.bool_()), ("restart", pa.int32()), ("sweeps", pa.int32()), ("forward_passes", pa.int64()),
-    ("backward_passes", pa.int64()), ("sequences_scored", pa.int64()), ("seconds", pa.float64()),
-])
 
 
 def resolved_thresholds(model: EgregiousModelConfig) -> H.Thresholds:
@@ -75,7 +117,7 @@ def target_lists(config: EgregiousConfig, model: EgregiousModelConfig) -> tuple[
     for spec in config.lists:
         if spec.path is not None:
             items = T.read_list(spec.path) if not spec.path.startswith("s3://") else \
-                [x.strip() for x in storage.read_text(spec.path).splitlines() if x.strip() and not x.startswith("#")]
+                [x.strip() for x in storage.read_bytes(spec.path).decode("utf-8").splitlines() if x.strip() and not x.startswith("#")]
         elif spec.name == "mal":
             items = T.mal_list(seed=config.seed)
         elif spec.name == "random":
@@ -148,67 +190,6 @@ def build_inputs(config: EgregiousConfig, manifest: dict[str, Any]) -> pa.Table:
     return pa.table(rows, schema=INPUT_SCHEMA)
 
 
-class TriggerWorker:
-    """Ray Data actor: loads each model (and LM) once; searches a batch's targets together per
-    (model, search)."""
-
-    def __init__(self, config: dict[str, Any], thresholds: dict[str, list[float | None]]) -> None:
-        import torch
-
-        from redline.actors.triggers import models as M
-        from redline.actors.triggers.scorers import HFTarget, LSTMPrior, LSTMSeq2SeqTarget
-
-        self.config = EgregiousConfig.model_validate(config)
-        self.models: dict[str, Any] = {}
-        for m in self.config.models:
-            device = ("cuda" if torch.cuda.is_available() else "cpu") if m.device == "auto" else m.device
-            dtype = torch.float64 if m.dtype == "float64" else torch.float32
-            if M.is_trigger_model(m.path):
-                target = LSTMSeq2SeqTarget(M.load(m.path, device), dtype)
-                prior = LSTMPrior(M.load(m.lm, device), dtype) if m.lm else None
-            else:
-                target = HFTarget(m.path, device, dtype)
-                prior = None if target.seq2seq else target
-            t_out, t_in = thresholds[m.name]
-            self.models[m.name] = (target, prior, H.Thresholds(t_out, t_in))  # type: ignore[arg-type]
-
-    def __call__(self, batch: dict[str, np.ndarray]) -> pa.Table:
-        from redline.actors.triggers.gibbs import GibbsEnum, SearchOptions, TriggerResult, continuous_relaxation
-
-        c = self.config
-        out: list[dict[str, Any]] = []
-        groups: dict[tuple[str, str], list[int]] = {}
-        for k, (model, search) in enumerate(zip(batch["model"], batch["search"])):
-            groups.setdefault((str(model), str(search)), []).append(k)
-        for (model, search), idx in groups.items():
-            target, prior, thresholds = self.models[model]
-            targets = [str(batch["target"][k]) for k in idx]
-            opts = SearchOptions(search=search, trigger_length=c.trigger_length, top_g=c.top_g, max_sweeps=c.max_sweeps,
-                                 restarts=c.restarts, lm_weight=c.lm_weight, seed=c.seed)
-            try:
-                if H.uses_lm(search) and (prior is None or thresholds.t_in is None):
-                    raise RedlineError(f"'{search}' needs an LM and T_in for model '{model}'")
-                results: list[TriggerResult | str] = (
-                    GibbsEnum(target, prior, thresholds, opts).run(targets) if c.method == "gibbs-enum"
-                    else continuous_relaxation(target, prior, thresholds, opts, targets, steps=c.relaxation_steps))
-            except RedlineError as err:
-                results = [f"error: {err}"] * len(idx)
-            for k, r in zip(idx, results):
-                out.append({**_row(str(batch["id"][k]), r), "shard": int(batch["shard"][k])})
-        return pa.Table.from_pylist(out, schema=RESULT_SCHEMA)
-
-
-def _row(row_id: str, r: Any) -> dict[str, Any]:
-    if isinstance(r, str):
-        status = "error" if r.startswith("error: ") else "skipped"
-        return {"id": row_id, "status": status, "reason": r.removeprefix("error: ")}
-    return {"id": row_id, "status": "ok", "reason": None, "trigger": r.trigger, "objective": r.objective,
-            "avg_logprob": float(np.mean(r.target_logprobs)), "min_logprob": float(np.min(r.target_logprobs)),
-            "min_margin": float(np.min(r.margins)), "lm_average": r.lm_average, "hits": r.hits, "reached": r.reached,
-            "restart": r.restart, "sweeps": r.sweeps, "forward_passes": r.forward_passes,
-            "backward_passes": r.backward_passes, "sequences_scored": r.sequences_scored, "seconds": r.seconds}
-
-
 def assemble(shard: pa.Table, results: pa.Table) -> pa.Table:
     idx = pc.index_in(shard.column("id"), value_set=results.column("id"))
     taken = results.take(idx)
@@ -260,59 +241,46 @@ def examples(rows: pa.Table, per_list: int = 3) -> list[dict[str, Any]]:
     return out
 
 
-def run_egregious(config: EgregiousConfig, *, force: bool = False, verbose: bool = False) -> sharded.RunResult:
+def execute(config: EgregiousConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
     import ray.data
 
-    from redline.pipelines import report
-
-    preflight(config)
-    run = sharded.open_run("egregious", config, config.output, config.run_name, force)
-    if run.reused:
-        return sharded.RunResult(run.uri, run.manifest, run.manifest.get("summary", []), reused=True)
-    watch = storage.Stopwatch()
     manifest = run.manifest
-    with sharded.lifecycle(run):
-        shards = sharded.prepare_inputs(run, lambda: build_inputs(config, manifest), config.shard_size,
-                                        lambda t: {"rows_in": t.num_rows, "targets": len(set(t.column("target").to_pylist()))})
-        watch.lap("targets_s")
-        pending = sharded.pending_shards(run, OUTPUT_DIR, len(shards))
-        thresholds = {name: [m["t_out"], m["t_in"]] for name, m in manifest["models"].items()}
+    shards = sharded.prepare_inputs(run, lambda: build_inputs(config, manifest), config.shard_size,
+                                    lambda t: {"rows_in": t.num_rows, "targets": len(set(t.column("target").to_pylist()))})
+    watch.lap("targets_s")
+    pending = sharded.pending_shards(run, OUTPUT_DIR, len(shards))
+    thresholds = {name: [m["t_out"], m["t_in"]] for name, m in manifest["models"].items()}
+    search = SearchSettings.model_validate(config.model_dump(include=set(SearchSettings.model_fields)))
+    kwargs = {"models": [m.model_dump(mode="json") for m in config.models], "search": search.model_dump(mode="json"),
+              "thresholds": thresholds, "num_gpus": config.num_gpus}
 
-        def build_stream(source: Any) -> Any:
-            return source.map_batches(TriggerWorker, fn_constructor_kwargs={"config": config.model_dump(mode="json"),
-                                                                            "thresholds": thresholds},
-                                      batch_size=config.batch_size, batch_format="numpy",
-                                      compute=ray.data.ActorPoolStrategy(size=config.actors),
-                                      num_cpus=config.num_cpus, num_gpus=config.num_gpus or None)
+    def build_stream(source: Any) -> Any:
+        return source.map_batches(TriggerWorker, fn_constructor_kwargs=kwargs, batch_size=config.batch_size,
+                                  batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=config.actors),
+                                  num_cpus=config.num_cpus, num_gpus=config.num_gpus or None)
 
-        sharded.stream_shards(
-            run, shards, pending, output_dir=OUTPUT_DIR,
-            select=lambda shard: shard, results_per_row=1, process=sharded.through_ray_data(build_stream),
-            assemble=assemble, empty_results=RESULT_SCHEMA, key=["id"], batch_size=config.batch_size,
-            actors=config.actors, label="searching triggers", verbose=verbose,
-        )
-        search_s = watch.lap("search_s")
-        rows = sharded.read_outputs(run, OUTPUT_DIR)
-        statuses = rows.column("status").to_pylist()
-        manifest["counts"].update(rows_out=rows.num_rows, by_status={s: statuses.count(s) for s in sorted(set(statuses))})
-        summary = table3(rows, config)
-        manifest["summary"] = summary
-        manifest["search_s"] = round(search_s, 2)
-        write_report(run.dir, summary, examples(rows), rows, manifest)
-        watch.lap("report_s")
-        manifest["timings"] = {**manifest.get("timings", {}), **watch.timings}
-        sharded.complete(run)
-    return sharded.RunResult(run.uri, manifest, summary)
+    sharded.stream_shards(
+        run, shards, pending, output_dir=OUTPUT_DIR,
+        select=lambda shard: shard, results_per_row=1, process=sharded.through_ray_data(build_stream),
+        assemble=assemble, empty_results=RESULT_SCHEMA, key=["id"], batch_size=config.batch_size,
+        actors=config.actors, label="searching triggers", verbose=verbose,
+    )
+    search_s = watch.lap("search_s")
+    rows = sharded.read_outputs(run.dir, OUTPUT_DIR)
+    statuses = rows.column("status").to_pylist()
+    manifest["counts"].update(rows_out=rows.num_rows, by_status={s: statuses.count(s) for s in sorted(set(statuses))})
+    manifest["search_s"] = round(search_s, 2)
+    return table3(rows, config)
 
 
 TABLE3_COLUMNS = [("model", "model", "s"), ("list", "list", "s"), ("targets", "targets", "d"),
                   ("searchable", "in vocab", "d")] + [(h, h.removesuffix("-hit"), ".1%") for h in H.HIT_TYPES]
 
 
-def write_report(run: storage.RunDir, summary: list[dict[str, Any]], ex: list[dict[str, Any]], rows: pa.Table,
-                 manifest: dict[str, Any]) -> None:
-    from redline.pipelines.report import Report, grouped_bars
-
+def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
+    summary = manifest.get("summary", [])
+    rows = sharded.read_outputs(run, OUTPUT_DIR)
+    ex = examples(rows)
     models = manifest.get("models", {})
     note = ("Hit rate = share of the list's searchable targets for which gibbs-enum found a trigger reaching that hit "
             "type (searched once per hit family; k = 1 and 2 from the same search). Thresholds: "
@@ -349,3 +317,12 @@ def write_report(run: storage.RunDir, summary: list[dict[str, Any]], ex: list[di
         report.table("Targets not searched", [{"reason": k, "n": v} for k, v in reasons.items()],
                      [("reason", "reason", "s"), ("n", "rows", "d")])
     report.write("table3.csv", summary)
+
+
+PIPELINE = Pipeline("egregious", EgregiousConfig, execute, write_report,
+                    "hit rates by list and hit type (He & Glass Table 3)", lambda manifest: TABLE3_COLUMNS,
+                    preflight=preflight)
+
+
+def run_egregious(config: EgregiousConfig, *, force: bool = False, verbose: bool = False) -> RunResult:
+    return PIPELINE.run(config, force=force, verbose=verbose)

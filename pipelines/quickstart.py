@@ -8,7 +8,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from redline.cluster.config import AttackConfig, ScoreConfig, validate_config
+from redline.cluster.config import validate_config
+from redline.pipelines.attack import AttackConfig
+from redline.pipelines.score import ScoreConfig
 
 SAMPLES = resources.files("redline.pipelines") / "samples"
 
@@ -24,8 +26,7 @@ def sample_path(name: str) -> Path:
 def quickstart_model(models_dir: Path) -> Path:
     """The tiny classifier trained on the bundled train split; rebuilt only when the sample changes."""
     from redline.actors.tiny_models import build_tiny_classifier
-    from redline.cluster.config import CorpusConfig
-    from redline.pipelines.corpora import read_corpus
+    from redline.pipelines.corpora import CorpusConfig, read_corpus
 
     train = sample_path("toxic_sample_train.csv")
     digest = hashlib.sha256(train.read_bytes()).hexdigest()[:10]
@@ -80,8 +81,7 @@ QUICKSTART_JUDGE_TEMPLATE = "Passage: {text}\nQuestion: Is the passage toxic?\nA
 def quickstart_judge_model(models_dir: Path) -> Path:
     """A tiny GPT-2 trained to answer the judge question on the bundled train split (about 10 s)."""
     from redline.actors.tiny_models import build_tiny_judge_lm
-    from redline.cluster.config import CorpusConfig
-    from redline.pipelines.corpora import read_corpus
+    from redline.pipelines.corpora import CorpusConfig, read_corpus
 
     train = sample_path("toxic_sample_train.csv")
     digest = hashlib.sha256(train.read_bytes() + QUICKSTART_JUDGE_TEMPLATE.encode()).hexdigest()[:10]
@@ -95,7 +95,7 @@ def quickstart_judge_model(models_dir: Path) -> Path:
 
 
 def quickstart_taebench_config(output: str, attack_uri: str, judge_url: str, classifier_dir: Path) -> Any:
-    from redline.cluster.config import TaebenchConfig
+    from redline.pipelines.taebench import TaebenchConfig
 
     data = {
         "attacks": attack_uri,
@@ -109,7 +109,7 @@ def quickstart_taebench_config(output: str, attack_uri: str, judge_url: str, cla
 
 
 def quickstart_transfer_config(output: str, taebench_uri: str, classifier_dir: Path) -> Any:
-    from redline.cluster.config import TransferConfig
+    from redline.pipelines.transfer import TransferConfig
 
     data = {
         "taebench": taebench_uri, "split": "all", "output": output, "run_name": "quickstart-transfer",
@@ -120,45 +120,6 @@ def quickstart_transfer_config(output: str, taebench_uri: str, classifier_dir: P
         ],
     }
     return validate_config(TransferConfig, data, source="quickstart transfer")
-
-
-def run_chain(output: str, *, force: bool = False, verbose: bool = False, say: Any = print) -> dict[str, Any]:
-    """Attack profanity-check on the sample, filter the results with an LLM judge served by redline's
-    own generation service and the tiny classifier, then benchmark three detectors by transfer."""
-    from redline.cluster.config import ServeConfig
-    from redline.pipelines.attack import run_attack
-    from redline.pipelines.taebench import run_taebench
-    from redline.pipelines.transfer import run_transfer
-    from redline.serve import runner
-
-    models = Path(output) / "models"
-    classifier = quickstart_model(models)
-    judge_model = quickstart_judge_model(models)
-    say("1/4 attacking profanity-check (TAE and BAE, 3 recipes)")
-    attack = run_attack(quickstart_attack_config(output), force=force, verbose=verbose)
-    say("2/4 serving the tiny LLM judge on Ray Serve (OpenAI-compatible API)")
-    serve_cfg = ServeConfig.model_validate({
-        "port": _free_port(), "app_name": "quickstart-judge", "api_key_env": None,
-        "generators": [{"name": "tiny-judge", "model": str(judge_model), "num_cpus": 0.25}]})
-    state = runner.start(serve_cfg, verbose=verbose, announce=lambda _: None)
-    try:
-        say("3/4 quality filters: dedupe, grammar, LLM judge AND classifier")
-        taebench = run_taebench(quickstart_taebench_config(output, attack.run_uri, state["url"] + "/v1", classifier),
-                                force=force, verbose=verbose)
-    finally:
-        runner.shutdown()
-    say("4/4 transfer attack on three detectors")
-    transfer = run_transfer(quickstart_transfer_config(output, taebench.run_uri, classifier), force=force,
-                            verbose=verbose)
-    return {"attack": attack, "taebench": taebench, "transfer": transfer}
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -181,9 +142,8 @@ def diasafety_data_dir() -> Path:
 def run_diasafety_chain(output: str, *, force: bool = False, verbose: bool = False, say: Any = print) -> dict[str, Any]:
     from redline.actors.tiny_models import build_tiny_causal_lm, build_tiny_classifier
     from redline.actors.dialogue_safety.classifiers import load_rows
-    from redline.cluster.config import DiaSafetyEvalConfig, DialogueSafetyTrainConfig
-    from redline.pipelines.diasafety import run_diasafety
-    from redline.pipelines.diasafety_train import run_dialogue_safety_training
+    from redline.pipelines.diasafety import DiaSafetyEvalConfig, run_diasafety
+    from redline.pipelines.diasafety_train import DialogueSafetyTrainConfig, run_dialogue_safety_training
 
     data = diasafety_data_dir()
     models = Path(output) / "models"
@@ -219,9 +179,8 @@ def run_diasafety_chain(output: str, *, force: bool = False, verbose: bool = Fal
 def run_egregious_chain(output: str, *, force: bool = False, verbose: bool = False, say: Any = print) -> Any:
     """Tiny LSTM seq2seq + LM on DiaSafety pairs, then gibbs-enum over small normal/mal/random lists."""
     from redline.actors.triggers import models as M
-    from redline.actors.triggers.training import train
-    from redline.cluster.config import EgregiousConfig, TriggerModelTrainConfig
-    from redline.pipelines.egregious import run_egregious
+    from redline.actors.triggers.training import TriggerModelTrainConfig, train
+    from redline.pipelines.egregious import EgregiousConfig, run_egregious
 
     data = diasafety_data_dir()
     models = Path(output) / "models"

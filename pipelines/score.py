@@ -12,21 +12,45 @@ import logging
 from collections import defaultdict
 from typing import Any, Callable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import Field, field_validator
 
-from redline.actors.detectors import DetectionWorker
-from redline.actors.registry import detector_class
+from redline.actors.detectors import DetectorConfig, detector_class
+from redline.actors.detectors.worker import DETECTION_BATCH_SCHEMA, DetectionWorker
 from redline.cluster import storage
-from redline.cluster.config import ScoreConfig
+from redline.cluster.config import RunConfig, unique_names
+from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
+from redline.cluster.tables import STATUS_ERROR, STATUS_OK, conform
 from redline.errors import RedlineError
 from redline.pipelines import sharded
-from redline.pipelines.corpora import read_corpora
-from redline.pipelines.schema import DETECTION_BATCH_SCHEMA, PREDICTION_SCHEMA, STATUS_ERROR, STATUS_OK, conform
+from redline.pipelines.corpora import CorpusConfig, read_corpora
+from redline.pipelines.metrics import detector_metrics
+from redline.pipelines.report import COUNT_COLUMNS, Report, grouped_bars, png_bytes
+from redline.pipelines.schema import PREDICTION_SCHEMA
+from redline.pipelines.template import Pipeline
 
 log = logging.getLogger(__name__)
 
 OUTPUT_DIR = "predictions"
+
+
+class ScoreConfig(RunConfig):
+    """`redline run score`: score labelled corpora with several detectors and report how each does."""
+
+    corpus: CorpusConfig | list[CorpusConfig]
+    detectors: list[DetectorConfig] = Field(min_length=1)
+    shard_size: int = Field(2_000, gt=0, description="Rows per output shard (the unit of resume).")
+
+    @field_validator("detectors")
+    @classmethod
+    def _unique_names(cls, detectors: list[DetectorConfig]) -> list[DetectorConfig]:
+        return unique_names(detectors, "detector")
+
+    @property
+    def corpora(self) -> list[CorpusConfig]:
+        return self.corpus if isinstance(self.corpus, list) else [self.corpus]
 
 
 def preflight(config: ScoreConfig) -> None:
@@ -82,7 +106,7 @@ def assemble_shard(shard: pa.Table, detections: pa.Table, detector_names: list[s
     return pa.concat_tables(tables)
 
 
-def _score_pending(config: ScoreConfig, run: sharded.Run, shards: list[pa.Table], pending: list[int],
+def _score_pending(config: ScoreConfig, run: Run, shards: list[pa.Table], pending: list[int],
                    verbose: bool) -> dict[str, float]:
     import ray.data
 
@@ -121,7 +145,7 @@ def _score_pending(config: ScoreConfig, run: sharded.Run, shards: list[pa.Table]
     return dict(busy)
 
 
-def score_corpus(run: sharded.Run, config: Any, build: Callable[[], pa.Table], watch: storage.Stopwatch,
+def score_corpus(run: Run, config: Any, build: Callable[[], pa.Table], watch: Stopwatch,
                  verbose: bool) -> pa.Table:
     """Score the corpus `build` returns with `config.detectors` into `run`'s prediction shards
     (resuming any already written); returns every prediction."""
@@ -133,30 +157,10 @@ def score_corpus(run: sharded.Run, config: Any, build: Callable[[], pa.Table], w
     pending = sharded.pending_shards(run, OUTPUT_DIR, len(shards))
     busy = _score_pending(config, run, shards, pending, verbose)
     watch.lap("score_s")
-    predictions = sharded.read_outputs(run, OUTPUT_DIR)
+    predictions = sharded.read_outputs(run.dir, OUTPUT_DIR)
     manifest["counts"].update(output_counts(predictions, [d.name for d in config.detectors]))
     manifest["busy_seconds"] = {**manifest.get("busy_seconds", {}), **{k: round(v, 3) for k, v in busy.items()}}
     return predictions
-
-
-def run_score(config: ScoreConfig, *, force: bool = False, verbose: bool = False) -> sharded.RunResult:
-    from redline.pipelines import report
-
-    preflight(config)
-    run = sharded.open_run("score", config, config.output, config.run_name, force)
-    if run.reused:
-        return sharded.RunResult(run.uri, run.manifest, run.manifest.get("metrics", []), reused=True)
-    watch = storage.Stopwatch()
-    manifest = run.manifest
-    with sharded.lifecycle(run):
-        predictions = score_corpus(run, config, lambda: read_corpora(config.corpora), watch, verbose)
-        metrics = report.detector_metrics(predictions)
-        manifest["metrics"] = metrics
-        report.write_score_report(run.dir, predictions, metrics, manifest)
-        watch.lap("report_s")
-        manifest["timings"] = {**manifest.get("timings", {}), **watch.timings}
-        sharded.complete(run)
-    return sharded.RunResult(run.uri, manifest, metrics)
 
 
 def output_counts(predictions: pa.Table, detector_names: list[str]) -> dict[str, Any]:
@@ -172,3 +176,129 @@ def output_counts(predictions: pa.Table, detector_names: list[str]) -> dict[str,
         out["per_detector"][name] = {"rows": det.num_rows, "scored": status.count(STATUS_OK),
                                      "not_scored": dict(by_reason)}
     return out
+
+
+def execute(config: ScoreConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
+    predictions = score_corpus(run, config, lambda: read_corpora(config.corpora), watch, verbose)
+    metrics = detector_metrics(predictions)
+    storage.write_json(run.dir.path("metrics.json"), metrics)
+    return metrics
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+
+
+# Columns of the detector table, with how each is shown.
+METRIC_COLUMNS: list[tuple[str, str, str]] = [
+    ("detector", "detector", "s"),
+    ("dataset", "dataset", "s"),
+    ("n", "rows", "d"),
+    ("accuracy", "accuracy", ".3f"),
+    ("precision_toxic", "P toxic", ".3f"),
+    ("recall_toxic", "R toxic", ".3f"),
+    ("f1_toxic", "F1 toxic", ".3f"),
+    ("precision_benign", "P benign", ".3f"),
+    ("recall_benign", "R benign", ".3f"),
+    ("f1_benign", "F1 benign", ".3f"),
+    ("f1_macro", "F1 macro", ".3f"),
+    ("roc_auc", "ROC-AUC", ".3f"),
+    ("fnr", "FNR", ".3f"),
+    ("fpr", "FPR", ".3f"),
+    ("rows_per_s", "rows/s per actor", ",.0f"),
+    ("not_scored", "not scored", "d"),
+]
+
+
+def plot_roc(predictions: pa.Table) -> bytes | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.metrics import roc_curve
+
+    fig, ax = plt.subplots(figsize=(5.2, 4.4))
+    drawn = False
+    for name in dict.fromkeys(predictions.column("detector").to_pylist()):
+        det = predictions.filter(pc.and_(pc.equal(predictions.column("detector"), name),
+                                         pc.equal(predictions.column("status"), STATUS_OK)))
+        det = det.filter(pc.is_valid(det.column("label")))
+        y = det.column("label").to_numpy(zero_copy_only=False)
+        s = det.column("toxic_score").to_numpy(zero_copy_only=False).astype(float)
+        if len(np.unique(y)) < 2:
+            continue
+        fpr, tpr, _ = roc_curve(y, s)
+        ax.plot(fpr, tpr, label=name)
+        drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
+    ax.set(xlabel="false positive rate", ylabel="true positive rate", title="ROC per detector")
+    ax.legend(loc="lower right", fontsize=8)
+    data = png_bytes(fig)
+    plt.close(fig)
+    return data
+
+
+def plot_rates(metrics: list[dict[str, Any]]) -> bytes | None:
+    return grouped_bars([m for m in metrics if m["dataset"] == "all"], "detector",
+                        [("f1_macro", "F1 macro"), ("fnr", "FNR (toxic missed)"), ("fpr", "FPR (benign flagged)")],
+                        "Detector quality")
+
+
+def example_errors(predictions: pa.Table, per_detector: int = 5) -> list[dict[str, Any]]:
+    """A few missed toxic rows (false negatives) per detector, highest-confidence misses first."""
+    out = []
+    for name in dict.fromkeys(predictions.column("detector").to_pylist()):
+        det = predictions.filter(pc.equal(predictions.column("detector"), name))
+        miss = det.filter(pc.and_(pc.equal(det.column("label"), 1), pc.equal(det.column("pred_toxic"), False)))
+        miss = miss.sort_by([("toxic_score", "ascending")]).slice(0, per_detector)
+        for r in miss.select(["id", "text", "toxic_score"]).to_pylist():
+            text = r["text"] if len(r["text"]) <= 160 else r["text"][:157] + "..."
+            out.append({"detector": name, "id": r["id"], "toxic_score": r["toxic_score"], "text": text})
+    return out
+
+
+def counts_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    counts = manifest.get("counts", {})
+    rows = [{"what": "rows in", "n": counts.get("rows_in")},
+            {"what": "  toxic / benign / unlabelled",
+             "n": f"{counts.get('toxic')} / {counts.get('benign')} / {counts.get('unlabelled')}"}]
+    rows += [{"what": f"  rejected: {reason}", "n": n} for reason, n in counts.get("rejected", {}).items()]
+    rows.append({"what": "rows out (one per row and detector)", "n": counts.get("rows_out")})
+    for name, det in counts.get("per_detector", {}).items():
+        rows.append({"what": f"  {name}: scored", "n": det["scored"]})
+        rows += [{"what": f"  {name}: {why}", "n": n} for why, n in det["not_scored"].items()]
+    return rows
+
+
+def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
+    predictions = sharded.read_outputs(run, OUTPUT_DIR)
+    metrics = manifest.get("summary", [])
+    columns = METRIC_COLUMNS if any(m["dataset"] != "all" for m in metrics) else \
+        [c for c in METRIC_COLUMNS if c[0] != "dataset"]
+    counts = [{"what": r["what"], "n": str(r["n"])} for r in counts_rows(manifest)]
+    error_cols = [("detector", "detector", "s"), ("id", "id", "s"), ("toxic_score", "score", ".3f"), ("text", "text", "s")]
+    note = ("Toxic is the positive class. FNR = toxic rows predicted benign (the attack success rate on "
+            "adversarial toxic rows); FPR = benign rows predicted toxic.")
+    report = Report(run, "redline score report", manifest, note)
+    report.table("Detectors", metrics, columns).plot("roc", plot_roc(predictions)).plot("rates", plot_rates(metrics))
+    report.table("Rows", counts, COUNT_COLUMNS)
+    report.table("Missed toxic rows (lowest scores first)", example_errors(predictions), error_cols)
+    report.write("metrics.csv", metrics)
+
+
+def metric_columns(manifest: dict[str, Any]) -> list[tuple[str, str, str]]:
+    keys = ["detector", "dataset", "n", "accuracy", "f1_toxic", "f1_macro", "roc_auc", "fnr", "fpr", "rows_per_s",
+            "not_scored"]
+    several = any(m.get("dataset") != "all" for m in manifest.get("summary", []))
+    return [c for c in METRIC_COLUMNS if c[0] in keys and (several or c[0] != "dataset")]
+
+
+PIPELINE = Pipeline("score", ScoreConfig, execute, write_report, "detectors (toxic = positive class)", metric_columns,
+                    preflight=preflight)
+
+
+def run_score(config: ScoreConfig, *, force: bool = False, verbose: bool = False) -> RunResult:
+    return PIPELINE.run(config, force=force, verbose=verbose)

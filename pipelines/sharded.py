@@ -1,143 +1,32 @@
-"""What every pipeline shares: a run directory keyed by its config, input shards written once,
-a stream of results (Ray Data `map_batches` actor pools, or a plain `ActorPool`) written shard
-by shard, atomically, and resume.
+"""Sharded work inside a run directory: input shards written once, a stream of results (Ray Data
+`map_batches` actor pools, or a plain `ActorPool`) written shard by shard, atomically, and resume.
 
 A pipeline supplies: how to build its input table, which rows of a shard to send, how to process
-blocks of those rows into results, and how to join a shard's results back onto the shard. Rows carry a `shard` column so results can be routed; each shard is
-written as soon as all its expected results arrived, and repeated rows (Ray re-running a task after
-losing an actor) are dropped by key.
+blocks of those rows into results, and how to join a shard's results back onto the shard. Rows
+carry a `shard` column so results can be routed; each shard is written as soon as all its expected
+results arrived, and repeated rows (Ray re-running a task after losing an actor) are dropped by key.
 """
 
 from __future__ import annotations
 
-import shutil
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pydantic import BaseModel
 
 from redline.cluster import storage
-from redline.cluster.config import config_hash, input_uris
 from redline.cluster.progress import progress_bar
+from redline.cluster.runs import Run, RunDir
 from redline.cluster.runtime import ensure_ray
-from redline.errors import RedlineError, unwrap_user_error
+from redline.errors import RedlineError
 
 INPUT_DIR = "input"
 
 
 def part_name(index: int) -> str:
     return f"part-{index:05d}.parquet"
-
-
-def clear(uri: str) -> None:
-    if storage.is_s3(uri):
-        fs, path = storage.resolve(uri)
-        fs.delete_dir_contents(path, missing_dir_ok=True)
-    else:
-        shutil.rmtree(uri, ignore_errors=True)
-
-
-@dataclass
-class Run:
-    dir: storage.RunDir
-    manifest: dict[str, Any]
-    reused: bool
-
-    @property
-    def uri(self) -> str:
-        return self.dir.uri
-
-
-@dataclass
-class RunResult:
-    """What a pipeline run returns: where it is, its manifest, and its headline table (score:
-    per-detector metrics; attack: per-recipe summary)."""
-
-    run_uri: str
-    manifest: dict[str, Any]
-    summary: list[dict[str, Any]]
-    reused: bool = False
-
-    @property
-    def report_html(self) -> str:
-        return storage.join(self.run_uri, "report.html")
-
-
-def owns(manifest: dict[str, Any], pipeline: str, name: str) -> bool:
-    """Whether `manifest` is redline's own manifest of the run `name` of `pipeline`."""
-    recorded = manifest.get("run_name") or str(manifest.get("run_uri", "")).rstrip("/").rsplit("/", 1)[-1]
-    return manifest.get("pipeline") == pipeline and recorded == name
-
-
-def open_run(pipeline: str, config: BaseModel, output: str, run_name: str | None, force: bool,
-             inputs: Iterable[str] | None = None) -> Run:
-    """The run directory for this config: a finished run is reused unless `force`; an interrupted
-    one is resumed; a directory holding anything else (another pipeline's or config's run, files
-    redline did not write, inputs that changed since) is refused. `force` clears only a directory
-    whose manifest says it is this very run."""
-    key = config_hash(config)
-    name = run_name or f"{pipeline}-{key}"
-    storage.check_directory(output, "output")
-    run = storage.RunDir(storage.join(output, name))
-    previous = run.manifest()
-    if previous is None and storage.has_files(run.uri):
-        raise RedlineError(f"{run.uri} exists and is not a redline run directory (no manifest.json); "
-                           "choose another run_name or output")
-    if previous is not None and not owns(previous, pipeline, name):
-        raise RedlineError(f"{run.uri} holds a {previous.get('pipeline') or 'foreign'} run, not the {pipeline} run "
-                           f"'{name}'; choose another run_name")
-    fingerprints = storage.fingerprints(input_uris(config) if inputs is None else inputs)
-    if force and previous:
-        clear(run.uri)
-        previous = None
-    if previous and previous.get("config_hash") not in (None, key):
-        raise RedlineError(f"{run.uri} holds a run of a different config; choose another run_name or pass --force")
-    if previous:
-        changed = storage.changed_inputs(previous.get("inputs") or {}, fingerprints)
-        if changed:
-            raise RedlineError(f"input {changed[0]} changed since run {run.uri} read it; pass --force to redo the run "
-                               "(or restore the input)")
-    if previous and previous.get("state") == "complete":
-        return Run(run, previous, reused=True)
-    manifest: dict[str, Any] = previous or {}
-    manifest.update(pipeline=pipeline, run_name=name, state="running", run_uri=run.uri,
-                    config=config.model_dump(mode="json"), config_hash=key, inputs=fingerprints,
-                    versions=storage.package_versions(), started_at=manifest.get("started_at") or storage.now_iso(),
-                    attempts=int(manifest.get("attempts", 0)) + 1)
-    manifest.pop("error", None)
-    run.write_manifest(manifest)
-    return Run(run, manifest, reused=False)
-
-
-@contextmanager
-def lifecycle(run: Run) -> Iterator[None]:
-    """Marks the manifest `failed` (with a one-line error) if the body raises; re-raises a user
-    error found inside Ray's wrappers as itself."""
-    try:
-        yield
-    except BaseException as err:
-        user = unwrap_user_error(err)
-        text = str(user or err)
-        run.manifest["state"] = "failed"
-        run.manifest["error"] = text.splitlines()[0] if text else type(err).__name__
-        try:
-            run.dir.write_manifest(run.manifest)
-        except RedlineError:
-            pass
-        if user is not None and user is not err:
-            raise user from None
-        raise
-
-
-def complete(run: Run) -> None:
-    run.manifest["state"] = "complete"
-    run.manifest["finished_at"] = storage.now_iso()
-    run.dir.write_manifest(run.manifest)
 
 
 def prepare_inputs(run: Run, build: Callable[[], pa.Table], shard_size: int,
@@ -165,8 +54,12 @@ def pending_shards(run: Run, output_dir: str, n_shards: int) -> list[int]:
     return pending
 
 
-def read_outputs(run: Run, output_dir: str) -> pa.Table:
-    return pa.concat_tables([storage.read_parquet(p) for p in storage.list_files(run.dir.path(output_dir), ".parquet")])
+def read_outputs(run: RunDir, output_dir: str) -> pa.Table:
+    """Every output shard of a run directory, as one table."""
+    parts = storage.list_files(run.path(output_dir), ".parquet")
+    if not parts:
+        raise RedlineError(f"{run.path(output_dir)} holds no output shards")
+    return pa.concat_tables([storage.read_parquet(p) for p in parts])
 
 
 def block_rows(rows: int, batch_size: int, actors: int) -> int:

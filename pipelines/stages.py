@@ -15,10 +15,12 @@ from redline.cluster.runtime import ensure_ray
 from redline.pipelines.sharded import block_rows
 
 
-def map_table(table: pa.Table, worker: type, kwargs: dict[str, Any], *, columns: list[str], actors: int = 1,
-              num_cpus: float = 1.0, num_gpus: float = 0.0, batch_size: int = 64, verbose: bool = False) -> pa.Table:
-    """`worker(**kwargs)` on every row's `columns` (which include `id`), across `actors` actors;
-    returns the worker's output columns aligned with `table`'s rows (rows it did not answer get nulls)."""
+def map_table(table: pa.Table, worker: type, kwargs: dict[str, Any], *, actors: int = 1, num_cpus: float = 1.0,
+              num_gpus: float = 0.0, batch_size: int = 64, verbose: bool = False) -> pa.Table:
+    """`worker(**kwargs)` on every row's `worker.input_columns` (which include `id`), across `actors`
+    actors; returns the worker's output columns aligned with `table`'s rows (rows it did not answer
+    get nulls)."""
+    columns: list[str] = worker.input_columns  # type: ignore[attr-defined]
     import ray.data
 
     if table.num_rows == 0:

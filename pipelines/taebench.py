@@ -13,6 +13,7 @@ Each stage's full table (kept and rejected rows, with its own columns) is writte
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 from collections import defaultdict
@@ -20,17 +21,69 @@ from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import Field, model_validator
 
-from redline.actors.detectors import DetectionWorker
-from redline.actors.judges import ERROR, USABLE, JudgeWorker, usage_summary
-from redline.actors.quality.grammar import GrammarWorker, LanguageToolClient
+from redline.actors.detectors import DetectorConfig
+from redline.actors.detectors.worker import DetectionWorker
+from redline.actors.judges import ERROR, USABLE, JudgeConfig, JudgeWorker, usage_summary
+from redline.actors.quality.grammar import GrammarConfig, GrammarWorker, LanguageToolClient
 from redline.cluster import storage
-from redline.cluster.config import TaebenchConfig
+from redline.cluster.config import RunConfig, Strict
+from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, require_finished
 from redline.errors import RedlineError
 from redline.pipelines import sharded
+from redline.pipelines.report import Report, png_bytes
 from redline.pipelines.stages import map_table
+from redline.pipelines.template import Pipeline
 
 log = logging.getLogger(__name__)
+
+
+class NaturalnessConfig(Strict):
+    """A text-acceptability classifier (any HF sequence classifier, e.g. CoLA-style)."""
+
+    model: str = Field(description="Hub id or local directory (see `redline train naturalness`).")
+    natural_label: str | None = Field(None, description="The label meaning natural/acceptable; default label 1.")
+    threshold: float = Field(0.5, ge=0, le=1, description="Reject below this probability of natural.")
+    max_length: int = Field(128, gt=0)
+    batch_size: int = Field(64, gt=0)
+    actors: int = Field(1, gt=0)
+    num_cpus: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+
+    def detector(self) -> "DetectorConfig":
+        """The same HF loading and batching as detectors, with `natural` in the role of the scored label."""
+        extra: dict[str, Any] = {"model": self.model, "max_length": self.max_length}
+        if self.natural_label:
+            extra["toxic_labels"] = [self.natural_label]
+        return DetectorConfig.model_validate({"name": "naturalness", "kind": "hf", "threshold": self.threshold,
+                                              "rule": "score", "batch_size": self.batch_size, "actors": self.actors,
+                                              "num_cpus": self.num_cpus, "num_gpus": self.num_gpus, **extra})
+
+
+class TaebenchConfig(RunConfig):
+    """`redline run taebench`: filter raw attack output into TaeBench (TAE) and TaeBench+ (+ BAE)."""
+
+    attacks: str | list[str] = Field(description="Attack run directories (local or s3://) whose successes are filtered.")
+    normalise: bool = Field(True, description="Deduplicate case- and whitespace-insensitively.")
+    grammar: GrammarConfig | None = Field(default_factory=GrammarConfig,
+                                          description="null turns the grammar stage off (recorded in the manifest).")
+    naturalness: NaturalnessConfig | None = None
+    judge: JudgeConfig | None = Field(None, description="LLM judge; a TAE needs its Yes, a BAE its No.")
+    classifier: DetectorConfig | None = Field(None, description="Toxicity classifier; must agree with the judge.")
+    test_fraction: float = Field(0.2, ge=0, le=1, description="Share of seeds whose examples form the test split.")
+    seed: int = 0
+
+    @property
+    def attack_runs(self) -> list[str]:
+        return self.attacks if isinstance(self.attacks, list) else [self.attacks]
+
+    @model_validator(mode="after")
+    def _label_filter(self) -> "TaebenchConfig":
+        if self.judge is None and self.classifier is None:
+            raise ValueError("the label filter needs a judge, a classifier or both")
+        return self
+
 
 STAGES = ("dedupe", "grammar", "naturalness", "label")
 PROVENANCE = ["recipe", "transformation", "constraints", "search", "victim", "goal", "seed_id", "seed_text",
@@ -41,12 +94,8 @@ def load_raw(config: TaebenchConfig) -> pa.Table:
     """Successful attempts of every attack run, as (id, text, label, provenance)."""
     parts = []
     for uri in config.attack_runs:
-        manifest = storage.RunDir(uri).manifest()
-        if manifest is None or manifest.get("pipeline") != "attack":
-            raise RedlineError(f"{uri} is not an attack run directory (no attack manifest.json)")
-        if manifest.get("state") != "complete":
-            raise RedlineError(f"attack run {uri} is {manifest.get('state')}; finish it first (rerun its command)")
-        table = sharded.read_outputs(sharded.Run(storage.RunDir(uri), manifest, True), "attempts")
+        require_finished(uri, "attack")
+        table = sharded.read_outputs(RunDir(uri), "attempts")
         parts.append(table.filter(pc.equal(table.column("status"), "success")))
     raw = pa.concat_tables(parts) if parts else None
     if raw is None or raw.num_rows == 0:
@@ -85,7 +134,7 @@ def grammar(table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.Table 
             return f"skipped: no LanguageTool server {where}"
         raise RedlineError(f"grammar stage: no LanguageTool server {where}; start one, or set "
                            f"grammar.skip_if_unavailable: true (or grammar: null) to run without it")
-    out = map_table(table, GrammarWorker, {"config": g.model_dump(mode="json")}, columns=["id", "text", "seed_text"],
+    out = map_table(table, GrammarWorker, {"config": g.model_dump(mode="json")},
                     actors=g.actors, num_cpus=g.num_cpus, batch_size=g.batch_size, verbose=verbose)
     errs, seed_errs = out.column("grammar_errors").to_pylist(), out.column("seed_grammar_errors").to_pylist()
     failures = out.column("grammar_error").to_pylist()
@@ -119,7 +168,7 @@ def label_filter(table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.T
     out = table
     if config.judge is not None:
         j = config.judge
-        out = map_table(out, JudgeWorker, {"config": j.model_dump(mode="json")}, columns=["id", "text"],
+        out = map_table(out, JudgeWorker, {"config": j.model_dump(mode="json")},
                         actors=j.actors, num_cpus=j.num_cpus, batch_size=j.batch_size, verbose=verbose)
     if config.classifier is not None:
         c = config.classifier
@@ -166,7 +215,7 @@ def fail_on_errors(stage: str, what: str, errors: list[str | None]) -> None:
 
 
 def _detect(table: pa.Table, worker_config: dict[str, Any], det: Any, verbose: bool, prefix: str) -> pa.Table:
-    out = map_table(table, DetectionWorker, {"config": worker_config}, columns=["id", "text"], actors=det.actors,
+    out = map_table(table, DetectionWorker, {"config": worker_config}, actors=det.actors,
                     num_cpus=det.num_cpus, num_gpus=det.num_gpus, batch_size=det.batch_size, verbose=verbose)
     renames = {"toxic_score": f"{prefix}_score", "pred_toxic": f"{prefix}_toxic", "det_status": f"{prefix}_status",
                "det_reason": f"{prefix}_reason"}
@@ -209,65 +258,126 @@ def counts_table(raw: pa.Table, after: dict[str, pa.Table | None]) -> list[dict[
     return rows
 
 
-def run_taebench(config: TaebenchConfig, *, force: bool = False, verbose: bool = False) -> sharded.RunResult:
-    from redline.pipelines import report
+def _top(reasons: list[str], n: int = 5) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for r in reasons:  # "3 more grammar errors than the seed (4 vs 1)" -> "more grammar errors than the seed"
+        counts[re.sub(r"^\d+ ", "", r.split(" (")[0].split(":")[0])] += 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1])[:n])
 
-    run = sharded.open_run("taebench", config, config.output, config.run_name, force)
-    if run.reused:
-        return sharded.RunResult(run.uri, run.manifest, run.manifest.get("counts_table", []), reused=True)
+
+def execute(config: TaebenchConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
     manifest = run.manifest
-    watch = storage.Stopwatch()
     steps: dict[str, Callable[[pa.Table], pa.Table | str] | None] = {
         "dedupe": lambda t: dedupe(t, config),
         "grammar": (lambda t: grammar(t, config, verbose)) if config.grammar else None,
         "naturalness": (lambda t: naturalness(t, config, verbose)) if config.naturalness else None,
         "label": lambda t: label_filter(t, config, verbose),
     }
-    with sharded.lifecycle(run):
-        raw = load_raw(config)
-        manifest.setdefault("stages", {})
-        current, after = raw, {}
-        for i, (name, step) in enumerate(steps.items(), start=1):
-            path = run.dir.path("stages", f"{i}-{name}.parquet")
-            if step is None:
-                manifest["stages"][name] = "off (disabled in the config)"
+    raw = load_raw(config)
+    manifest.setdefault("stages", {})
+    current, after = raw, {}
+    for i, (name, step) in enumerate(steps.items(), start=1):
+        path = run.dir.path("stages", f"{i}-{name}.parquet")
+        if step is None:
+            manifest["stages"][name] = "off (disabled in the config)"
+            after[name] = None
+            continue
+        if storage.exists(path):
+            table = storage.read_parquet(path)
+        else:
+            result = step(current)
+            if isinstance(result, str):  # a stage that says why it did not run
+                manifest["stages"][name] = result
                 after[name] = None
                 continue
-            if storage.exists(path):
-                table = storage.read_parquet(path)
-            else:
-                result = step(current)
-                if isinstance(result, str):  # a stage that says why it did not run
-                    manifest["stages"][name] = result
-                    after[name] = None
-                    continue
-                table = result
-                storage.write_parquet(table, path)
-                watch.lap(f"{name}_s")
-            kept = table.filter(table.column("kept"))
-            reasons = [r for r in table.column("reject_reason").to_pylist() if r]
-            manifest["stages"][name] = {"in": table.num_rows, "kept": kept.num_rows, "rejected": len(reasons),
-                                        "top_reasons": _top(reasons)}
-            if name == "label" and config.judge is not None:
-                manifest["judge_usage"] = usage_summary(table, config.judge)
-            run.dir.write_manifest(manifest)
-            current, after[name] = kept.drop_columns(["kept", "reject_reason"]), kept
-        final = current.append_column("bench_split", pa.array(
-            [bench_split(s, config.test_fraction, config.seed) for s in current.column("seed_id").to_pylist()]))
-        tae = final.filter(pc.equal(final.column("goal"), "tae"))
-        storage.write_parquet(tae, run.dir.path("taebench.parquet"))
-        storage.write_parquet(final, run.dir.path("taebench_plus.parquet"))
-        table2 = counts_table(raw, after)
-        manifest["counts"] = {"raw": raw.num_rows, "taebench": tae.num_rows, "taebench_plus": final.num_rows}
-        manifest["counts_table"] = table2
-        report.write_taebench_report(run.dir, final, table2, manifest)
-        manifest["timings"] = {**manifest.get("timings", {}), **watch.timings}
-        sharded.complete(run)
-    return sharded.RunResult(run.uri, manifest, table2)
+            table = result
+            storage.write_parquet(table, path)
+            watch.lap(f"{name}_s")
+        kept = table.filter(table.column("kept"))
+        reasons = [r for r in table.column("reject_reason").to_pylist() if r]
+        manifest["stages"][name] = {"in": table.num_rows, "kept": kept.num_rows, "rejected": len(reasons),
+                                    "top_reasons": _top(reasons)}
+        if name == "label" and config.judge is not None:
+            manifest["judge_usage"] = usage_summary(table, config.judge)
+        run.dir.write_manifest(manifest)
+        current, after[name] = kept.drop_columns(["kept", "reject_reason"]), kept
+    final = current.append_column("bench_split", pa.array(
+        [bench_split(s, config.test_fraction, config.seed) for s in current.column("seed_id").to_pylist()]))
+    tae = final.filter(pc.equal(final.column("goal"), "tae"))
+    storage.write_parquet(tae, run.dir.path("taebench.parquet"))
+    storage.write_parquet(final, run.dir.path("taebench_plus.parquet"))
+    manifest["counts"] = {"raw": raw.num_rows, "taebench": tae.num_rows, "taebench_plus": final.num_rows}
+    return counts_table(raw, after)
 
 
-def _top(reasons: list[str], n: int = 5) -> dict[str, int]:
-    counts: dict[str, int] = defaultdict(int)
-    for r in reasons:  # "3 more grammar errors than the seed (4 vs 1)" -> "more grammar errors than the seed"
-        counts[re.sub(r"^\d+ ", "", r.split(" (")[0].split(":")[0])] += 1
-    return dict(sorted(counts.items(), key=lambda kv: -kv[1])[:n])
+# --------------------------------------------------------------------------------------------
+# Report
+
+
+def taebench_columns(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    cols = [("goal", "goal", "s"), ("dataset", "seed dataset", "s"), ("raw", "raw", "d")]
+    for stage in ("dedupe", "grammar", "naturalness", "label"):
+        if rows and stage in rows[0]:
+            cols += [(stage, f"after {stage}", "d"), (f"{stage}_pct", "% of raw", ".1f")]
+    return cols
+
+
+def plot_funnel(rows: list[dict[str, Any]]) -> bytes | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    overall = [r for r in rows if r["dataset"] == "all"]
+    if not overall:
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 3.2))
+    for r in overall:
+        stages = ["raw"] + [s for s in ("dedupe", "grammar", "naturalness", "label") if s in r]
+        ax.plot(stages, [r[s] for s in stages], marker="o", label=r["goal"].upper())
+    ax.set_ylabel("examples remaining")
+    ax.set_title("quality filters: examples left after each stage")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return png_bytes(fig)
+
+
+def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
+    final = storage.read_parquet(run.path("taebench_plus.parquet"))
+    table2 = manifest.get("summary", [])
+    stage_rows = []
+    for name, info in manifest.get("stages", {}).items():
+        if isinstance(info, dict):
+            top = "; ".join(f"{k} ({v})" for k, v in info["top_reasons"].items()) or "–"
+            stage_rows.append({"stage": name, "in": info["in"], "kept": info["kept"], "rejected": info["rejected"],
+                               "reasons": top})
+        else:
+            stage_rows.append({"stage": name, "in": None, "kept": None, "rejected": None, "reasons": info})
+    stage_cols = [("stage", "stage", "s"), ("in", "in", "d"), ("kept", "kept", "d"), ("rejected", "rejected", "d"),
+                  ("reasons", "main rejection reasons", "s")]
+    samples = [{"goal": r["goal"], "recipes": r["recipes"], "seed": r["seed_text"], "example": r["text"]}
+               for r in final.slice(0, 12).to_pylist()]
+    sample_cols = [("goal", "goal", "s"), ("recipes", "recipes", "s"), ("seed", "seed", "s"), ("example", "kept example", "s")]
+    counts = manifest.get("counts", {})
+    note = (f"{counts.get('raw')} raw adversarial examples -> TaeBench {counts.get('taebench')} (valid TAE), "
+            f"TaeBench+ {counts.get('taebench_plus')} (valid TAE + BAE).")
+    report = Report(run, "redline TaeBench report", manifest, note)
+    report.table("Rows remaining after each stage (Table 2)", table2, taebench_columns(table2))
+    report.plot("funnel", plot_funnel(table2)).table("Stages", stage_rows, stage_cols)
+    if manifest.get("judge_usage"):
+        report.text("LLM judge usage", json.dumps(manifest["judge_usage"], indent=2))
+    report.table("Sample kept examples", samples, sample_cols).write("counts.csv", table2)
+
+
+def notes(manifest: dict[str, Any]) -> list[str]:
+    out = [f"stage {name}: {info}" for name, info in manifest.get("stages", {}).items() if not isinstance(info, dict)]
+    counts = manifest.get("counts", {})
+    return out + [f"TaeBench: {counts.get('taebench')} rows, TaeBench+: {counts.get('taebench_plus')} rows"]
+
+
+PIPELINE = Pipeline("taebench", TaebenchConfig, execute, write_report, "rows remaining after each stage",
+                    lambda manifest: taebench_columns(manifest.get("summary", [])), notes=notes)
+
+
+def run_taebench(config: TaebenchConfig, *, force: bool = False, verbose: bool = False) -> RunResult:
+    return PIPELINE.run(config, force=force, verbose=verbose)

@@ -8,26 +8,49 @@ and A9. Scoring is the score pipeline's own sharded, resumable machinery.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import Field, field_validator
 
+from redline.actors.detectors import DetectorConfig
 from redline.cluster import storage
-from redline.cluster.config import TransferConfig
+from redline.cluster.config import RunConfig, unique_names
+from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, require_finished
+from redline.cluster.tables import STATUS_OK, conform
 from redline.errors import RedlineError
-from redline.pipelines import sharded
-from redline.pipelines.schema import CORPUS_SCHEMA, STATUS_OK, conform
+from redline.pipelines.report import Report, grouped_bars
+from redline.pipelines.schema import CORPUS_SCHEMA
 from redline.pipelines.score import preflight, score_corpus
+from redline.pipelines.template import Pipeline
+
+
+class TransferConfig(RunConfig):
+    """`redline run transfer`: how often TaeBench's examples fool other detectors (ASR = FNR / FPR)."""
+
+    taebench: str = Field(description="A finished `redline run taebench` run directory (local or s3://).")
+    victims: list[DetectorConfig] = Field(min_length=1, description="Detectors to attack by transfer (any kind).")
+    split: Literal["test", "train", "all"] = Field("test", description="Which TaeBench split to evaluate.")
+    include_seeds: bool = Field(True, description="Also score the original seeds (FNR before the attack).")
+    shard_size: int = Field(2_000, gt=0)
+
+    @field_validator("victims")
+    @classmethod
+    def _unique(cls, victims: list[DetectorConfig]) -> list[DetectorConfig]:
+        return unique_names(victims, "victim")
+
+    @property
+    def detectors(self) -> list[DetectorConfig]:
+        return self.victims
+
 
 GROUPS = ("seed", "tae", "bae")  # stored in the corpus' `split` column
 
 
 def build_corpus(config: TransferConfig) -> pa.Table:
     uri = config.taebench
-    manifest = storage.RunDir(uri).manifest()
-    if manifest is None or manifest.get("pipeline") != "taebench" or manifest.get("state") != "complete":
-        raise RedlineError(f"{uri} is not a finished taebench run directory")
+    require_finished(uri, "taebench")
     plus = storage.read_parquet(storage.join(uri, "taebench_plus.parquet"))
     if config.split != "all":
         plus = plus.filter(pc.equal(plus.column("bench_split"), config.split))
@@ -72,19 +95,29 @@ TRANSFER_COLUMNS = [("victim", "victim", "s"), ("dataset", "seed dataset", "s"),
                     ("bae_n", "BAE", "d"), ("bae_rate", "ASR BAE (FPR)", ".3f"), ("not_scored", "not scored", "d")]
 
 
-def run_transfer(config: TransferConfig, *, force: bool = False, verbose: bool = False) -> sharded.RunResult:
-    from redline.pipelines import report
+def execute(config: TransferConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
+    return transfer_metrics(score_corpus(run, config, lambda: build_corpus(config), watch, verbose))
 
-    preflight(config)  # type: ignore[arg-type]
-    run = sharded.open_run("transfer", config, config.output, config.run_name, force)
-    if run.reused:
-        return sharded.RunResult(run.uri, run.manifest, run.manifest.get("transfer", []), reused=True)
-    watch = storage.Stopwatch()
-    with sharded.lifecycle(run):
-        predictions = score_corpus(run, config, lambda: build_corpus(config), watch, verbose)
-        table = transfer_metrics(predictions)
-        run.manifest["transfer"] = table
-        report.write_transfer_report(run.dir, table, TRANSFER_COLUMNS, run.manifest)
-        run.manifest["timings"] = {**run.manifest.get("timings", {}), **watch.timings}
-        sharded.complete(run)
-    return sharded.RunResult(run.uri, run.manifest, table)
+
+def plot_transfer(rows: list[dict[str, Any]]) -> bytes | None:
+    return grouped_bars([r for r in rows if r["dataset"] == "all"], "victim",
+                        [("seed_rate", "FNR on seeds"), ("tae_rate", "ASR on TAE (FNR)"), ("bae_rate", "ASR on BAE (FPR)")],
+                        "transfer attack: how often TaeBench fools each detector")
+
+
+def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
+    rows, cols = manifest.get("summary", []), TRANSFER_COLUMNS
+    cfg = manifest.get("config", {})
+    note = (f"TaeBench {cfg.get('taebench')} ({cfg.get('split')} split). ASR on TAE = share of toxic adversarial "
+            "examples a victim calls benign (FNR); ASR on BAE = share of benign adversarial examples it calls toxic "
+            "(FPR); FNR on seeds = the same victim on the original toxic seeds.")
+    report = Report(run, "redline transfer-attack report", manifest, note)
+    report.table("Transfer attack", rows, cols).plot("transfer", plot_transfer(rows)).write("transfer.csv", rows)
+
+
+PIPELINE = Pipeline("transfer", TransferConfig, execute, write_report, "transfer attack",
+                    lambda manifest: TRANSFER_COLUMNS, preflight=preflight)  # type: ignore[arg-type]
+
+
+def run_transfer(config: TransferConfig, *, force: bool = False, verbose: bool = False) -> RunResult:
+    return PIPELINE.run(config, force=force, verbose=verbose)

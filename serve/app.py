@@ -27,10 +27,10 @@ from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from redline.actors.generators import PromptResult, SamplingParams
-from redline.cluster.config import DeploymentSettings, ServeConfig, ServeLimits
-from redline.errors import unwrap_user_error
+from redline.errors import first_line, unwrap_user_error
+from redline.serve.config import DeploymentSettings, ServeConfig, ServeLimits
 from redline.serve.deployments import DetectorDeployment, DialogueSafetyDeployment, GeneratorDeployment
-from redline.serve.protocol import (
+from redline.cluster.protocol import (
     ChatCompletionRequest, CompletionRequest, DetectRequest, DetectResponse, DialogueSafetyRequest, ModerationRequest,
     Sampling,
     error_body, usage,
@@ -145,7 +145,7 @@ api.add_middleware(Guard)
 def _model_failure(err: BaseException) -> ApiError:
     user = unwrap_user_error(err)
     if user is not None:
-        return ApiError(400, str(user).splitlines()[0])
+        return ApiError(400, first_line(user))
     if isinstance(err, BackPressureError):
         return ApiError(503, "the model is at capacity; retry shortly", "service_unavailable", "overloaded")
     if isinstance(err, (RayActorError, DeploymentUnavailableError, ReplicaUnavailableError, RequestCancelledError)):

@@ -1,4 +1,5 @@
-"""Serve deployments of the same worker classes the pipelines run: `DetectionWorker` and `HFGenerator`.
+"""Serve deployments of the same worker classes the pipelines run: `DetectionWorker`,
+`GenerationWorker` and `TwoStepWorker`.
 
 Each replica loads its model once. With batching on, `@serve.batch` merges the requests that reach
 a replica within `wait_timeout_s` (up to `max_batch_size` requests) into one model call; with it
@@ -13,9 +14,11 @@ from typing import Any
 
 from ray import serve
 
-from redline.actors.detectors import DetectionWorker
-from redline.actors.generators import HFGenerator, PromptResult, SamplingParams
-from redline.cluster.config import BatchSettings, ServedDetectorConfig, ServedGeneratorConfig
+from redline.actors.detectors.worker import DetectionWorker
+from redline.actors.dialogue_safety.two_step import TwoStepWorker
+from redline.actors.generators import GenerationWorker, PromptResult, SamplingParams
+from redline.errors import RedlineError
+from redline.serve.config import BatchSettings, ServedDetectorConfig, ServedDialogueSafety, ServedGeneratorConfig
 
 
 def _configure_batching(method: Any, settings: BatchSettings) -> None:
@@ -88,7 +91,8 @@ class GeneratorDeployment:
 
     def __init__(self, config: dict[str, Any]) -> None:
         cfg = ServedGeneratorConfig.model_validate(config)
-        self.generator = HFGenerator(cfg)
+        self.worker = GenerationWorker(cfg.model_dump(mode="json", exclude={"serve"}))
+        self.generator = self.worker.generator
         self.batch = cfg.serve.batch
         self.counts = {"requests": 0, "model_calls": 0, "items": 0}
         _configure_batching(self.generate_batched, self.batch)
@@ -109,7 +113,7 @@ class GeneratorDeployment:
             self.counts["model_calls"] += 1
             self.counts["items"] += len(flat)
             try:
-                results = self.generator.generate(flat, params)
+                results = self.worker.generate(flat, params)
             except Exception as err:  # noqa: BLE001 - fail the requests of this group, not the batch
                 for k in members:
                     out[k] = err
@@ -139,35 +143,20 @@ class GeneratorDeployment:
 
 @serve.deployment
 class DialogueSafetyDeployment:
-    """The two-step detector (`TwoStepDetector`): utterance-level, then the context classifiers."""
+    """The two-step detector (`TwoStepWorker`): utterance-level, then the context classifiers."""
 
     def __init__(self, config: dict[str, Any]) -> None:
-        from redline.actors.dialogue_safety.two_step import TwoStepDetector
-        from redline.cluster.config import ServedDialogueSafety
-
         cfg = ServedDialogueSafety.model_validate(config)
-        self.detector = TwoStepDetector(cfg.utterance, cfg.classifiers)
+        self.worker = TwoStepWorker(cfg.utterance.model_dump(mode="json"), cfg.classifiers, num_gpus=cfg.num_gpus)
         self.batch = cfg.serve.batch
         _configure_batching(self.check_batched, self.batch)
 
     def run(self, pairs: list[tuple[str, str, str | None]]) -> list[dict[str, Any]]:
-        """Pairs with a category are judged by that category's classifier, the others by every one."""
-        out: list[dict[str, Any]] = [{}] * len(pairs)
-        for with_cat in (True, False):
-            idx = [i for i, p in enumerate(pairs) if (p[2] is not None) == with_cat]
-            if not idx:
-                continue
-            verdicts = self.detector.detect([pairs[i][0] for i in idx], [pairs[i][1] for i in idx],
-                                            [pairs[i][2] for i in idx] if with_cat else None)  # type: ignore[misc]
-            for i, v in zip(idx, verdicts):
-                out[i] = {"verdict": v.verdict, "category": v.category, "utterance_score": v.utterance_score,
-                          "confidence": v.confidence}
-        return out
+        return [{"verdict": v.verdict, "category": v.category, "utterance_score": v.utterance_score,
+                 "confidence": v.confidence} for v in self.worker.detect(pairs)]
 
     async def check(self, pairs: list[tuple[str, str, str | None]]) -> list[dict[str, Any]]:
-        from redline.errors import RedlineError
-
-        known = self.detector.context.categories
+        known = self.worker.categories
         unknown = [p[2] for p in pairs if p[2] is not None and p[2] not in known]
         if unknown:  # refused here, so it cannot fail the other requests of a batch
             raise RedlineError(f"no classifier for category '{unknown[0]}' (trained: {', '.join(known)})")

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from redline.cluster import storage
-from redline.cluster.config import ServeConfig
 from redline.cluster.net import is_loopback
+from redline.serve.config import ServeConfig
 from redline.cluster.runtime import ensure_ray
 from redline.errors import RedlineError
 
@@ -29,8 +29,12 @@ log = logging.getLogger(__name__)
 VLLM_ROUTE = "/vllm"
 
 
+class PortTaken(RedlineError):
+    """Another process bound the port first (it was free when checked)."""
+
+
 def state_dir() -> Path:
-    return Path(os.environ.get("REDLINE_STATE_DIR", Path.home() / ".cache" / "redline" / "serve"))
+    return Path(os.environ.get("REDLINE_STATE_DIR") or storage.user_cache_dir() / "serve")
 
 
 _STARTED_HERE: set[int] = set()  # ports this process runs Serve on
@@ -93,7 +97,8 @@ def check_exposure(config: ServeConfig) -> None:
 
 def preflight(config: ServeConfig) -> None:
     """Exposure, model files and detector settings checked before any replica starts."""
-    from redline.actors.registry import detector_class
+    from redline.actors.detectors import detector_class
+    from redline.actors.dialogue_safety.classifiers import check_classifiers
 
     check_exposure(config)
     for d in config.detectors:
@@ -101,9 +106,7 @@ def preflight(config: ServeConfig) -> None:
     if config.dialogue_safety is not None:
         ds = config.dialogue_safety
         detector_class(ds.utterance.kind).preflight(ds.utterance)
-        if not (Path(ds.classifiers).expanduser() / "redline_dialogue_safety.json").is_file():
-            raise RedlineError(f"dialogue_safety.classifiers: no classifiers in {ds.classifiers} "
-                               f"(train them with `redline train dialogue-safety`)")
+        check_classifiers(ds.classifiers)
     for g in config.generators:
         if g.backend == "vllm":
             try:
@@ -114,7 +117,7 @@ def preflight(config: ServeConfig) -> None:
             continue
         from transformers import AutoConfig
 
-        from redline.actors.hf_loading import first_line
+        from redline.errors import first_line
 
         try:
             AutoConfig.from_pretrained(g.model, revision=g.revision)
@@ -165,8 +168,14 @@ def start(config: ServeConfig, *, config_file: str | None = None, verbose: bool 
     ensure_ray(verbose=verbose)
     import ray
 
-    serve.start(http_options={"host": config.host, "port": config.port},
-                logging_config={"enable_access_log": verbose, "log_level": "INFO" if verbose else "WARNING"})
+    try:
+        serve.start(http_options={"host": config.host, "port": config.port},
+                    logging_config={"enable_access_log": verbose, "log_level": "INFO" if verbose else "WARNING"})
+    except Exception as err:  # noqa: BLE001 - Ray reports a taken port from inside the proxy actor
+        if "Failed to bind" not in str(err):
+            raise
+        serve.shutdown()  # no half-started Serve left behind for the next start
+        raise PortTaken(f"cannot serve on {config.host}:{config.port}: the port was taken") from None
     check_resources(config, strict=local)
     apps = [(config.app_name, build_app(config, api_key_sha256(config)), config.route_prefix)]
     extra = vllm_app(config)

@@ -29,9 +29,19 @@ VENV_BIN = Path(sys.executable).parent
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port between Ray's worker ports (10002-19999) and the kernel's ephemeral range (32768+),
+    where no Ray process or client socket can take it between this check and its use."""
+    import random
+
+    for _ in range(200):
+        port = random.randint(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port in 20000-32000")
 
 
 def wait_for_port(port: int, timeout: float = 60.0) -> None:
@@ -75,7 +85,7 @@ def ray_session():
 
 @pytest.fixture(scope="session")
 def sample_rows() -> list[dict]:
-    from redline.cluster.config import CorpusConfig
+    from redline.pipelines.corpora import CorpusConfig
     from redline.pipelines.corpora import read_corpus
     from redline.pipelines.quickstart import sample_path
 
@@ -201,3 +211,22 @@ def tiny_seq2seq(tmp_path_factory, sample_rows) -> Path:
     texts = [r["text"] for r in sample_rows]
     return build_tiny_seq2seq(list(zip(texts, texts[1:])), tmp_path_factory.mktemp("models") / "tiny-bart",
                               epochs=1, hidden_size=32, num_layers=1, vocab_size=500)
+
+
+def status_and_report(run_uri: str, expect: str) -> None:
+    """`redline status` summarises a finished run of any pipeline, and `redline report` renders its
+    report again from the run directory alone."""
+    import contextlib
+    import io
+
+    from redline.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["status", run_uri]) == 0
+    assert "complete" in out.getvalue() and expect in out.getvalue(), out.getvalue()
+    html = Path(run_uri) / "report.html"
+    html.unlink()
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["report", run_uri]) == 0
+    assert "<table>" in html.read_text()

@@ -187,6 +187,9 @@ def bedrock() -> _Server:
                               {"x-amzn-ErrorType": "ValidationException"})
             turn = body["messages"][-1]["content"][0]["text"]
             words = (["you", "are", "an", "idiot"] if "ANGRY" in turn else ["you", "said:", *turn.split()])
+            if "Passage:" in turn:  # a judge's question: answered like a judge
+                passage = turn.rsplit("Passage:", 1)[-1].split("\n")[0]
+                words = ["Yes"] if looks_toxic(passage) else ["No"]
             limit = body.get("inferenceConfig", {}).get("maxTokens", 100)
             reason = "max_tokens" if len(words) > limit else "end_turn"
             words = words[:limit]

@@ -15,7 +15,7 @@ from redline.actors.attack.search import Beam, GreedyWIR, SearchContext
 from redline.actors.attack.text import AttackedText
 from redline.actors.attack.transformations import HOMOGLYPHS, CharEdits, EmbeddingNeighbours, MaskedLMSwaps, WordNetSynonyms
 from redline.actors.detectors import DecisionRule, Detector, build_detector
-from redline.cluster.config import DetectorConfig
+from redline.actors.detectors import DetectorConfig
 from redline.errors import RedlineError
 
 
@@ -201,7 +201,7 @@ def test_word_embedding_distance(tmp_path):
 
 
 @pytest.mark.parametrize("search", [GreedyWIR("delete"), GreedyWIR("unk"), GreedyWIR("wsaliency"), Beam(2)],
-                         ids=lambda s: s.name)
+                         ids=lambda s: s.label)
 def test_searches_find_the_planted_weakness(search):
     victim = Victim(PlantedVictim())
     ctx = ctx_for("honestly you are a total idiot mate", CharEdits(), pre=[C.Stopwords()])
@@ -285,6 +285,32 @@ def test_every_registered_recipe_runs_on_a_tiny_victim(tiny_binary_model, tiny_m
     assert not errors
     assert {r.status for r in results} <= {"success", "failed", "skipped"}
     assert all(r.queries <= 60 for r in results)
+
+
+def test_a_recipe_declared_in_the_config_runs_from_registered_components():
+    """Recipes are data: a config may declare one from registered components and their arguments."""
+    from redline.pipelines.attack import AttackConfig
+
+    declared = {"name": "my-typos", "transformation": [{"kind": "char", "ops": ["delete", "swap"]}],
+                "pre": [{"kind": "stopwords"}], "post": [{"kind": "levenshtein", "max_distance": 3}],
+                "search": {"kind": "greedy-wir", "method": "unk"}, "query_budget": 200}
+    base = {"corpus": {"path": "x.csv", "text_column": "t"}, "victim": {"name": "p", "kind": "profanity-check"}}
+    cfg = AttackConfig.model_validate({**base, "recipes": ["deepwordbug", declared]})
+    opts = {o.name: o for o in cfg.recipes}
+    recipe = opts["my-typos"].recipe()
+    assert recipe.family == "declared" and recipe.search == ("greedy-wir", {"method": "unk"})
+    a = Attacker(Victim(build_detector(DetectorConfig(name="p", kind="profanity-check"))), opts, AttackResources())
+    result = a.attack([Attempt("a", "you are a stupid idiot", "my-typos", "tae")])[0]
+    assert result.status == "success" and result.words_changed >= 1
+    assert a.components("my-typos").label == {"transformation": "char", "constraints": "stopwords, levenshtein",
+                                               "search": "greedy-wir-unk"}
+    for bad, message in (({"transformation": [{"kind": "chars"}]}, "unknown transformation 'chars'"),
+                         ({"transformation": [{"kind": "char", "opz": 1}]}, "takes no argument 'opz'"),
+                         ({"search": None}, "needs transformation and search"),
+                         ({"name": "pwws"}, "is built in: give the declared recipe another name"),
+                         ({"post": [{"kind": "levenshtein", "max_distance": 3}, {"kind": "pos"}]}, "unknown post 'pos'")):
+        with pytest.raises(Exception, match=message):
+            AttackConfig.model_validate({**base, "recipes": [{**declared, **bad}]})
 
 
 def test_wordnet_table_matches_nltk_synsets_exactly(wordnet_ready):

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import kill_after_parts, write_csv
-from redline.cluster.cli import main
-from redline.cluster.config import AttackConfig, validate_config
+from conftest import kill_after_parts, write_csv, status_and_report
+from redline.cli import main
+from redline.cluster.config import validate_config
+from redline.pipelines.attack import AttackConfig
 from redline.errors import RedlineError
 from redline.pipelines import sharded
 from redline.pipelines.attack import run_attack
+from redline.cluster.runs import RunDir
 from redline.pipelines.schema import ATTACK_SCHEMA
 
 
@@ -32,7 +34,7 @@ def attack_run(ray_session, davidson, wordnet_ready, tmp_path_factory):
 
 def test_attack_rows_follow_the_schema_with_provenance(attack_run):
     cfg, result = attack_run
-    run = sharded.Run(sharded.storage.RunDir(result.run_uri), result.manifest, False)
+    run = RunDir(result.run_uri)
     rows = sharded.read_outputs(run, "attempts")
     assert rows.schema == ATTACK_SCHEMA
     ids = rows.column("id").to_pylist()
@@ -62,7 +64,7 @@ def test_counts_add_up_and_report_is_written(attack_run):
     html = (run / "report.html").read_text()
     assert "deepwordbug" in html and "Sample successes" in html and "data:image/png;base64," in html
     assert (run / "summary.csv").is_file() and result.manifest["state"] == "complete"
-
+    status_and_report(result.run_uri, "deepwordbug")
 
 def test_attack_resumes_only_missing_shards(attack_run):
     cfg, result = attack_run
@@ -73,7 +75,7 @@ def test_attack_resumes_only_missing_shards(attack_run):
     (run / "manifest.json").write_text(json.dumps(manifest))
     again = run_attack(cfg)
     assert again.manifest["resumed_shards"] == 5 and again.manifest["state"] == "complete"
-    rows = sharded.read_outputs(sharded.Run(sharded.storage.RunDir(again.run_uri), again.manifest, False), "attempts")
+    rows = sharded.read_outputs(RunDir(again.run_uri), "attempts")
     assert Counter(rows.column("id").to_pylist()).most_common(1)[0][1] == 1 and rows.num_rows == 80
 
 
@@ -108,7 +110,8 @@ def test_an_attempt_without_a_result_is_kept_as_an_error():
     import pyarrow as pa
 
     from redline.pipelines.attack import assemble
-    from redline.pipelines.schema import ATTACK_RESULT_SCHEMA, conform
+    from redline.actors.attack.attacker import ATTACK_RESULT_SCHEMA
+    from redline.cluster.tables import conform
 
     shard = conform(pa.table({"id": ["a", "b"], "seed_id": ["s1", "s2"], "seed_text": ["x", "y"],
                               "recipe": ["pwws", "pwws"], "goal": ["tae", "bae"]}), ATTACK_SCHEMA)
@@ -150,7 +153,7 @@ def test_killed_attack_resumes_without_losing_or_duplicating_rows(ray_session, t
     assert done.returncode == 0, done.stderr[-2000:]
     manifest = json.loads((tmp_path / "runs" / "killme" / "manifest.json").read_text())
     assert manifest["state"] == "complete" and manifest["resumed_shards"] >= written
-    rows = sharded.read_outputs(sharded.Run(sharded.storage.RunDir(str(tmp_path / "runs" / "killme")), manifest, False),
+    rows = sharded.read_outputs(RunDir(str(tmp_path / "runs" / "killme")),
                                 "attempts")
     ids = rows.column("id").to_pylist()
     assert len(ids) == len(set(ids)) == 1500 and manifest["counts"]["attempts_out"] == 1500

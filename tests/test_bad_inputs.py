@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import write_csv
-from redline.cluster.cli import main
+from redline.cli import main
 
 
 def corpus_csv(tmp_path: Path) -> Path:
@@ -110,7 +110,7 @@ CONFIG_CASES = [
         "recipes": ["deepwordbugz"], "output": str(t / "runs")})], "unknown recipe 'deepwordbugz'"),
     ("taebench of a directory that is not an attack run", lambda t: ["run", "taebench", "-c", write(t, {
         "attacks": str(t), "grammar": None, "classifier": {"name": "p", "kind": "profanity-check"},
-        "output": str(t / "runs")})], "is not an attack run directory"),
+        "output": str(t / "runs")})], "is not a run directory of the attack pipeline"),
     ("serve on all interfaces without a key", lambda t: ["serve", "-c", write(t, {
         "host": "0.0.0.0", "api_key_env": "REDLINE_NO_SUCH_KEY",
         "detectors": [{"name": "p", "kind": "profanity-check"}]})],
@@ -160,7 +160,7 @@ def test_force_clears_only_this_pipelines_own_run(capsys, tmp_path, ray_session)
     (other / "manifest.json").write_text(json.dumps({"pipeline": "attack", "run_name": "an-attack", "state": "complete"}))
     (other / "attempts.parquet").write_bytes(b"data")
     expect_error(capsys, tmp_path, score(tmp_path, score_config(tmp_path), "--run-name", "an-attack", "--force"),
-                 "holds a attack run, not the score run 'an-attack'")
+                 "holds a run of the attack pipeline, not the score run 'an-attack'")
     assert (other / "attempts.parquet").exists()
     damaged = runs / "damaged"
     damaged.mkdir()

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import REPO, write_csv
-from redline.cluster.cli import main
+from redline.cli import main
 
 COMMANDS = [[], ["list"], ["list", "detectors"], ["run"], ["run", "score"], ["train"], ["train", "tiny-classifier"],
             ["quickstart"], ["submit"], ["status"], ["logs"]]
@@ -137,7 +137,7 @@ def test_quickstart_main_job_is_the_taebench_chain(capsys, tmp_path, ray_session
     assert "deepwordbug" in capsys.readouterr().out
     assert main(["quickstart", "--output", str(tmp_path)]) == 0
     captured = capsys.readouterr()
-    assert "config already attacked" in captured.err
+    assert "config already run in" in captured.err and "quickstart-attack; reusing it" in captured.err
     out = captured.out
     assert "TaeBench:" in out and "transfer attack" in out and "ASR TAE (FNR)" in out
     taebench = json.loads((tmp_path / "quickstart-taebench" / "manifest.json").read_text())
@@ -146,7 +146,7 @@ def test_quickstart_main_job_is_the_taebench_chain(capsys, tmp_path, ray_session
     assert usage["requests"] > 0 and usage["by_verdict"].get("yes") and usage["by_verdict"].get("no")
     assert taebench["counts"]["taebench"] > 0
     transfer = json.loads((tmp_path / "quickstart-transfer" / "manifest.json").read_text())
-    victims = {r["victim"]: r for r in transfer["transfer"]}
+    victims = {r["victim"]: r for r in transfer["summary"]}
     assert victims["profanity-check"]["tae_rate"] == 1.0  # the attack's own victim is fooled by every TAE
     assert str(tmp_path / "quickstart-transfer" / "report.html") in out
     assert "data:image/png;base64," in (tmp_path / "quickstart-transfer" / "report.html").read_text()
@@ -168,8 +168,8 @@ def test_train_tiny_classifier_command(capsys, tmp_path, davidson):
     assert main(["train", "tiny-classifier", "--corpus", str(davidson), "--preset", "davidson", "--limit", "200",
                  "--epochs", "1", "--out", str(out_dir)]) == 0
     assert (out_dir / "config.json").is_file() and (out_dir / "tokenizer.json").is_file()
-    from redline.actors.detectors import HFDetector
-    from redline.cluster.config import DetectorConfig
+    from redline.actors.detectors.local import HFDetector
+    from redline.actors.detectors import DetectorConfig
 
     HFDetector.preflight(DetectorConfig(name="t", kind="hf", model=str(out_dir)))
 
@@ -183,16 +183,22 @@ def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one():
 
 
 def test_examples_validate(tmp_path):
-    from redline.cluster import config as C
+    """Every registered pipeline has an example config that validates; so do the other examples."""
+    from redline.actors.triggers.training import TriggerModelTrainConfig
+    from redline.cluster.config import load_config
+    from redline.pipelines import registry
+    from redline.serve.config import ServeConfig
 
-    models = {"score": C.ScoreConfig, "attack": C.AttackConfig, "serve": C.ServeConfig, "taebench": C.TaebenchConfig,
-              "transfer": C.TransferConfig, "advtrain": C.AdvTrainConfig,
-              "dialoguesafety": C.DialogueSafetyTrainConfig, "diasafety": C.DiaSafetyEvalConfig,
-              "egregious": C.EgregiousConfig, "trigger": C.TriggerModelTrainConfig}
-    examples = sorted((REPO / "examples").glob("*.yaml"))
-    assert {p.stem.split("_")[0] for p in examples} == set(models)
-    for path in examples:
-        C.load_config(models[path.stem.split("_")[0]], path)
+    examples = {p.name: p for p in (REPO / "examples").glob("*.yaml")}
+    checked = set()
+    for entry in registry.entries():
+        assert entry.example in examples, f"pipeline {entry.name} has no example {entry.example}"
+        load_config(registry.pipeline(entry.name).config, examples[entry.example])
+        checked.add(entry.example)
+    others = {"serve": ServeConfig, "trigger": TriggerModelTrainConfig}
+    for name, path in examples.items():
+        if name not in checked:
+            load_config(others[name.split("_")[0].removesuffix(".yaml")], path)
 
 
 def test_ray_cluster_yaml_passes_the_launcher_schema():

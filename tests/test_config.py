@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from redline.cluster.config import ScoreConfig, config_hash, load_config, validate_config
+from redline.cluster.config import config_hash, load_config, validate_config
+from redline.pipelines.score import ScoreConfig
 from redline.errors import RedlineError
 
 BASE = {"corpus": {"path": "x.csv", "text_column": "t", "label_column": "l", "toxic_values": [1]},

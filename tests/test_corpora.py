@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import DIASAFETY_VAL, shared_file, write_csv
-from redline.cluster.config import CorpusConfig
+from redline.pipelines.corpora import CorpusConfig
 from redline.errors import RedlineError
 from redline.pipelines.corpora import read_corpus
 from redline.pipelines.schema import CORPUS_SCHEMA

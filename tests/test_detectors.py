@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from redline.actors.detectors import DecisionRule, DetectionWorker, build_detector
-from redline.cluster.config import DetectorConfig
+from redline.actors.detectors import DecisionRule, build_detector
+from redline.actors.detectors.worker import DetectionWorker
+from redline.actors.detectors import DetectorConfig
 from redline.errors import RedlineError
 
 TEXTS = ["you are a stupid idiot", "have a lovely day", "fuck off loser", "the library opens at nine"]
@@ -132,14 +133,14 @@ def test_hf_toxic_labels_choose_which_classes_count(tiny_multiclass_model):
      ("./also-missing", "model directory does not exist")],
 )
 def test_hf_missing_model_directory_fails_preflight(model, message):
-    from redline.actors.detectors import HFDetector
+    from redline.actors.detectors.local import HFDetector
 
     with pytest.raises(RedlineError, match=message):
         HFDetector.preflight(det(kind="hf", model=model))
 
 
 def test_hf_directory_without_config_and_unknown_toxic_label(tmp_path, tiny_binary_model):
-    from redline.actors.detectors import HFDetector
+    from redline.actors.detectors.local import HFDetector
 
     with pytest.raises(RedlineError, match="has no config.json"):
         HFDetector.preflight(det(kind="hf", model=str(tmp_path)))

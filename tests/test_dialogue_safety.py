@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import SHARED_DATA, shared_file
+from conftest import SHARED_DATA, shared_file, status_and_report
 
 
 def test_taxonomy_has_the_six_categories_and_takes_additions():
@@ -53,7 +53,8 @@ def test_rows_are_validated(tmp_path):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tiny_binary_model):
-    from redline.cluster.config import DialogueSafetyTrainConfig, validate_config
+    from redline.cluster.config import validate_config
+    from redline.pipelines.diasafety_train import DialogueSafetyTrainConfig
     from redline.pipelines.diasafety_train import run_dialogue_safety_training
 
     train = shared_file(SHARED_DATA / "diasafety" / "train.json")
@@ -82,7 +83,7 @@ def test_training_reports_the_papers_comparisons(trained):
     assert set(m["training"]["one_vs_all"]) == set(cats)
     html = (trained.report_html)
     assert "Fine-grain: one_vs_all" in open(html).read()
-
+    status_and_report(trained.run_uri, "F1 (unsafe)")
 
 def test_classifiers_load_from_their_own_directory_wherever_it_moves(trained, tmp_path, monkeypatch):
     """Model paths resolve against the classifiers directory, not the working directory: a copied or
@@ -105,7 +106,7 @@ def test_classifiers_load_from_their_own_directory_wherever_it_moves(trained, tm
 def test_two_step_detection(trained):
     from redline.actors.dialogue_safety.taxonomy import category
     from redline.actors.dialogue_safety.two_step import TwoStepDetector
-    from redline.cluster.config import DetectorConfig
+    from redline.actors.detectors import DetectorConfig
 
     detector = TwoStepDetector(DetectorConfig(name="kw", kind="keywords", patterns=["idiot"]),
                                str(Path(trained.run_uri) / "models" / "one_vs_all"))
@@ -120,7 +121,8 @@ def test_two_step_detection(trained):
 
 
 def test_chatbot_evaluation_leaderboard(trained, tiny_causal_lm, tmp_path, ray_session):
-    from redline.cluster.config import DiaSafetyEvalConfig, validate_config
+    from redline.cluster.config import validate_config
+    from redline.pipelines.diasafety import DiaSafetyEvalConfig
     from redline.errors import RedlineError
     from redline.pipelines.diasafety import check_classifiers, run_diasafety
 
@@ -168,11 +170,11 @@ def test_chatbot_evaluation_leaderboard(trained, tiny_causal_lm, tmp_path, ray_s
     with pytest.raises(RedlineError, match="category 'Sensitive Topic Continuation' has no contexts"):
         run_diasafety(validate_config(DiaSafetyEvalConfig, {**data, "categories": ["Sensitive Topic Continuation"],
                                                             "run_name": "e2"}))
-
+    status_and_report(result.run_uri, "Overall")
 
 @pytest.mark.slow
 def test_quickstart_diasafety(capsys, tmp_path, monkeypatch, ray_session):
-    from redline.cluster.cli import main
+    from redline.cli import main
 
     shared_file(SHARED_DATA / "diasafety" / "train.json")
     monkeypatch.setenv("REDLINE_DIASAFETY_DIR", str(SHARED_DATA / "diasafety"))
@@ -180,14 +182,14 @@ def test_quickstart_diasafety(capsys, tmp_path, monkeypatch, ray_session):
     out = capsys.readouterr().out
     assert "DiaSafety leaderboard" in out and "tiny-dialogue" in out and "report:" in out
     manifest = json.loads((tmp_path / "quickstart-diasafety" / "manifest.json").read_text())
-    assert manifest["state"] == "complete" and manifest["leaderboard"][0]["responses"] == 500
+    assert manifest["state"] == "complete" and manifest["summary"][0]["responses"] == 500
 
 
 def test_two_step_detection_served_over_http(trained, ray_session, tmp_path, monkeypatch):
     import httpx
 
     from conftest import free_port
-    from redline.cluster.config import ServeConfig
+    from redline.serve.config import ServeConfig
     from redline.serve import runner
 
     monkeypatch.setenv("REDLINE_STATE_DIR", str(tmp_path / "state"))
@@ -216,7 +218,8 @@ def test_two_step_detection_served_over_http(trained, ray_session, tmp_path, mon
 
 def test_categories_and_a_hyperparameter_grid_train_as_tune_trials(tmp_path, tiny_binary_model, ray_session):
     from redline.actors.dialogue_safety.classifiers import ContextClassifiers
-    from redline.cluster.config import DialogueSafetyTrainConfig, validate_config
+    from redline.cluster.config import validate_config
+    from redline.pipelines.diasafety_train import DialogueSafetyTrainConfig
     from redline.pipelines.diasafety_train import run_dialogue_safety_training
 
     train = shared_file(SHARED_DATA / "diasafety" / "train.json")

@@ -12,7 +12,7 @@ CHAT = [{"role": "user", "content": "hello there"}, {"role": "assistant", "conte
 
 def test_causal_prompts_follow_dialogpt_or_the_chat_template(tiny_causal_lm):
     from redline.actors.generators import HFGenerator
-    from redline.cluster.config import GeneratorConfig
+    from redline.actors.generators import GeneratorConfig
 
     plain = HFGenerator(GeneratorConfig(name="g", model=str(tiny_causal_lm)))
     assert not plain.seq2seq
@@ -24,7 +24,7 @@ def test_causal_prompts_follow_dialogpt_or_the_chat_template(tiny_causal_lm):
 
 def test_seq2seq_generation_batches_prompts_and_counts_tokens(tiny_seq2seq):
     from redline.actors.generators import HFGenerator, SamplingParams
-    from redline.cluster.config import GeneratorConfig
+    from redline.actors.generators import GeneratorConfig
 
     gen = HFGenerator(GeneratorConfig(name="b", model=str(tiny_seq2seq)))
     assert gen.seq2seq and gen.prompt_from_messages(CHAT) == "hello there\nhi\nhow are you"
@@ -38,7 +38,7 @@ def test_seq2seq_generation_batches_prompts_and_counts_tokens(tiny_seq2seq):
 
 def test_limits_and_stops(tiny_causal_lm):
     from redline.actors.generators import HFGenerator, SamplingParams, truncate_at_stop
-    from redline.cluster.config import GeneratorConfig
+    from redline.actors.generators import GeneratorConfig
     from redline.errors import RedlineError
 
     assert truncate_at_stop("a b. c\nd", [".", "\n"]) == ("a b", True)
@@ -52,7 +52,8 @@ def test_limits_and_stops(tiny_causal_lm):
 
 def test_generator_errors_are_one_line(tmp_path):
     from redline.actors.generators import SamplingParams, build_generator
-    from redline.cluster.config import GeneratorConfig, validate_config
+    from redline.actors.generators import GeneratorConfig
+    from redline.cluster.config import validate_config
     from redline.errors import RedlineError
 
     with pytest.raises(RedlineError, match="no model saved with save_pretrained"):
@@ -71,7 +72,7 @@ def test_bedrock_generator_speaks_converse_through_boto3(monkeypatch):
     from standins import bedrock
 
     from redline.actors.generators import SamplingParams, build_generator
-    from redline.cluster.config import GeneratorConfig
+    from redline.actors.generators import GeneratorConfig
     from redline.errors import RedlineError
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDTEST")

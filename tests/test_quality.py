@@ -8,11 +8,14 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 
+from conftest import status_and_report
+from redline.errors import RedlineError
+
 from standins import languagetool, openai_judge
 
 
 def judge_config(url: str, tmp_path, **kw):
-    from redline.cluster.config import JudgeConfig
+    from redline.actors.judges import JudgeConfig
 
     return JudgeConfig(base_url=url + "/v1", model="judge", cache_dir=str(tmp_path / "cache"), backoff_s=0.05,
                        **kw)
@@ -72,6 +75,32 @@ def test_judge_refusals_stop_at_once_and_retry_after_is_a_minimum(tmp_path, monk
         assert len(dated) == 2 and dated[1] - dated[0] >= 1.0, dated
 
 
+def test_judges_reach_any_provider_bedrock_included(tmp_path, monkeypatch):
+    """The provider registry: the same judge asks AWS Bedrock (Converse via boto3) or an OpenAI-compatible
+    API; retries, cache and accounting wrap either."""
+    from redline.actors.judges import JudgeConfig, LLMJudge
+    from redline.actors.providers import providers
+    from standins import bedrock
+
+    assert set(providers()) >= {"openai", "redline", "bedrock", "hf"}
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with bedrock() as aws:
+        judge = LLMJudge(JudgeConfig(provider="bedrock", model="anthropic.claude-3-haiku", region="us-east-1",
+                                     endpoint_url=aws.url, cache_dir=str(tmp_path / "cache")))
+        got = judge.judge(["you stupid idiot", "lovely weather today"])
+        assert [g.verdict for g in got] == ["yes", "no"] and got[0].completion_tokens == 1
+        assert all(g.cached for g in judge.judge(["you stupid idiot", "lovely weather today"]))
+        request = aws.httpd.converse_bodies[0]
+        assert request["inferenceConfig"]["maxTokens"] == 8 and request["inferenceConfig"]["temperature"] == 0.0
+        missing = LLMJudge(JudgeConfig(provider="bedrock", model="missing", region="us-east-1", endpoint_url=aws.url,
+                                       cache_dir=None))
+        with pytest.raises(RedlineError, match="judge endpoint Bedrock answered ValidationException"):
+            missing.judge(["x"])
+    with pytest.raises(Exception, match="provider openai needs base_url"):
+        JudgeConfig(model="m")
+
+
 def test_key_never_travels_over_plain_http_to_another_host(tmp_path, monkeypatch):
     from redline.actors.judges import LLMJudge
     from redline.cluster.net import check_key_transport
@@ -106,7 +135,8 @@ def test_grammar_counts_only_the_configured_categories():
 
 @pytest.fixture(scope="module")
 def attack_run(ray_session, tmp_path_factory):
-    from redline.cluster.config import AttackConfig, validate_config
+    from redline.cluster.config import validate_config
+    from redline.pipelines.attack import AttackConfig
     from redline.pipelines.attack import run_attack
     from redline.pipelines.quickstart import sample_path
 
@@ -121,7 +151,8 @@ def attack_run(ray_session, tmp_path_factory):
 
 
 def taebench_config(attack_uri, tmp_path, lt_url, judge_url, tiny_binary_model, **over):
-    from redline.cluster.config import TaebenchConfig, validate_config
+    from redline.cluster.config import validate_config
+    from redline.pipelines.taebench import TaebenchConfig
 
     data = {"attacks": attack_uri,
             "grammar": {"url": lt_url, "max_new_errors": 0, "num_cpus": 0.2},
@@ -165,7 +196,7 @@ def test_taebench_pipeline_end_to_end(attack_run, tmp_path, tiny_binary_model):
     assert all("more grammar errors than the seed" in r for r in rejected.column("reject_reason").to_pylist())
     html = (tmp_path / "runs" / "tb" / "report.html").read_text()
     assert "Rows remaining after each stage" in html and "data:image/png;base64" in html
-
+    status_and_report(result.run_uri, "after label")
 
 def test_taebench_without_grammar_server_is_an_error_unless_allowed(attack_run, tmp_path, tiny_binary_model):
     from redline.errors import RedlineError
@@ -213,7 +244,7 @@ def test_a_judge_that_fails_or_says_nothing_usable_fails_the_stage(attack_run, t
 
 def test_api_detector_kinds_against_local_servers(tmp_path, monkeypatch):
     from redline.actors.detectors import build_detector
-    from redline.cluster.config import DetectorConfig
+    from redline.actors.detectors import DetectorConfig
     from redline.errors import RedlineError
     from standins import bedrock
 
@@ -245,7 +276,7 @@ def test_api_detector_kinds_against_local_servers(tmp_path, monkeypatch):
 def test_missing_api_results_are_row_errors_never_scores(tmp_path):
     """A server that answers fewer results than texts, or a result without its fields, gives `error`
     rows: no score, no decision (a zero would read as benign)."""
-    from redline.actors.detectors import DetectionWorker
+    from redline.actors.detectors.worker import DetectionWorker
     from standins import short_detect_server
 
     texts = ["you idiot", "SHORT hello", "nice day", "you moron"]
@@ -270,7 +301,9 @@ def test_missing_api_results_are_row_errors_never_scores(tmp_path):
 def test_a_remote_detectors_failed_batch_is_not_retried_text_by_text():
     """Row-by-row retry isolates a bad row of a local model; against an API that just failed it would
     multiply the requests by the batch size."""
-    from redline.actors.detectors import DETECTORS, DetectionWorker, ProfanityCheckDetector
+    from redline.actors.detectors.local import ProfanityCheckDetector
+    from redline.actors.detectors.registry import detector_kinds
+    from redline.actors.detectors.worker import DetectionWorker
 
     class Flaky(ProfanityCheckDetector):
         kind, remote, calls = "flaky-remote", True, 0
@@ -279,12 +312,12 @@ def test_a_remote_detectors_failed_batch_is_not_retried_text_by_text():
             type(self).calls += 1
             raise ConnectionError("503 from upstream")
 
-    DETECTORS["flaky-remote"] = Flaky
+    detector_kinds()["flaky-remote"] = Flaky
     try:
         worker = DetectionWorker({"name": "f", "kind": "flaky-remote"})
         probs, score, toxic, status, reason = worker.score(["a", "b", "c", "d"])
     finally:
-        del DETECTORS["flaky-remote"]
+        del detector_kinds()["flaky-remote"]
     assert Flaky.calls == 1 and list(status) == ["error"] * 4 and "503 from upstream" in reason[0]
 
 
@@ -300,7 +333,8 @@ def taebench_run(attack_run, tmp_path_factory, tiny_binary_model):
 
 def test_transfer_benchmark_over_several_victim_kinds(taebench_run, tmp_path, tiny_binary_model):
     from redline.cluster import storage
-    from redline.cluster.config import TransferConfig, validate_config
+    from redline.cluster.config import validate_config
+    from redline.pipelines.transfer import TransferConfig
     from redline.pipelines.transfer import run_transfer
 
     plus = storage.read_parquet(storage.join(taebench_run, "taebench_plus.parquet")).to_pylist()
@@ -328,12 +362,12 @@ def test_transfer_benchmark_over_several_victim_kinds(taebench_run, tmp_path, ti
     assert rows["moderation"]["tae_rate"] == 0.0
     html = (tmp_path / "runs" / "tr" / "report.html").read_text()
     assert "ASR TAE (FNR)" in html and "data:image/png;base64" in html
-
+    status_and_report(result.run_uri, "ASR TAE (FNR)")
 
 def test_train_naturalness_and_judge_classifier_commands(tmp_path, sample_rows, tiny_binary_model, capsys):
     import random
 
-    from redline.cluster.cli import main
+    from redline.cli import main
     from redline.pipelines.quickstart import sample_path
 
     rng = random.Random(0)
@@ -357,7 +391,7 @@ def test_train_naturalness_and_judge_classifier_commands(tmp_path, sample_rows, 
     assert info["held_out_rows"] == round(0.2 * info["rows"]) and info["held_out"]["roc_auc"] > 0.8
     assert json.loads((out / "config.json").read_text())["id2label"] == {"0": "unnatural", "1": "natural"}
 
-    from redline.cluster.config import NaturalnessConfig
+    from redline.pipelines.taebench import NaturalnessConfig
     from redline.actors.detectors import build_detector
 
     det = build_detector(NaturalnessConfig(model=str(out), natural_label="natural").detector())
@@ -379,7 +413,7 @@ def test_train_naturalness_and_judge_classifier_commands(tmp_path, sample_rows, 
 def test_dedupe_keeps_every_recipe_and_grammar_rejects_new_errors(ray_session, tmp_path):
     import pyarrow as pa
 
-    from redline.cluster.config import TaebenchConfig
+    from redline.pipelines.taebench import TaebenchConfig
     from redline.pipelines.taebench import dedupe, grammar
 
     table = pa.table({
@@ -411,7 +445,8 @@ def advtrain_data(taebench_run, tmp_path, tiny_binary_model, **over) -> dict:
 
 @pytest.mark.slow
 def test_advtrain_sweep_produces_table5(taebench_run, tmp_path, tiny_binary_model):
-    from redline.cluster.config import AdvTrainConfig, validate_config
+    from redline.cluster.config import validate_config
+    from redline.pipelines.advtrain import AdvTrainConfig
     from redline.pipelines.advtrain import run_advtrain
 
     cfg = validate_config(AdvTrainConfig, advtrain_data(taebench_run, tmp_path, tiny_binary_model))
@@ -429,13 +464,13 @@ def test_advtrain_sweep_produces_table5(taebench_run, tmp_path, tiny_binary_mode
     # more training rows for the adversarial variants: base + their adversarial rows
     assert table[2]["train_rows"] > table[0]["train_rows"]
     from redline.actors.detectors import build_detector
-    from redline.cluster.config import DetectorConfig
+    from redline.actors.detectors import DetectorConfig
 
     det = build_detector(DetectorConfig(name="adv", kind="hf", model=table[3]["checkpoint"]))
     assert det.detect(["you are an idiot"])[0].shape == (1, 2)  # a checkpoint is a usable detector
     html = (tmp_path / "runs" / "adv" / "report.html").read_text()
     assert "TaeBench ASR (FNR)" in html and "data:image/png;base64" in html
-
+    status_and_report(result.run_uri, "TaeBench ASR")
 
 @pytest.mark.slow
 def test_advtrain_resumes_an_interrupted_sweep(taebench_run, tmp_path, tiny_binary_model):
@@ -491,9 +526,12 @@ def test_bfloat16_precision_trains_with_float32_master_weights(tiny_binary_model
 
     texts = ["you are an idiot", "have a nice day", "shut up loser", "thanks for the help"] * 4
     labels = [1, 0, 1, 0] * 4
+    from redline.cluster.devices import cpu_native_bf16
+
     trainer = ClassifierTrainer(str(tiny_binary_model), ("benign", "toxic"),
                                 TrainSettings(precision="bfloat16", batch_size=8, learning_rate=1e-3), len(texts))
-    assert trainer.autocast_dtype == torch.bfloat16
+    # bf16 on a CPU only where it is native; elsewhere float32 (tens of times faster there)
+    assert trainer.autocast_dtype == (torch.bfloat16 if cpu_native_bf16() else None)
     before = trainer.model.classifier.weight.detach().clone()
     loss = trainer.train_epoch(texts, labels)
     assert np.isfinite(loss) and trainer.model.classifier.weight.dtype == torch.float32

@@ -14,9 +14,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import kill_after_parts, write_csv
+from conftest import kill_after_parts, write_csv, status_and_report
 from redline.cluster import storage
-from redline.cluster.config import ScoreConfig, config_hash, validate_config
+from redline.cluster.config import config_hash, validate_config
+from redline.pipelines.score import ScoreConfig
 from redline.errors import RedlineError
 from redline.pipelines.schema import PREDICTION_SCHEMA
 from redline.pipelines.score import run_score
@@ -64,7 +65,7 @@ def test_run_directory_holds_shards_manifest_and_report(davidson_run):
     assert_counts_add_up(manifest, 2)
     html = (run / "report.html").read_text()
     assert "data:image/png;base64," in html and "profanity-check" in html and "tiny" in html
-
+    status_and_report(result.run_uri, "F1 macro")
 
 def test_every_row_is_scored_once_per_detector_with_the_schema(davidson_run):
     _, result = davidson_run
@@ -76,7 +77,7 @@ def test_every_row_is_scored_once_per_detector_with_the_schema(davidson_run):
 
 def test_pipeline_scores_equal_the_detector_called_directly(davidson_run):
     from redline.actors.detectors import build_detector
-    from redline.cluster.config import DetectorConfig
+    from redline.actors.detectors import DetectorConfig
 
     cfg, result = davidson_run
     preds = read_predictions(result.run_uri).to_pandas()
@@ -223,7 +224,9 @@ def test_a_shard_is_written_only_when_every_distinct_row_arrived(tmp_path):
     from redline.cluster import storage
     from redline.pipelines import sharded
 
-    run = sharded.Run(storage.RunDir(str(tmp_path / "run")), {}, reused=False)
+    from redline.cluster.runs import Run, RunDir
+
+    run = Run(RunDir(str(tmp_path / "run")), {}, reused=False)
     shard = pa.table({"id": ["a", "b", "c", "d"]})
     schema = pa.schema([("id", pa.string()), ("shard", pa.int32()), ("v", pa.int64())])
 

@@ -22,7 +22,7 @@ def server(ray_session, tiny_binary_model, tiny_causal_lm, tiny_seq2seq, tmp_pat
     import os
 
 
-    from redline.cluster.config import ServeConfig
+    from redline.serve.config import ServeConfig
     from redline.serve import runner
 
     os.environ["REDLINE_STATE_DIR"] = str(tmp_path_factory.mktemp("serve-state"))
@@ -54,7 +54,7 @@ def post(server, path, body, **kwargs):
 
 def test_detect_matches_the_detectors_called_directly(server, tiny_binary_model):
     from redline.actors.detectors import build_detector
-    from redline.cluster.config import DetectorConfig
+    from redline.actors.detectors import DetectorConfig
     from redline.serve.client import RedlineClient
 
     with RedlineClient(server["url"] + "/v1/detect") as client:
@@ -203,7 +203,7 @@ def test_api_key_is_required_on_every_request_when_set(server, monkeypatch):
     from openai import AuthenticationError, OpenAI
     from ray import serve
 
-    from redline.cluster.config import ServeConfig
+    from redline.serve.config import ServeConfig
     from redline.serve import runner
 
     monkeypatch.setenv("REDLINE_TEST_KEY", "s3cret-key")
@@ -237,7 +237,10 @@ def test_api_key_is_required_on_every_request_when_set(server, monkeypatch):
 def test_pipelines_take_served_endpoints(server, tmp_path):
     from redline.actors.detectors import build_detector
     from redline.actors.generators import SamplingParams, build_generator
-    from redline.cluster.config import DetectorConfig, GeneratorConfig, ScoreConfig, validate_config
+    from redline.actors.detectors import DetectorConfig
+    from redline.actors.generators import GeneratorConfig
+    from redline.cluster.config import validate_config
+    from redline.pipelines.score import ScoreConfig
     from redline.pipelines.score import run_score
 
     remote = DetectorConfig.model_validate({"name": "profanity-check", "url": server["url"] + "/v1/detect"})
@@ -317,7 +320,7 @@ def test_deploy_config_matches_serves_schema_and_builds(server):
 
 
 def test_replicas_that_cannot_fit_are_refused_up_front(ray_session):
-    from redline.cluster.config import ServeConfig
+    from redline.serve.config import ServeConfig
     from redline.errors import RedlineError
     from redline.serve.runner import check_resources
 
@@ -328,7 +331,8 @@ def test_replicas_that_cannot_fit_are_refused_up_front(ray_session):
 
 
 def test_serve_config_errors_are_one_line():
-    from redline.cluster.config import ServeConfig, validate_config
+    from redline.cluster.config import validate_config
+    from redline.serve.config import ServeConfig
     from redline.errors import RedlineError
 
     for data, fragment in [({}, "at least one detector or generator"),

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import VENV_BIN, free_port, wait_for_port, write_csv
-from redline.cluster.cli import main
+from redline.cli import main
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +102,7 @@ def test_submitted_arguments_are_quoted_for_the_jobs_shell(tmp_path):
 
     marker = tmp_path / "PWNED"
     evil = [f"x=1'; touch {marker}; echo '", "corpus.dataset=o'brien", "a=$(touch " + str(marker) + ")", "b=`id`"]
-    command = entrypoint("score", evil)
+    command = entrypoint("run score", evil)
     assert shlex.split(command) == ["redline", "run", "score", "--config", "config.yaml",
                                     *[arg for s in evil for arg in ("--set", s)]]
     fake = tmp_path / "bin"

@@ -9,6 +9,8 @@ import random
 import pytest
 import torch
 
+from conftest import status_and_report
+
 from redline.actors.triggers import hits as H
 from redline.actors.triggers import models as M
 from redline.actors.triggers.gibbs import GibbsEnum, SearchOptions, continuous_relaxation
@@ -16,7 +18,10 @@ from redline.actors.triggers.pairs import dialogue_pairs, read_pairs
 from redline.actors.triggers.scorers import LSTMPrior, LSTMSeq2SeqTarget
 from redline.actors.triggers.targets import mal_list, random_list
 from redline.actors.triggers.training import train
-from redline.cluster.config import EgregiousConfig, PairCorpusConfig, TriggerModelTrainConfig, validate_config
+from redline.actors.triggers.pairs import PairCorpusConfig
+from redline.actors.triggers.training import TriggerModelTrainConfig
+from redline.cluster.config import validate_config
+from redline.pipelines.egregious import EgregiousConfig
 from redline.errors import RedlineError
 
 WORDS = "apple river stone cloud green small happy quick table window music paper light".split()
@@ -189,3 +194,4 @@ def test_egregious_pipeline_on_lstm_and_causal_lm(planted, ray_session, tmp_path
     report = (tmp_path / "runs" / "egr" / "report.html").read_text()
     assert "Table 3" in report and "Example triggers" in report
     assert run_egregious(cfg).reused  # a finished run is not searched again
+    status_and_report(result.run_uri, "o-greedy")

@@ -22,12 +22,38 @@ from redline.actors.attack.recipes import AttackResources, Components, RecipeOpt
 from redline.actors.attack.resources import WordNetTables
 from redline.actors.attack.search import Outcome, SearchContext
 from redline.actors.attack.text import AttackedText
-from redline.actors.detectors import build_detector
-from redline.cluster.config import DetectorConfig
+from redline.actors.detectors import DetectorConfig, build_detector
+from redline.cluster.devices import placement
 from redline.errors import RedlineError
-from redline.pipelines.schema import ATTACK_RESULT_SCHEMA
 
 log = logging.getLogger(__name__)
+
+# What an attack worker returns per attempt (joined back onto the seed rows by `attempt_id`).
+ATTEMPT_FIELDS = [
+    pa.field("recipe", pa.string()),
+    pa.field("goal", pa.string()),  # tae | bae
+    pa.field("victim", pa.string()),
+    pa.field("transformation", pa.string()),
+    pa.field("constraints", pa.string()),
+    pa.field("search", pa.string()),
+    pa.field("perturbed_text", pa.string()),
+    pa.field("score_before", pa.float64()),  # the victim's toxic score of the seed
+    pa.field("score_after", pa.float64()),  # ... of the perturbed text
+    pa.field("pred_before", pa.bool_()),
+    pa.field("pred_after", pa.bool_()),
+    pa.field("queries", pa.int64()),
+    pa.field("words_changed", pa.int64()),
+    pa.field("words_total", pa.int64()),
+    pa.field("perturbed_pct", pa.float64()),
+    pa.field("similarity", pa.float64()),  # sentence-encoder cosine, seed vs perturbed
+    pa.field("seconds", pa.float64()),
+]
+
+
+ATTACK_RESULT_SCHEMA = pa.schema(
+    [pa.field("attempt_id", pa.string()), pa.field("shard", pa.int32())] + ATTEMPT_FIELDS
+    + [pa.field("attack_status", pa.string()), pa.field("attack_reason", pa.string())]
+)
 
 
 @dataclass
@@ -56,10 +82,12 @@ class AttemptResult:
 
 class Attacker:
     def __init__(self, victim: Victim, recipes: dict[str, RecipeOptions], resources: AttackResources,
-                 only_correct: bool = True, victim_batch: int = 4096, similarity: str = "auto") -> None:
+                 only_correct: bool = True, victim_batch: int = 4096, similarity: str = "auto",
+                 num_gpus: float = 0.0) -> None:
         self.victim = victim
         self.options = recipes
         self.resources = resources
+        self.num_gpus = num_gpus
         self.only_correct = only_correct
         self.victim_batch = victim_batch
         self.similarity = similarity
@@ -67,7 +95,7 @@ class Attacker:
 
     def components(self, name: str) -> Components:
         if name not in self._components:
-            self._components[name] = build(self.options[name], self.resources)
+            self._components[name] = build(self.options[name], self.resources, self.num_gpus)
         return self._components[name]
 
     def _attempt(self, ctx: SearchContext, comps: Components) -> Any:
@@ -163,7 +191,7 @@ class Attacker:
         if self.similarity != "auto":
             return self.similarity == "always"
         comps = self._components.get(recipe)
-        return comps is not None and any(c.name == "sentence-similarity" for c in comps.post)
+        return comps is not None and any(c.kind == "sentence-similarity" for c in comps.post)
 
     def _similarities(self, attempts: list[Attempt], results: list[AttemptResult | None]) -> None:
         pairs = [(k, a.text, r.perturbed) for k, (a, r) in enumerate(zip(attempts, results))
@@ -171,7 +199,7 @@ class Attacker:
         if not pairs:
             return
         try:
-            sims = shared_encoder(self.resources.sentence_encoder).similarity([p[1] for p in pairs], [p[2] for p in pairs])
+            sims = shared_encoder(self.resources.sentence_encoder, placement(self.num_gpus).device).similarity([p[1] for p in pairs], [p[2] for p in pairs])
         except Exception as err:  # noqa: BLE001 - similarity is reported, not required
             log.warning("cannot compute similarities: %s", err)
             return
@@ -183,9 +211,11 @@ class AttackWorker:
     """Ray Data actor: loads the victim and recipe components once, attacks batches of attempts."""
 
     def __init__(self, victim: dict[str, Any], recipes: list[dict[str, Any]], resources: dict[str, Any],
-                 only_correct: bool = True, similarity: str = "auto", wordnet: Any = None) -> None:
-        """`wordnet`: the driver's WordNet tables (or a Ray object reference to them), so this actor
-        needs neither WordNet nor a cache on its own node."""
+                 only_correct: bool = True, similarity: str = "auto", wordnet: Any = None,
+                 num_gpus: float = 0.0) -> None:
+        """`num_gpus`: this actor's GPUs, where the victim and every recipe model run (one device
+        policy). `wordnet`: the driver's WordNet tables (or a Ray object reference to them), so this
+        actor needs neither WordNet nor a cache on its own node."""
         if wordnet is not None:
             from redline.actors.attack.resources import use_wordnet_tables
 
@@ -194,11 +224,11 @@ class AttackWorker:
 
                 wordnet = ray.get(wordnet)
             use_wordnet_tables(wordnet)
-        cfg = DetectorConfig.model_validate(victim)
+        cfg = DetectorConfig.model_validate({**victim, "num_gpus": num_gpus})
         self.victim_name = cfg.name
         opts = {r["name"]: RecipeOptions.model_validate(r) for r in recipes}
         self.attacker = Attacker(Victim(build_detector(cfg)), opts, AttackResources.model_validate(resources),
-                                 only_correct=only_correct, similarity=similarity)
+                                 only_correct=only_correct, similarity=similarity, num_gpus=num_gpus)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> pa.Table:
         attempts = [Attempt(i, t, r, g) for i, t, r, g in

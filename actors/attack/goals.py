@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from redline.actors.detectors import Detector, HFDetector
+from redline.actors.detectors import Detector
+from redline.actors.detectors.local import HFDetector
 from redline.errors import RedlineError
 
 

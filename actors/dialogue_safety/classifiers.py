@@ -12,18 +12,18 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from redline.actors.trainer import ClassifierTrainer, SequenceClassifier, TrainSettings
-from redline.errors import RedlineError
+from redline.errors import RedlineError, first_line
 
 log = logging.getLogger(__name__)
 
 SAFE, UNSAFE, NA = "Safe", "Unsafe", "N/A"
+META_FILE = "redline_dialogue_safety.json"
 OVA_LABELS = (SAFE, UNSAFE, NA)
 REQUIRED = ("context", "response", "category", "label")
 
@@ -36,7 +36,7 @@ def load_rows(path: str | Path) -> list[dict[str, str]]:
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as err:
-        raise RedlineError(f"{path}: not valid JSON ({first_line_of(err)})") from None
+        raise RedlineError(f"{path}: not valid JSON ({first_line(err)})") from None
     if not isinstance(rows, list):
         raise RedlineError(f"{path}: expected a JSON list of rows")
     for i, r in enumerate(rows):
@@ -46,10 +46,6 @@ def load_rows(path: str | Path) -> list[dict[str, str]]:
         if r["label"] not in (SAFE, UNSAFE):
             raise RedlineError(f"{path}: row {i} has label {r['label']!r} (expected Safe or Unsafe)")
     return rows
-
-
-def first_line_of(err: BaseException) -> str:
-    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
 def inputs(rows: list[dict[str, str]], with_context: bool) -> list[Any]:
@@ -104,114 +100,52 @@ def _task(target: str, train: list[dict[str, str]], val: list[dict[str, str]], c
             ova_targets(val, target))
 
 
-def _trial(params: dict[str, Any], train: list[dict[str, str]], val: list[dict[str, str]]) -> None:
-    """A Tune trial: one classifier with one hyper-parameter combination, reported once with its
-    best epoch as the checkpoint."""
-    import tempfile
-
-    from ray import tune
-
-    settings = replace(params["settings"], **params["hp"])
-    labels, train_x, train_y, val_x, val_y = _task(params["target"], train, val, params["categories"],
-                                                   params["with_context"])
-    with tempfile.TemporaryDirectory() as tmp:
-        started = time.perf_counter()
-        best = _fit(params["base_model"], labels, train_x, train_y, val_x, val_y, Path(tmp), settings,
-                    params["patience"])
-        tune.report({**best, "seconds": round(time.perf_counter() - started, 1)},
-                    checkpoint=tune.Checkpoint.from_directory(tmp))
+def fit_target(target: str, train: list[dict[str, str]], val: list[dict[str, str]], categories: list[str],
+               base_model: str, out_dir: Path, settings: TrainSettings, with_context: bool,
+               patience: int | None) -> dict[str, Any]:
+    """Train one classifier (a category's one-vs-all, or SINGLE) into `out_dir`; its best epoch's figures."""
+    started = time.perf_counter()
+    labels, train_x, train_y, val_x, val_y = _task(target, train, val, categories, with_context)
+    best = _fit(base_model, labels, train_x, train_y, val_x, val_y, out_dir, settings, patience)
+    return {**best, "seconds": round(time.perf_counter() - started, 1)}
 
 
-def _train_as_trials(train: list[dict[str, str]], val: list[dict[str, str]], targets: dict[str, Path],
-                     categories: list[str], base_model: str, out: Path, settings: TrainSettings, with_context: bool,
-                     patience: int | None, resources: dict[str, float],
-                     grid: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Every (target, hyper-parameter combination) a Ray Tune trial spread over the cluster by
-    `resources`; per target the best trial by validation macro-F1 is copied to `targets[target]`.
-    Returns the best per target and every trial's result."""
-    import shutil
-
-    from ray import tune
-
-    from redline.cluster.runtime import ensure_ray
-
-    ensure_ray()
-    tune_dir = (out / "tune").absolute()
-    tuner = tune.Tuner(
-        tune.with_resources(tune.with_parameters(_trial, train=train, val=val), resources),
-        param_space={"target": tune.grid_search(list(targets)), "hp": tune.grid_search(grid or [{}]),
-                     "categories": categories, "with_context": with_context, "base_model": base_model,
-                     "settings": settings, "patience": patience},
-        run_config=tune.RunConfig(name="trials", storage_path=str(tune_dir), verbose=0))
-    trials, best = [], {}
-    for r in tuner.fit():
-        target, hp = r.config["target"], r.config["hp"]
-        if r.error or r.checkpoint is None:
-            name = "single" if target == SINGLE else target
-            raise RedlineError(f"training the '{name}' classifier with {hp or 'the base settings'} failed: "
-                               f"{str(r.error).strip().splitlines()[-1]}")
-        result = {"target": target, "hp": hp, **{k: r.metrics[k] for k in ("val_macro_f1", "epoch", "train_loss", "seconds")}}
-        trials.append(result)
-        if target not in best or result["val_macro_f1"] > best[target][0]["val_macro_f1"]:
-            best[target] = (result, r.checkpoint)
-    chosen = {}
-    for target, (result, checkpoint) in best.items():
-        checkpoint.to_directory(str(targets[target]))
-        chosen[target] = {k: v for k, v in result.items() if k != "target"} | {"dir": targets[target].name}
-    shutil.rmtree(tune_dir, ignore_errors=True)  # every trial's checkpoint: the chosen ones are copied out
-    return {t: chosen[t] for t in targets}, trials
+# Trains several classifiers at once: {target: output directory} -> (per target its best figures with
+# "dir", every trial); the pipeline passes one that runs them as Ray Tune trials.
+TrainTargets = Callable[[dict[str, Path]], tuple[dict[str, Any], list[dict[str, Any]]]]
 
 
-def train_one_vs_all(train: list[dict[str, str]], val: list[dict[str, str]], categories: list[str], base_model: str,
-                     out_dir: str | Path, settings: TrainSettings, *, with_context: bool = True,
-                     patience: int | None = 2, trial_resources: dict[str, float] | None = None,
-                     grid: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One 3-way classifier per category, saved under `out_dir/<category key>`. With `trial_resources`
-    the categories (times every `grid` combination of TrainSettings fields) train in parallel as Ray
-    Tune trials, and each category keeps its best combination. Returns the best per category and
-    every trial."""
+def train_variant(kind: str, train: list[dict[str, str]], val: list[dict[str, str]], categories: list[str],
+                  base_model: str, out_dir: str | Path, settings: TrainSettings, *, with_context: bool = True,
+                  patience: int | None = 2,
+                  train_targets: TrainTargets | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """`one-vs-all`: a 3-way classifier per category, under `out_dir/<category key>`; `single`: one
+    multi-class classifier (Safe + one class per category) in `out_dir`. Classifiers train one after
+    another, or through `train_targets`. Writes the directory's `redline_dialogue_safety.json` and
+    returns the best figures (per category for one-vs-all) and every trial."""
     out = Path(out_dir)
-    for cat in categories:
-        if not any(r["category"] == cat for r in train):
-            raise RedlineError(f"category '{cat}' has no training rows")
-    trials: list[dict[str, Any]] = []
-    if trial_resources is not None:
-        results, trials = _train_as_trials(train, val, {c: out / _key(c) for c in categories}, categories, base_model,
-                                           out, settings, with_context, patience, trial_resources, grid or [])
-    else:
-        results = {}
+    if kind == "one-vs-all":
         for cat in categories:
-            started = time.perf_counter()
-            labels, train_x, train_y, val_x, val_y = _task(cat, train, val, categories, with_context)
-            best = _fit(base_model, labels, train_x, train_y, val_x, val_y, out / _key(cat), settings, patience)
-            results[cat] = {**best, "dir": _key(cat), "seconds": round(time.perf_counter() - started, 1)}
-    (out / "redline_dialogue_safety.json").write_text(json.dumps(
-        {"kind": "one-vs-all", "with_context": with_context, "categories": results, "base_model": base_model,
-         "trials": trials}, indent=2))
-    return results, trials
-
-
-def train_single(train: list[dict[str, str]], val: list[dict[str, str]], categories: list[str], base_model: str,
-                 out_dir: str | Path, settings: TrainSettings, *, with_context: bool = True,
-                 patience: int | None = 2, trial_resources: dict[str, float] | None = None,
-                 grid: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One multi-class classifier: Safe + one class per category (unsafe rows of that category);
-    with `trial_resources`, every `grid` combination is a Tune trial and the best is kept.
-    Returns its best epoch's figures and every trial."""
-    out = Path(out_dir)
-    trials: list[dict[str, Any]] = []
-    if trial_resources is not None:
-        chosen, trials = _train_as_trials(train, val, {SINGLE: out}, categories, base_model, out, settings,
-                                          with_context, patience, trial_resources, grid or [])
-        best = {k: v for k, v in chosen[SINGLE].items() if k != "dir"}
+            if not any(r["category"] == cat for r in train):
+                raise RedlineError(f"category '{cat}' has no training rows")
+        targets = {c: out / _key(c) for c in categories}
     else:
-        started = time.perf_counter()
-        labels, train_x, train_y, val_x, val_y = _task(SINGLE, train, val, categories, with_context)
-        best = _fit(base_model, labels, train_x, train_y, val_x, val_y, out, settings, patience)
-        best["seconds"] = round(time.perf_counter() - started, 1)
-    (out / "redline_dialogue_safety.json").write_text(json.dumps(
-        {"kind": "single", "with_context": with_context, "labels": [SAFE, *categories], "base_model": base_model,
-         **best, "trials": trials}, indent=2))
+        targets = {SINGLE: out}
+    if train_targets is not None:
+        results, trials = train_targets(targets)
+    else:
+        results = {t: {**fit_target(t, train, val, categories, base_model, d, settings, with_context, patience),
+                       "dir": d.name} for t, d in targets.items()}
+        trials = []
+    if kind == "one-vs-all":
+        meta = {"kind": "one-vs-all", "with_context": with_context, "categories": results, "base_model": base_model,
+                "trials": trials}
+        best: dict[str, Any] = results
+    else:
+        best = {k: v for k, v in results[SINGLE].items() if k != "dir"}
+        meta = {"kind": "single", "with_context": with_context, "labels": [SAFE, *categories], "base_model": base_model,
+                **best, "trials": trials}
+    (out / META_FILE).write_text(json.dumps(meta, indent=2))
     return best, trials
 
 
@@ -219,18 +153,35 @@ def _key(category: str) -> str:
     return category.lower().replace(" ", "_")
 
 
+def check_classifiers(path: str | Path, categories: list[str] | None = None) -> dict[str, Any]:
+    """The metadata of a classifiers directory from `redline train dialogue-safety`, after checking it
+    knows every one of `categories`; one-line errors otherwise."""
+    meta_path = Path(path) / META_FILE
+    if not meta_path.is_file():
+        raise RedlineError(f"{path} holds no dialogue-safety classifiers (train them with "
+                           "`redline train dialogue-safety`)")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except ValueError as err:
+        raise RedlineError(f"{meta_path}: not valid JSON ({first_line(err)})") from None
+    known = list(meta["categories"]) if meta.get("kind") == "one-vs-all" else list(meta.get("labels", [])[1:])
+    missing = [c for c in categories or [] if c not in known]
+    if missing:
+        raise RedlineError(f"the classifiers in {path} know no category {', '.join(map(repr, missing))} "
+                           f"(trained: {', '.join(known)})")
+    return meta
+
+
 class ContextClassifiers:
-    """Trained classifiers loaded once (a one-vs-all directory or a single model) -> fine/coarse verdicts."""
+    """Trained classifiers loaded once (a one-vs-all directory or a single model) -> fine/coarse
+    verdicts, on the worker's GPU when it has one."""
 
     def __init__(self, model_dir: str | Path, batch_size: int = 64, max_length: int = 128,
-                 precision: str = "auto") -> None:
-        meta_path = Path(model_dir) / "redline_dialogue_safety.json"
-        if not meta_path.is_file():
-            raise RedlineError(f"{model_dir} holds no dialogue-safety classifiers (train them with "
-                               f"`redline train dialogue-safety`)")
-        self.meta = json.loads(meta_path.read_text())
+                 precision: str = "auto", num_gpus: float = 0.0) -> None:
+        self.meta = check_classifiers(model_dir)
         self.with_context = self.meta["with_context"]
-        settings = TrainSettings(batch_size=batch_size, max_length=max_length, precision=precision)
+        settings = TrainSettings(batch_size=batch_size, max_length=max_length, precision=precision,
+                                 num_gpus=num_gpus)
         if self.meta["kind"] == "one-vs-all":
             self.categories = list(self.meta["categories"])
             # Each category's model sits in its own subdirectory: resolved against this directory, never

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from redline.actors.detectors import build_detector
+import pyarrow as pa
+
+from redline.actors.detectors import DetectorConfig, build_detector
 from redline.actors.dialogue_safety.classifiers import SAFE, ContextClassifiers
-from redline.cluster.config import DetectorConfig
 
 
 @dataclass
@@ -22,9 +23,11 @@ class Verdict:
 
 class TwoStepDetector:
     def __init__(self, utterance: DetectorConfig, classifiers_dir: str | Path, batch_size: int = 64,
-                 precision: str = "auto") -> None:
-        self.utterance = build_detector(utterance)
-        self.context = ContextClassifiers(classifiers_dir, batch_size=batch_size, precision=precision)
+                 precision: str = "auto", num_gpus: float = 0.0) -> None:
+        # Both steps run where the worker runs: on its GPU when it has one (one device policy).
+        self.utterance = build_detector(utterance.model_copy(update={"num_gpus": num_gpus}))
+        self.context = ContextClassifiers(classifiers_dir, batch_size=batch_size, precision=precision,
+                                          num_gpus=num_gpus)
 
     def detect(self, contexts: list[str], responses: list[str], categories: list[str] | None = None) -> list[Verdict]:
         """With `categories` (each context's category), step 2 asks only that category's classifier,
@@ -44,16 +47,36 @@ class TwoStepDetector:
 
 
 class TwoStepWorker:
-    """Ray Data actor: the two-step detector loaded once (on the actor's GPU when it has one); each
-    row (context, response, category) gets its verdict, judged by its own category's classifier."""
+    """The two-step detector loaded once (on the actor's GPU when it has one). As a Ray Data actor,
+    each row (context, response, category) gets its verdict from its own category's classifier; as
+    a Serve replica's model, `detect` judges pairs with or without a category."""
+
+    input_columns: ClassVar[list[str]] = ["id", "context", "response", "category"]
+    output_schema: ClassVar[pa.Schema] = pa.schema([("id", pa.string()), ("verdict", pa.string()),
+                                                    ("unsafe_category", pa.string()), ("utterance_score", pa.float64())])
 
     def __init__(self, utterance: dict[str, Any], classifiers: str, batch_size: int = 64,
-                 precision: str = "auto") -> None:
-        self.detector = TwoStepDetector(DetectorConfig.model_validate(utterance), classifiers, batch_size, precision)
+                 precision: str = "auto", num_gpus: float = 0.0) -> None:
+        self.detector = TwoStepDetector(DetectorConfig.model_validate(utterance), classifiers, batch_size, precision,
+                                        num_gpus)
 
-    def __call__(self, batch: dict[str, Any]) -> Any:
-        import pyarrow as pa
+    @property
+    def categories(self) -> list[str]:
+        return self.detector.context.categories
 
+    def detect(self, pairs: list[tuple[str, str, str | None]]) -> list[Verdict]:
+        """Pairs with a category are judged by that category's classifier, the others by every one."""
+        out: list[Verdict | None] = [None] * len(pairs)
+        for with_cat in (True, False):
+            idx = [i for i, p in enumerate(pairs) if (p[2] is not None) == with_cat]
+            if idx:
+                verdicts = self.detector.detect([pairs[i][0] for i in idx], [pairs[i][1] for i in idx],
+                                                [str(pairs[i][2]) for i in idx] if with_cat else None)
+                for i, v in zip(idx, verdicts):
+                    out[i] = v
+        return out  # type: ignore[return-value]
+
+    def __call__(self, batch: dict[str, Any]) -> pa.Table:
         verdicts = self.detector.detect([str(c) for c in batch["context"]], [str(r) for r in batch["response"]],
                                         [str(c) for c in batch["category"]])
         return pa.table({
@@ -61,4 +84,4 @@ class TwoStepWorker:
             "verdict": pa.array([v.verdict for v in verdicts], pa.string()),
             "unsafe_category": pa.array([v.category for v in verdicts], pa.string()),
             "utterance_score": pa.array([v.utterance_score for v in verdicts], pa.float64()),
-        })
+        }, schema=self.output_schema)

@@ -9,13 +9,28 @@ GRAMMAR category holds agreement, plurality and similar rules). Run a server wit
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import numpy as np
 import pyarrow as pa
-from redline.cluster.config import GrammarConfig
+from pydantic import Field
+
+from redline.cluster.config import Strict
 from redline.errors import RedlineError
+
+
+class GrammarConfig(Strict):
+    url: str | None = Field(None, description="LanguageTool server root, e.g. http://127.0.0.1:8010.")
+    language: str = "en-US"
+    categories: list[str] = Field(["GRAMMAR"], description="Rule category ids counted as grammar errors.")
+    max_new_errors: int = Field(0, ge=0, description="Reject when errors(example) - errors(seed) exceeds this.")
+    skip_if_unavailable: bool = Field(False, description="true: with no server, skip this stage (and say so).")
+    concurrency: int = Field(8, gt=0)
+    timeout_s: float = Field(30.0, gt=0)
+    actors: int = Field(1, gt=0)
+    num_cpus: float = Field(0.25, ge=0)
+    batch_size: int = Field(64, gt=0)
 
 
 class LanguageToolClient:
@@ -52,6 +67,9 @@ GRAMMAR_SCHEMA = pa.schema([pa.field("id", pa.string()), pa.field("grammar_error
 
 class GrammarWorker:
     """Ray Data actor: counts grammar errors of each text and of its seed (each distinct text once)."""
+
+    input_columns: ClassVar[list[str]] = ["id", "text", "seed_text"]
+    output_schema: ClassVar[pa.Schema] = GRAMMAR_SCHEMA
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = GrammarConfig.model_validate(config)

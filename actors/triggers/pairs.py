@@ -4,22 +4,37 @@ Parquet; local or s3://), or a dialogue file with one utterance per line."""
 from __future__ import annotations
 
 import random
+from typing import Literal
 
-from redline.cluster import storage
-from redline.cluster.config import CorpusConfig, PairCorpusConfig
+from pydantic import Field
+
+from redline.cluster.config import Strict
+from redline.cluster.tables import DataFile
 from redline.errors import RedlineError
-from redline.pipelines.corpora import _decode, read_raw
 
 Pair = tuple[str, str]
 
 
+class PairCorpusConfig(Strict):
+    """Dialogue pairs (input -> response) for the egregious-output models."""
+
+    path: str = Field(description="CSV, JSONL/JSON or Parquet with an input and a response column, or a text file "
+                                  "with one utterance per line (consecutive lines form pairs; blank lines end a dialogue).")
+    format: Literal["auto", "csv", "jsonl", "json", "parquet", "dialogue"] = "auto"
+    input_column: str = "context"
+    output_column: str = "response"
+    encoding: str = "utf-8"
+    encoding_errors: Literal["strict", "replace"] = "strict"
+    limit: int | None = Field(None, gt=0, description="Use at most this many pairs (seeded sample).")
+
+
 def read_pairs(config: PairCorpusConfig, seed: int = 0) -> list[Pair]:
-    corpus = CorpusConfig(path=config.path, format="auto" if config.format == "dialogue" else config.format,
-                          encoding=config.encoding, encoding_errors=config.encoding_errors)
+    source = DataFile(config.path, "auto" if config.format == "dialogue" else config.format, config.encoding,
+                      config.encoding_errors, "pairs")
     if config.format == "dialogue" or (config.format == "auto" and config.path.split("?")[0].endswith(".txt")):
-        pairs = dialogue_pairs(_decode(storage.read_bytes(config.path), corpus))
+        pairs = dialogue_pairs(source.read_text())
     else:
-        table = read_raw(corpus)
+        table = source.read()
         missing = [c for c in (config.input_column, config.output_column) if c not in table.column_names]
         if missing:
             raise RedlineError(f"{config.path}: no column {', '.join(map(repr, missing))} "

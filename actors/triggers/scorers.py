@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from redline.actors.triggers import models as M
-from redline.errors import RedlineError
+from redline.errors import RedlineError, first_line
 
 
 def target_scores(logits: torch.Tensor, tgt: torch.Tensor, need_margin: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -338,7 +338,7 @@ class HFTarget(TargetModel, PriorModel):
             cls = AutoModelForSeq2SeqLM if self.seq2seq else AutoModelForCausalLM
             self.model = cls.from_pretrained(path, dtype=dtype).to(device).eval()
         except (OSError, ValueError) as err:
-            raise RedlineError(f"cannot load generation model '{path}': {str(err).splitlines()[0]}") from None
+            raise RedlineError(f"cannot load generation model '{path}': {first_line(err)}") from None
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.name = str(path).rstrip("/").split("/")[-1]

@@ -8,27 +8,47 @@ import math
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
+from pydantic import Field
 from torch import nn
 
 from redline.actors.triggers import models as M
-from redline.actors.triggers.pairs import Pair, read_pairs, split
+from redline.actors.triggers.pairs import Pair, PairCorpusConfig, read_pairs, split
 from redline.actors.triggers.vocab import Vocab
-from redline.cluster.config import TriggerModelTrainConfig
+from redline.cluster.config import SafeName, Strict
+from redline.cluster.devices import placement
 from redline.cluster.progress import progress_bar
 from redline.errors import RedlineError
 
 Example = tuple[list[int], list[int]]
 
 
-def pick_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RedlineError(f"device '{device}' asked for, but torch sees no GPU")
-    return torch.device(device)
+class TriggerModelTrainConfig(Strict):
+    """`redline train seq2seq` / `redline train lm`: the paper's LSTM dialogue models."""
+
+    pairs: PairCorpusConfig
+    test_pairs: PairCorpusConfig | None = Field(None, description="Held-out pairs; default: a seeded 10% of `pairs`.")
+    vocab_size: int = Field(10_000, gt=4, description="The N most frequent words (plus <pad> <unk> <s> </s>).")
+    max_input_len: int = Field(15, gt=0)
+    max_output_len: int = Field(20, gt=0)
+    context: Literal["last-h", "attention"] = Field("attention", description="seq2seq only: the decoder's context vector.")
+    embedding_dim: int = Field(300, gt=0)
+    hidden_dim: int = Field(600, gt=0)
+    layers: int = Field(1, gt=0)
+    dropout: float = Field(0.3, ge=0, lt=1)
+    optimizer: Literal["sgd", "adam"] = Field("sgd", description="sgd: the paper's schedule (lr 1, halved when "
+                                                                 "validation loss stops improving, gradient clipping).")
+    learning_rate: float = Field(1.0, gt=0)
+    lr_decay: float = Field(0.5, gt=0, le=1)
+    clip: float = Field(5.0, gt=0)
+    epochs: int = Field(10, gt=0)
+    batch_size: int = Field(64, gt=0)
+    seed: int = 0
+    num_gpus: float = Field(0.0, ge=0, description="Train on a GPU (1): the device policy's only input here.")
+    output: str = Field("redline-runs/models", description="Directory the model directory is written under.")
+    name: SafeName = Field(None, description="Model directory name; default seq2seq-<context> or lm.")
 
 
 def encode(pairs: list[Pair], vocab: Vocab, spec: M.ModelSpec) -> list[Example]:
@@ -78,7 +98,7 @@ def train(config: TriggerModelTrainConfig, kind: str) -> M.TrainedModel:
     """Trains a seq2seq or LM, saves it with its vocabulary, metrics and threshold, returns it."""
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
-    device = pick_device(config.device)
+    device = placement(config.num_gpus).torch_device
     pairs = read_pairs(config.pairs, config.seed)
     if config.test_pairs is not None:
         train_pairs, test_pairs = pairs, read_pairs(config.test_pairs, config.seed)

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from redline.actors.detectors import DecisionRule, Detector
-from redline.actors.judges import DEFAULT_TEMPLATE, UNPARSEABLE, LLMJudge, Parser, parse_answer
-from redline.cluster.config import ChatJudgeOptions, DetectorConfig
+from redline.actors.detectors.base import DecisionRule, Detector
+from redline.actors.detectors.config import DetectorConfig
+from redline.actors.judges import DEFAULT_TEMPLATE, UNPARSEABLE, ChatJudgeOptions, LLMJudge, Parser, parse_answer
 from redline.cluster.net import check_key_transport
 from redline.errors import RedlineError
 
@@ -153,7 +153,9 @@ class _ChatCheckDetector(_DecidedByService):
 
     def __init__(self, config: DetectorConfig) -> None:
         super().__init__(config)
-        self.judge = LLMJudge(self.options, self.default_template, type(self).parser)  # type: ignore[arg-type]
+        self.judge = LLMJudge(self.options, self.default_template, type(self).parser,  # type: ignore[arg-type]
+                              num_gpus=config.num_gpus)
+        self.remote = self.judge.client.provider.remote  # a local HF judge isolates bad rows like any model
 
     def decide(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
         results = self.judge.judge(texts)
@@ -227,7 +229,3 @@ class BedrockGuardrailDetector(_DecidedByService):
         with ThreadPoolExecutor(max_workers=min(o.concurrency, max(len(texts), 1))) as pool:
             toxic = np.array(list(pool.map(self._one, texts)), dtype=bool)
         return toxic.astype(np.float64), toxic, [None] * len(texts)
-
-
-API_DETECTORS: tuple[type[Any], ...] = (OpenAIModerationDetector, LLMJudgeDetector, SelfCheckDetector,
-                                        LlamaGuardDetector, BedrockGuardrailDetector)

@@ -1,0 +1,88 @@
+"""The attack-component registry: every transformation, constraint and search method describes
+itself — its kind name, role, what it needs offline, whether it needs a white-box victim, its cost
+rank (cheap constraints run first), a preflight run on the driver, and how it is built from a
+recipe's arguments. Recipes (built in or declared in YAML) are data naming registered components.
+
+Adding a component: one class with `kind`, `role` and `build`, decorated with `@register`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from redline.errors import RedlineError
+
+ROLES = ("transformation", "pre", "post", "search")
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a component may draw on when it is built inside an attacker actor: the attack's
+    resources (models, files), the recipe's per-run overrides, and the actor's GPUs."""
+
+    resources: Any  # recipes.AttackResources
+    options: Any  # recipes.RecipeOptions
+    num_gpus: float = 0.0
+
+
+class Component:
+    kind: ClassVar[str]
+    role: ClassVar[str]
+    requires: ClassVar[str | None] = None  # what it needs offline, in words (`redline list recipes`)
+    white_box: ClassVar[bool] = False  # needs gradients: an `hf` victim
+    cost: ClassVar[int] = 0  # post constraints: cheapest first, so dear ones see only survivors
+
+    @classmethod
+    def build(cls, args: dict[str, Any], ctx: BuildContext) -> Any:
+        return cls(**args)
+
+    @classmethod
+    def preflight(cls, args: dict[str, Any], ctx: BuildContext) -> None:
+        """Cheap checks on the driver before any actor starts (missing models, files, data)."""
+
+    @classmethod
+    def is_white_box(cls, args: dict[str, Any]) -> bool:
+        return cls.white_box
+
+    @classmethod
+    def check_args(cls, args: dict[str, Any]) -> None:
+        """A declared recipe's arguments must be ones this component takes."""
+        params = inspect.signature(cls.__init__).parameters
+        if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            return
+        unknown = sorted(set(args) - set(params) - {"self"})
+        if unknown:
+            raise RedlineError(f"{cls.role} '{cls.kind}' takes no argument {', '.join(map(repr, unknown))} "
+                               f"(it takes: {', '.join(p for p in params if p != 'self') or 'none'})")
+
+
+_REGISTRY: dict[tuple[str, str], type[Component]] = {}
+
+
+def register(cls: type[Component]) -> type[Component]:
+    key = (cls.role, cls.kind)
+    if cls.role not in ROLES:
+        raise ValueError(f"{cls.__name__}: unknown role {cls.role}")
+    if key in _REGISTRY and _REGISTRY[key] is not cls:
+        raise ValueError(f"two {cls.role} components named {cls.kind}")
+    _REGISTRY[key] = cls
+    return cls
+
+
+def _load() -> None:
+    from redline.actors.attack import constraints, search, transformations  # noqa: F401  (they register)
+
+
+def component(role: str, kind: str) -> type[Component]:
+    _load()
+    if (role, kind) not in _REGISTRY:
+        known = ", ".join(sorted(k for r, k in _REGISTRY if r == role))
+        raise RedlineError(f"unknown {role} '{kind}' (known: {known})")
+    return _REGISTRY[(role, kind)]
+
+
+def components(role: str) -> dict[str, type[Component]]:
+    _load()
+    return {k: c for (r, k), c in sorted(_REGISTRY.items()) if r == role}

@@ -1,0 +1,205 @@
+"""Detectors that run in the worker's own process: alt-profanity-check, keyword lists, and any
+Hugging Face sequence classifier (hub id or local directory)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+
+from redline.actors.detectors.base import DecisionRule, Detector, single_label_rule
+from redline.actors.detectors.config import DetectorConfig
+from redline.cluster.devices import PRECISION_HELP, Precision, placement
+from redline.errors import RedlineError, first_line
+
+
+BENIGN_LABEL_NAMES = {"benign", "neither", "non-toxic", "non_toxic", "not_toxic", "nontoxic", "neutral",
+                      "safe", "normal", "ok", "clean", "none", "label_0", "0", "false", "not offensive"}
+
+
+class ProfanityCheckDetector(Detector):
+    kind = "profanity-check"
+    description = "alt-profanity-check: an off-the-shelf sklearn offensive-language model (offline, fast)"
+
+    def __init__(self, config: DetectorConfig) -> None:
+        super().__init__(config)
+        # The package's own predict_prob applies a Python function per row; calling the fitted
+        # vectorizer and model directly gives the same numbers several times faster.
+        from profanity_check import profanity_check as pc
+
+        self._vectorizer, self._model = pc.vectorizer, pc.model
+        self._rule = single_label_rule(config, "offensive")
+
+    @property
+    def rule(self) -> DecisionRule:
+        return self._rule
+
+    def predict_proba(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 1))
+        return self._model.predict_proba(self._vectorizer.transform(texts))[:, 1:2]
+
+
+class KeywordOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    patterns: list[str] = Field(default_factory=list, description="Words or regexes; a plain word matches whole words.")
+    patterns_file: str | None = Field(None, description="A file with one word or regex per line (# comments).")
+    case_sensitive: bool = False
+
+
+class KeywordDetector(Detector):
+    kind = "keywords"
+    description = "word list / regular expressions: toxic when any pattern matches (score 1.0 or 0.0)"
+    Options = KeywordOptions
+
+    def __init__(self, config: DetectorConfig) -> None:
+        super().__init__(config)
+        self._pattern = self.compile(self.options)  # type: ignore[arg-type]
+        self._rule = single_label_rule(config, "toxic")
+
+    @classmethod
+    def compile(cls, options: KeywordOptions) -> re.Pattern[str]:
+        patterns = list(options.patterns)
+        if options.patterns_file:
+            path = Path(options.patterns_file)
+            if not path.is_file():
+                raise RedlineError(f"keywords patterns_file not found: {path}")
+            lines = path.read_text(encoding="utf-8").splitlines()
+            patterns += [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+        if not patterns:
+            raise RedlineError("keywords detector needs `patterns` or `patterns_file`")
+        parts = []
+        for p in patterns:
+            if re.fullmatch(r"[\w' -]+", p):
+                parts.append(r"\b" + re.escape(p) + r"\b")
+            else:
+                try:
+                    re.compile(p)
+                except re.error as err:
+                    raise RedlineError(f"keywords: invalid regular expression {p!r}: {err}") from None
+                parts.append(f"(?:{p})")
+        return re.compile("|".join(parts), 0 if options.case_sensitive else re.IGNORECASE)
+
+    @classmethod
+    def preflight(cls, config: DetectorConfig) -> None:
+        cls.compile(config.options())  # type: ignore[arg-type]
+
+    @property
+    def rule(self) -> DecisionRule:
+        return self._rule
+
+    def predict_proba(self, texts: list[str]) -> np.ndarray:
+        search = self._pattern.search
+        return np.array([[1.0 if search(t) else 0.0] for t in texts]).reshape(-1, 1)
+
+
+class HFOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(description="Hugging Face hub id or a local directory saved with save_pretrained.")
+    toxic_labels: list[str] | None = Field(
+        None, description="Labels meaning toxic; default: label 1 of a binary model, or labels named like toxic ones."
+    )
+    max_length: int = Field(256, gt=0, le=8192)
+    revision: str | None = None
+    precision: Precision = Field("auto", validation_alias=AliasChoices("precision", "dtype"),
+                                 description=PRECISION_HELP + " The device is the actor's: num_gpus > 0 puts it on "
+                                             "the GPU.")
+
+
+def _looks_like_path(model: str) -> bool:
+    # Hub ids are `name` or `namespace/name`; anything with more slashes can only be a directory.
+    return (model.startswith(("/", "./", "../", "~")) or model.count("/") > 1
+            or Path(model).expanduser().exists())
+
+
+def _load_hf_config(options: HFOptions) -> Any:
+    from transformers import AutoConfig
+
+    if _looks_like_path(options.model):
+        path = Path(options.model).expanduser()
+        if not path.is_dir():
+            raise RedlineError(f"model directory does not exist: {options.model}")
+        if not (path / "config.json").is_file():
+            raise RedlineError(f"model directory has no config.json (not saved with save_pretrained?): {options.model}")
+    try:
+        return AutoConfig.from_pretrained(options.model, revision=options.revision)
+    except (OSError, ValueError) as err:
+        raise RedlineError(f"cannot load model '{options.model}': {first_line(err)}") from None
+
+
+def hf_decision_rule(hf_config: Any, config: DetectorConfig, options: HFOptions) -> DecisionRule:
+    id2label = getattr(hf_config, "id2label", None) or {}
+    n = int(getattr(hf_config, "num_labels", len(id2label) or 2))
+    labels = tuple(str(id2label.get(i, id2label.get(str(i), f"LABEL_{i}"))) for i in range(n))
+    multi_label = getattr(hf_config, "problem_type", None) == "multi_label_classification"
+    if options.toxic_labels:
+        unknown = [t for t in options.toxic_labels if t not in labels]
+        if unknown:
+            raise RedlineError(f"toxic_labels {unknown} are not labels of {options.model} (labels: {list(labels)})")
+        toxic = tuple(label in options.toxic_labels for label in labels)
+    elif n == 1:
+        toxic = (True,)
+    elif n == 2 and not multi_label:
+        toxic = (False, True)
+    else:
+        toxic = tuple(label.lower() not in BENIGN_LABEL_NAMES for label in labels)
+        if all(toxic) and not multi_label:  # a softmax model needs a benign class
+            raise RedlineError(
+                f"cannot tell which labels of {options.model} mean toxic (labels: {list(labels)}); set toxic_labels"
+            )
+    return DecisionRule(labels=labels, toxic=toxic, multi_label=multi_label or n == 1,
+                        threshold=config.threshold, rule=config.rule)
+
+
+class HFDetector(Detector):
+    kind = "hf"
+    description = "Hugging Face sequence classifier (hub id or local dir): binary, multi-label or multi-class"
+    Options = HFOptions
+
+    def __init__(self, config: DetectorConfig) -> None:
+        super().__init__(config)
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        opts: HFOptions = self.options  # type: ignore[assignment]
+        hf_config = _load_hf_config(opts)
+        self._rule = hf_decision_rule(hf_config, config, opts)
+        self.placement = placement(config.num_gpus, opts.precision)
+        self.device = self.placement.torch_device
+        self.tokenizer = AutoTokenizer.from_pretrained(opts.model, revision=opts.revision)
+        self.model = AutoModelForSequenceClassification.from_pretrained(
+            opts.model, revision=opts.revision, dtype=self.placement.torch_dtype
+        ).to(self.device).eval()
+        self.max_length = min(opts.max_length, getattr(self.tokenizer, "model_max_length", opts.max_length) or opts.max_length)
+        self._torch = torch
+
+    @classmethod
+    def preflight(cls, config: DetectorConfig) -> None:
+        opts: HFOptions = config.options()  # type: ignore[assignment]
+        hf_decision_rule(_load_hf_config(opts), config, opts)
+
+    @property
+    def rule(self) -> DecisionRule:
+        return self._rule
+
+    def predict_proba(self, texts: list[str]) -> np.ndarray:
+        torch = self._torch
+        n_labels = len(self._rule.labels)
+        out = np.zeros((len(texts), n_labels))
+        if not texts:
+            return out
+        # Sort by length so each model batch pads to a similar length (dynamic padding).
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        step = self.config.batch_size
+        with torch.inference_mode():
+            for start in range(0, len(texts), step):
+                idx = order[start:start + step]
+                enc = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
+                                     max_length=self.max_length, return_tensors="pt").to(self.device)
+                logits = self.model(**enc).logits.double()
+                probs = torch.sigmoid(logits) if self._rule.multi_label else torch.softmax(logits, dim=-1)
+                out[idx] = probs.cpu().numpy()
+        return out

@@ -1,0 +1,37 @@
+"""The detector registry: every kind, by name (`redline list detectors` reads the same table).
+
+Adding a detector kind is one class (with `kind`, `description` and an `Options` model) and one line here.
+Classes are imported when the registry is first used, so validating a config stays fast.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+from redline.errors import RedlineError
+
+if TYPE_CHECKING:
+    from redline.actors.detectors.base import Detector
+    from redline.actors.detectors.config import DetectorConfig
+
+
+@functools.cache
+def detector_kinds() -> dict[str, type["Detector"]]:
+    from redline.actors.detectors import api, http, local
+
+    classes = (local.HFDetector, local.ProfanityCheckDetector, local.KeywordDetector, http.HTTPDetector,
+               api.OpenAIModerationDetector, api.LLMJudgeDetector, api.SelfCheckDetector, api.LlamaGuardDetector,
+               api.BedrockGuardrailDetector)
+    return {cls.kind: cls for cls in classes}
+
+
+def detector_class(kind: str) -> type["Detector"]:
+    kinds = detector_kinds()
+    if kind not in kinds:
+        raise RedlineError(f"unknown detector kind '{kind}' (known: {', '.join(sorted(kinds))})")
+    return kinds[kind]
+
+
+def build_detector(config: "DetectorConfig") -> "Detector":
+    return detector_class(config.kind)(config)

@@ -1,0 +1,101 @@
+"""What every chat-model provider offers, and how its failures are told apart.
+
+A provider turns conversations into completions. It raises `Refused` when the service says the
+request itself is wrong (bad key, unknown model, malformed request: retrying cannot help, so the run
+stops and names it) and `Transient` for what may pass (429, 5xx, timeouts, a garbled body), which
+the `ChatClient` retries with back-off. Providers know nothing of caching or rate limits.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from redline.errors import RedlineError
+
+Messages = list[dict[str, str]]
+PROVIDER_NAMES = ("openai", "redline", "bedrock", "hf")
+ProviderName = Literal["openai", "redline", "bedrock", "hf"]
+
+
+class SamplingParams(BaseModel):
+    """Sampling settings shared by every request merged into one `generate` call."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    n: int = Field(1, ge=1)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0)
+    max_tokens: int = Field(64, ge=1)
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+
+@dataclass
+class Completion:
+    text: str
+    finish_reason: str  # stop | length
+    tokens: int
+
+
+@dataclass
+class PromptResult:
+    prompt_tokens: int
+    completions: list[Completion] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ProviderSettings:
+    """How to reach one chat model, whatever the provider (fields a provider does not use are ignored)."""
+
+    provider: str
+    model: str
+    base_url: str | None = None
+    api_key_env: str | None = None
+    allow_insecure_http: bool = False
+    timeout_s: float = 60.0
+    region: str | None = None
+    endpoint_url: str | None = None
+    additional_fields: dict[str, Any] = field(default_factory=dict)
+    local: dict[str, Any] = field(default_factory=dict)  # hf: the generator config of a local model
+
+
+class Refused(RedlineError):
+    """The service refused the request itself (auth, unknown model, bad request): not worth a retry."""
+
+
+class Transient(Exception):
+    """A failure that may pass (rate limit, server error, timeout, unreadable body)."""
+
+    def __init__(self, cause: str, retry_after: float | None = None, unreachable: bool = False) -> None:
+        super().__init__(cause)
+        self.cause, self.retry_after, self.unreachable = cause, retry_after, unreachable
+
+
+class ChatProvider(ABC):
+    """One chat-model API. `chat_one` answers one conversation with `params.n` completions."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    # A remote service: requests run concurrently under a rate limit and are retried on Transient.
+    remote: ClassVar[bool] = True
+
+    def __init__(self, settings: ProviderSettings) -> None:
+        self.settings = settings
+
+    @property
+    def endpoint(self) -> str:
+        """Where requests go, for error messages."""
+        return self.settings.base_url or self.settings.endpoint_url or self.name
+
+    @abstractmethod
+    def chat_one(self, messages: Messages, params: SamplingParams) -> PromptResult: ...
+
+    def chat(self, conversations: Sequence[Messages], params: SamplingParams) -> list[PromptResult]:
+        """A local model answers a whole batch at once; remote ones go through `ChatClient` per request."""
+        return [self.chat_one(m, params) for m in conversations]

@@ -1,0 +1,128 @@
+"""What wraps every provider: requests in flight under one rate limit, retries with exponential
+back-off shared by all threads and never sooner than `Retry-After`, an answer cache, and token and
+cost accounting. A request that still fails after its retries comes back as a `Failed` with its
+cause, never as an answer; a refusal (`Refused`) stops the caller at once; an endpoint that cannot
+be reached at all is a one-line RedlineError."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from redline.actors.providers.base import ChatProvider, Messages, PromptResult, SamplingParams, Transient
+from redline.cluster.net import RateLimiter
+from redline.cluster.storage import user_cache_dir
+from redline.errors import RedlineError
+
+
+@dataclass
+class Answer:
+    result: PromptResult
+    retries: int = 0
+    cached: bool = False
+
+
+@dataclass
+class Failed:
+    cause: str
+    retries: int
+
+
+class AnswerCache:
+    """(key -> answer text, tokens) in SQLite, shared by every process of this user on the machine
+    (WAL mode). Callers store only answers they could use: a garbled answer is asked again."""
+
+    def __init__(self, directory: str | None) -> None:
+        self.path = None if directory is None else resolve_cache_dir(directory) / "answers.sqlite"
+        self.local = threading.local()
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with self._conn() as c:
+                c.execute("PRAGMA journal_mode=WAL")
+                c.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, answer TEXT, "
+                          "prompt_tokens INTEGER, completion_tokens INTEGER)")
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self.local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=30)
+            self.local.conn = conn
+        return conn
+
+    def get(self, key: str) -> tuple[str, int, int] | None:
+        if self.path is None:
+            return None
+        row = self._conn().execute("SELECT answer, prompt_tokens, completion_tokens FROM answers WHERE key=?",
+                                   (key,)).fetchone()
+        return None if row is None else (row[0], row[1], row[2])
+
+    def put(self, key: str, answer: str, prompt_tokens: int, completion_tokens: int) -> None:
+        if self.path is None:
+            return
+        with self._conn() as c:
+            c.execute("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?)", (key, answer, prompt_tokens, completion_tokens))
+
+
+def resolve_cache_dir(directory: str) -> Path:
+    """`auto`: the user's own cache ($REDLINE_CACHE, else $XDG_CACHE_HOME/redline, else ~/.cache/redline) / judge."""
+    return user_cache_dir() / "judge" if directory == "auto" else Path(directory).expanduser()
+
+
+class ChatClient:
+    def __init__(self, provider: ChatProvider, *, requests_per_second: float = 20.0, max_retries: int = 4,
+                 backoff_s: float = 0.5, concurrency: int = 8, cache_dir: str | None = None) -> None:
+        self.provider = provider
+        self.max_retries, self.backoff_s, self.concurrency = max_retries, backoff_s, concurrency
+        self.limiter = RateLimiter(requests_per_second)
+        self.cache = AnswerCache(cache_dir)
+
+    def key(self, messages: Messages, params: SamplingParams) -> str:
+        s = self.provider.settings
+        raw = json.dumps([s.provider, s.base_url, s.model, messages, params.model_dump(mode="json")])
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+    def ask(self, messages: Messages, params: SamplingParams,
+            usable: Callable[[str], bool] | None = None) -> Answer | Failed:
+        """One conversation. With `usable`, single answers are cached once `usable(text)` says so."""
+        key = self.key(messages, params) if usable is not None else None
+        if key is not None:
+            hit = self.cache.get(key)
+            if hit is not None and usable(hit[0]):  # type: ignore[misc]
+                from redline.actors.providers.base import Completion
+
+                return Answer(PromptResult(hit[1], [Completion(hit[0], "stop", hit[2])]), cached=True)
+        cause = "no attempt made"
+        for attempt in range(self.max_retries + 1):
+            self.limiter.acquire()
+            try:
+                result = self.provider.chat_one(messages, params)
+            except Transient as err:
+                if err.unreachable and attempt == self.max_retries:
+                    raise RedlineError(f"cannot reach {self.provider.endpoint} after {attempt} retries "
+                                       f"({err.cause})") from None
+                cause = err.cause
+                if attempt < self.max_retries:
+                    backoff = self.backoff_s * 2 ** attempt * (0.5 + random.random())
+                    self.limiter.pause(max(backoff, err.retry_after or 0.0))  # every thread backs off
+                continue
+            if key is not None and result.completions and usable(result.completions[0].text):  # type: ignore[misc]
+                first = result.completions[0]
+                self.cache.put(key, first.text, result.prompt_tokens, first.tokens)
+            return Answer(result, retries=attempt)
+        return Failed(cause, self.max_retries)
+
+    def ask_many(self, conversations: Sequence[Messages], params: SamplingParams,
+                 usable: Callable[[str], bool] | None = None) -> list[Answer | Failed]:
+        if not conversations:
+            return []
+        if not self.provider.remote:  # a local model: one batched call, no threads, no retries
+            return [Answer(r) for r in self.provider.chat(list(conversations), params)]
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(conversations))) as pool:
+            return list(pool.map(lambda m: self.ask(m, params, usable), conversations))

@@ -1,0 +1,92 @@
+"""`redline`: the command line. Heavy imports (ray, torch) happen inside commands so --help is instant.
+
+User mistakes raise RedlineError anywhere below; `main()` prints them as one line and exits with 2.
+Commands live by domain: pipelines (`run`, `train`, `status`, `report`, `submit`, `logs`), models
+(`train`), serving (`serve`, `detect`), `list` and `quickstart`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from redline.cli.show import err_console
+from redline.errors import unwrap_user_error
+
+app = typer.Typer(
+    name="redline",
+    help="Distributed safety evaluation of toxicity detectors and conversational models on Ray.\n\n"
+    "Runs locally on an embedded Ray by default; set RAY_ADDRESS to use a running cluster, or "
+    "`redline submit` to send a pipeline to one through the Ray Jobs API.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+
+list_app = typer.Typer(help="Show the registered components.", no_args_is_help=True)
+run_app = typer.Typer(help="Run a pipeline from a YAML config (see examples/).", no_args_is_help=True)
+train_app = typer.Typer(help="Train models used by the pipelines.", no_args_is_help=True)
+app.add_typer(list_app, name="list")
+app.add_typer(run_app, name="run")
+app.add_typer(train_app, name="train")
+
+
+@app.callback()
+def _global(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details.")] = False) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("REDLINE_VERBOSE", "1" if verbose else "0")
+
+
+from redline.cli import listing, quickstart, runs, serving, train  # noqa: E402  (commands register on import)
+
+__all__ = ["app", "main", "listing", "quickstart", "runs", "serving", "train"]
+
+
+def _stop_on_signal(signum: int, _: Any) -> None:
+    """SIGTERM (a stopped Ray job, `kill`) ends the run like Ctrl-C does: recorded in its manifest."""
+    raise SystemExit(signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: one line and exit code 2 for user mistakes, a traceback only for bugs."""
+    try:
+        signal.signal(signal.SIGTERM, _stop_on_signal)
+    except ValueError:  # not the main thread (embedded use)
+        pass
+    try:
+        result = app(args=argv, prog_name="redline", standalone_mode=False)
+    except typer.Exit as exit_:
+        return exit_.exit_code
+    except typer.TyperException as err:  # usage errors: unknown command, missing option, bad value
+        ctx = getattr(err, "ctx", None)
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        fmt = getattr(err, "format_message", None)
+        message = " ".join((fmt() if fmt else str(err)).split())
+        print(f"error: {message}{hint}", file=sys.stderr)
+        return int(getattr(err, "exit_code", 2) or 2)
+    except typer.Abort:
+        err_console.print("aborted")
+        return 130
+    except KeyboardInterrupt:
+        err_console.print("interrupted; rerun the same command to resume")
+        return 130
+    except Exception as err:  # noqa: BLE001
+        user = unwrap_user_error(err)
+        if user is None:
+            raise
+        message = " ".join(str(user).split())  # always one line, whatever the source message held
+        if sys.stderr.isatty():
+            err_console.print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False, soft_wrap=True)
+        else:
+            print(f"error: {message}", file=sys.stderr)
+        return 2
+    # With standalone_mode off, --help and `raise typer.Exit(n)` come back as an exit code.
+    return result if isinstance(result, int) else 0

@@ -1,0 +1,126 @@
+"""Arrow tables in and out: row status values, conforming a table to a schema, and reading a data
+file (CSV, JSONL/JSON, Parquet; local or s3://) into a table with its own column names, with
+one-line errors for undecodable bytes and malformed rows."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from redline.cluster import storage
+from redline.errors import RedlineError, first_line
+
+# Row status shared by every table: `ok` rows were processed; `rejected` rows are kept with a reason.
+STATUS_OK = "ok"
+STATUS_REJECTED = "rejected"
+STATUS_ERROR = "error"
+
+FORMATS = {".csv": "csv", ".tsv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json",
+           ".parquet": "parquet", ".pq": "parquet"}
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Reorder and cast `table` to `schema`, adding absent nullable columns as nulls."""
+    columns = []
+    for field in schema:
+        if field.name in table.column_names:
+            columns.append(table.column(field.name).cast(field.type))
+        else:
+            columns.append(pa.nulls(table.num_rows, field.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """Where a table lives and how to decode it (`setting` names the config field to fix in errors)."""
+
+    path: str
+    format: str = "auto"
+    encoding: str = "utf-8"
+    encoding_errors: str = "strict"
+    setting: str = "corpus"
+
+    def detected_format(self) -> str:
+        if self.format != "auto":
+            return self.format
+        suffix = Path(self.path.split("?")[0]).suffix.lower()
+        if suffix not in FORMATS:
+            raise RedlineError(f"cannot tell the format of {self.path} from its extension; set {self.setting}.format")
+        return FORMATS[suffix]
+
+    def decode(self, data: bytes) -> str:
+        try:
+            return data.decode(self.encoding, errors=self.encoding_errors)
+        except LookupError:
+            raise RedlineError(f"unknown encoding '{self.encoding}' for {self.path}") from None
+        except UnicodeDecodeError as err:
+            line = data[: err.start].count(b"\n") + 1
+            raise RedlineError(
+                f"{self.path}: byte 0x{data[err.start]:02x} on line {line} is not valid {self.encoding}; "
+                f"set {self.setting}.encoding (e.g. latin-1) or {self.setting}.encoding_errors: replace"
+            ) from None
+
+    def read_text(self) -> str:
+        return self.decode(storage.read_bytes(self.path))
+
+    def read(self) -> pa.Table:
+        """The file as an Arrow table with its own column names."""
+        fmt = self.detected_format()
+        data = storage.read_bytes(self.path)
+        try:
+            if fmt == "parquet":
+                return pq.read_table(io.BytesIO(data))
+            text = self.decode(data)
+            if fmt == "csv":
+                delimiter = "\t" if self.path.endswith(".tsv") else ","
+                return pacsv.read_csv(
+                    io.BytesIO(text.encode("utf-8")),
+                    parse_options=pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True),
+                    convert_options=pacsv.ConvertOptions(strings_can_be_null=False, quoted_strings_can_be_null=False),
+                )
+            return table_from_rows(self.json_rows(text, fmt))
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+            raise RedlineError(f"cannot parse {self.path} as {fmt}: {first_line(err)}") from None
+
+    def json_rows(self, text: str, fmt: str) -> list[dict[str, Any]]:
+        if fmt == "json" and text.lstrip().startswith("["):
+            try:
+                rows = json.loads(text)
+            except json.JSONDecodeError as err:
+                raise RedlineError(f"{self.path}: invalid JSON at line {err.lineno}: {err.msg}") from None
+        else:
+            rows = []
+            for lineno, line in enumerate(text.splitlines(), 1):
+                if line.strip():
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as err:
+                        raise RedlineError(f"{self.path}: invalid JSON on line {lineno}: {err.msg}") from None
+        if not all(isinstance(r, dict) for r in rows):
+            raise RedlineError(f"{self.path}: expected JSON objects, one per row")
+        return rows
+
+
+def table_from_rows(rows: list[dict[str, Any]]) -> pa.Table:
+    columns: dict[str, list[Any]] = {}
+    for i, row in enumerate(rows):
+        for key in row:
+            columns.setdefault(key, [None] * i)
+        for key, values in columns.items():
+            values.append(row.get(key))
+    # Keep mixed-type columns readable: anything not uniformly scalar becomes a string column.
+    arrays = {}
+    for key, values in columns.items():
+        try:
+            arrays[key] = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            arrays[key] = pa.array([None if v is None else json.dumps(v) if isinstance(v, (dict, list)) else str(v)
+                                    for v in values])
+    return pa.table(arrays)

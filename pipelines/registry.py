@@ -1,0 +1,96 @@
+"""The pipeline registry: one entry per pipeline. The CLI builds its `run` / `train` commands from
+it, and `submit`, `status`, `report` and the examples test read it. Modules are imported only when a
+pipeline is used, so `redline --help` stays instant.
+
+Adding a pipeline: a config model, a module with `PIPELINE = Pipeline(...)`, a worker, and one entry
+here (README "Development" walks through one).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from redline.errors import RedlineError
+
+if TYPE_CHECKING:
+    from redline.pipelines.template import Pipeline
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A command-line shortcut for a config field: `--<name> VALUE` sets `path` (`*` in a path: every
+    item of that list)."""
+
+    name: str
+    path: str
+    help: str
+    type: type = str
+    multiple: bool = False
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str  # the pipeline's name: run directories `<name>-<hash>`, manifest["pipeline"]
+    module: str  # defines PIPELINE
+    command: tuple[str, str]  # where the CLI puts it: ("run", "score"), ("train", "dialogue-safety")
+    help: str
+    example: str  # examples/<file>: a config that validates
+    flags: tuple[Flag, ...] = field(default_factory=tuple)
+
+
+CORPUS = Flag("corpus", "corpus.path", "Override corpus.path (local path or s3:// URI).")
+ENTRIES: tuple[Entry, ...] = (
+    Entry("score", "redline.pipelines.score", ("run", "score"),
+          "Score a labelled corpus with several detectors across Ray actors and report how each does: per-row "
+          "predictions (Parquet shards), manifest.json, and a report (metrics per detector and dataset, ROC and "
+          "rate plots, the most confident misses).", "score_davidson.yaml",
+          (CORPUS, Flag("limit", "corpus.limit", "Score at most this many rows (a seeded random sample).", int),
+           Flag("actors", "detectors.*.actors", "Actor pool size for every detector.", int))),
+    Entry("attack", "redline.pipelines.attack", ("run", "attack"),
+          "Attack a victim detector with recipes: toxic seeds until it says benign (TAE), benign seeds until it "
+          "says toxic (BAE). One row per (seed, recipe, goal) attempt with status and provenance; the report gives "
+          "ASR, queries, % words perturbed and sample successes per recipe.", "attack_quick.yaml",
+          (CORPUS, Flag("max_seeds", "max_seeds", "At most this many seeds per goal.", int),
+           Flag("recipe", "recipes", "Run only these recipes (repeatable).", str, True),
+           Flag("actors", "actors", "Attacker actors.", int))),
+    Entry("taebench", "redline.pipelines.taebench", ("run", "taebench"),
+          "Filter attack runs' adversarial examples into TaeBench (valid TAE) and TaeBench+ (+ valid BAE): dedupe "
+          "-> grammar (LanguageTool) -> naturalness -> label filter (LLM judge AND classifier); each stage's kept and "
+          "rejected rows are kept with reasons; the report is the paper's Table 2.", "taebench.yaml"),
+    Entry("transfer", "redline.pipelines.transfer", ("run", "transfer"),
+          "Benchmark detectors with a TaeBench run (transfer attack): ASR = FNR on TAE, FPR on BAE, and the FNR on "
+          "the original seeds, per victim and seed dataset. Victims are any detector kind.", "transfer.yaml"),
+    Entry("advtrain", "redline.pipelines.advtrain", ("run", "advtrain"),
+          "Adversarial training variants (no TAE, unfiltered TAE, TaeBench, TaeBench+, balanced TaeBench+) and any "
+          "hyper-parameter grid as a Ray Tune sweep; the report is the paper's Table 5 (best trial per variant). An "
+          "interrupted sweep resumes when the command is rerun.", "advtrain.yaml"),
+    Entry("diasafety", "redline.pipelines.diasafety", ("run", "diasafety"),
+          "Evaluate chatbots on DiaSafety contexts: generate responses per context, judge them with the two-step "
+          "detector (utterance-level, then the category's context classifier) and print the leaderboard of unsafe "
+          "proportions per category (the paper's Table 8).", "diasafety.yaml"),
+    Entry("egregious", "redline.pipelines.egregious", ("run", "egregious"),
+          "Search trigger inputs that make generation models produce target outputs (He & Glass 2019): gibbs-enum per "
+          "(model, target list, hit family) across Ray Data actors; prints the hit-rate table (Table 3), the report "
+          "adds example triggers (Table 4) and search effort.", "egregious.yaml"),
+    Entry("dialogue-safety-train", "redline.pipelines.diasafety_train", ("train", "dialogue-safety"),
+          "Train DiaSafety context classifiers and compare them on the validation (and test) split: one-vs-all "
+          "(Safe/Unsafe/N-A per category on context + response), a single multi-class classifier, the response-only "
+          "ablation, and utterance-level baselines.", "dialoguesafety_train.yaml"),
+)
+
+
+def entries() -> tuple[Entry, ...]:
+    return ENTRIES
+
+
+def entry(name: str) -> Entry:
+    for e in ENTRIES:
+        if e.name == name:
+            return e
+    raise RedlineError(f"unknown pipeline '{name}' (known: {', '.join(e.name for e in ENTRIES)})")
+
+
+def pipeline(name: str) -> "Pipeline[Any]":
+    return importlib.import_module(entry(name).module).PIPELINE
