@@ -17,8 +17,15 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 from pydantic import AliasChoices, Field, model_validator
 
-from redline.actors.providers import (ChatClient, Completion, Failed, PromptResult, ProviderSettings, SamplingParams,
-                                      build_provider)
+from redline.actors.providers import (
+    ChatClient,
+    Completion,
+    Failed,
+    PromptResult,
+    ProviderSettings,
+    SamplingParams,
+    build_provider,
+)
 from redline.cluster.config import Strict
 from redline.cluster.devices import PRECISION_HELP, Precision, placement
 from redline.errors import RedlineError, first_line
@@ -101,7 +108,12 @@ class HFGenerator:
 
     def __init__(self, config: GeneratorConfig) -> None:
         import torch
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+        from transformers import (
+            AutoConfig,
+            AutoModelForCausalLM,
+            AutoModelForSeq2SeqLM,
+            AutoTokenizer,
+        )
 
         self.config = config
         self.name = config.name

@@ -20,8 +20,16 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, model_validator
 
-from redline.actors.providers import (PROVIDER_NAMES, ChatClient, Failed, ProviderName, ProviderSettings, Refused,
-                                      SamplingParams, build_provider)
+from redline.actors.providers import (
+    PROVIDER_NAMES,
+    ChatClient,
+    Failed,
+    ProviderName,
+    ProviderSettings,
+    Refused,
+    SamplingParams,
+    build_provider,
+)
 from redline.cluster.config import Strict
 from redline.errors import RedlineError
 

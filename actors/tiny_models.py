@@ -33,7 +33,15 @@ def train_wordpiece_tokenizer(texts: Sequence[str], vocab_size: int = 4000, mode
     """
     from collections import Counter
 
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
     from transformers import PreTrainedTokenizerFast
 
     normalizer, pre_tokenizer = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
@@ -137,7 +145,11 @@ def build_tiny_mlm(texts: Sequence[str], out_dir: str | Path, *, vocab_size: int
                    learning_rate: float = 2e-3, seed: int = 0) -> Path:
     """Train and save a tiny BERT fill-mask model (15% masking), loadable by AutoModelForMaskedLM."""
     import torch
-    from transformers import BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling
+    from transformers import (
+        BertConfig,
+        BertForMaskedLM,
+        DataCollatorForLanguageModeling,
+    )
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()

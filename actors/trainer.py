@@ -48,7 +48,13 @@ def split_held_out(n: int, fraction: float, seed: int) -> tuple[list[int], list[
 
 
 def binary_metrics(y: np.ndarray, p: np.ndarray) -> dict[str, float | None]:
-    from sklearn.metrics import average_precision_score, f1_score, precision_score, recall_score, roc_auc_score
+    from sklearn.metrics import (
+        average_precision_score,
+        f1_score,
+        precision_score,
+        recall_score,
+        roc_auc_score,
+    )
 
     pred = p >= 0.5
     both = len(set(y.tolist())) == 2
@@ -137,7 +143,10 @@ class ClassifierTrainer(SequenceClassifier):
 
     def __init__(self, base_model: str, label_names: tuple[str, ...], settings: TrainSettings,
                  train_rows: int) -> None:
-        from transformers import get_cosine_with_hard_restarts_schedule_with_warmup, get_linear_schedule_with_warmup
+        from transformers import (
+            get_cosine_with_hard_restarts_schedule_with_warmup,
+            get_linear_schedule_with_warmup,
+        )
 
         super().__init__(base_model, settings, label_names)
         total = max(1, (train_rows + settings.batch_size - 1) // settings.batch_size * settings.epochs)

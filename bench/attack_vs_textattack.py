@@ -61,15 +61,12 @@ def main() -> None:
 
     import ray
 
-    from redline.actors.detectors import build_detector
+    from redline.actors.detectors import DetectorConfig, build_detector
     from redline.actors.tiny_models import build_tiny_classifier
-    from redline.actors.detectors import DetectorConfig
     from redline.cluster.config import validate_config
-    from redline.pipelines.attack import AttackConfig
-    from redline.pipelines.corpora import CorpusConfig
     from redline.cluster.runtime import ensure_ray
-    from redline.pipelines.attack import run_attack
-    from redline.pipelines.corpora import read_corpus
+    from redline.pipelines.attack import AttackConfig, run_attack
+    from redline.pipelines.corpora import CorpusConfig, read_corpus
 
     work = Path(tempfile.mkdtemp(prefix="redline-attack-bench-"))
     corpus = [r for r in read_corpus(CorpusConfig(path=args.corpus, preset="davidson")).to_pylist() if r["status"] == "ok"]

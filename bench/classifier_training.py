@@ -34,7 +34,12 @@ def main() -> None:
 
     import torch
 
-    from redline.actors.dialogue_safety.classifiers import OVA_LABELS, inputs, load_rows, ova_targets
+    from redline.actors.dialogue_safety.classifiers import (
+        OVA_LABELS,
+        inputs,
+        load_rows,
+        ova_targets,
+    )
     from redline.actors.trainer import ClassifierTrainer, TrainSettings
 
     if args.model is None:

@@ -13,7 +13,6 @@ import json
 import sys
 import time
 
-
 import torch
 from nanogcg.gcg import GCG, GCGConfig
 from tokenizers import processors

@@ -35,15 +35,12 @@ def main() -> None:
 
     import ray
 
-    from redline.actors.detectors import build_detector
+    from redline.actors.detectors import DetectorConfig, build_detector
     from redline.actors.tiny_models import build_tiny_classifier
-    from redline.actors.detectors import DetectorConfig
     from redline.cluster.config import validate_config
-    from redline.pipelines.corpora import CorpusConfig
-    from redline.pipelines.score import ScoreConfig
     from redline.cluster.runtime import ensure_ray
-    from redline.pipelines.corpora import read_corpus
-    from redline.pipelines.score import run_score
+    from redline.pipelines.corpora import CorpusConfig, read_corpus
+    from redline.pipelines.score import ScoreConfig, run_score
 
     corpus = read_corpus(CorpusConfig(path=args.corpus, preset="davidson"))
     texts = [t for t, s in zip(corpus.column("text").to_pylist(), corpus.column("status").to_pylist()) if s == "ok"]

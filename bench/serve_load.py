@@ -71,11 +71,10 @@ def main() -> None:
 
 
     from redline.actors.tiny_models import build_tiny_causal_lm, build_tiny_classifier
-    from redline.pipelines.corpora import CorpusConfig
-    from redline.serve.config import ServeConfig
-    from redline.pipelines.corpora import read_corpus
+    from redline.pipelines.corpora import CorpusConfig, read_corpus
     from redline.pipelines.quickstart import sample_path
     from redline.serve import runner
+    from redline.serve.config import ServeConfig
 
     work = Path(tempfile.mkdtemp(prefix="redline-serve-bench-"))
     os.environ["REDLINE_STATE_DIR"] = str(work / "state")

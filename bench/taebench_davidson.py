@@ -44,17 +44,17 @@ def main() -> None:
 
     from redline.actors.tiny_models import build_tiny_classifier, build_tiny_judge_lm
     from redline.cluster.config import validate_config
-    from redline.pipelines.attack import AttackConfig
-    from redline.pipelines.corpora import CorpusConfig
-    from redline.pipelines.taebench import TaebenchConfig
-    from redline.pipelines.transfer import TransferConfig
-    from redline.serve.config import ServeConfig
-    from redline.pipelines.attack import run_attack
-    from redline.pipelines.corpora import read_corpus
-    from redline.pipelines.quickstart import QUICKSTART_JUDGE_TEMPLATE, QUICKSTART_KEYWORDS, _free_port
-    from redline.pipelines.taebench import run_taebench
-    from redline.pipelines.transfer import run_transfer
+    from redline.pipelines.attack import AttackConfig, run_attack
+    from redline.pipelines.corpora import CorpusConfig, read_corpus
+    from redline.pipelines.quickstart import (
+        QUICKSTART_JUDGE_TEMPLATE,
+        QUICKSTART_KEYWORDS,
+        _free_port,
+    )
+    from redline.pipelines.taebench import TaebenchConfig, run_taebench
+    from redline.pipelines.transfer import TransferConfig, run_transfer
     from redline.serve import runner
+    from redline.serve.config import ServeConfig
 
     work = Path(tempfile.mkdtemp(prefix="redline-taebench-davidson-"))
     rows = [r for r in read_corpus(CorpusConfig(path=args.corpus, preset="davidson")).to_pylist() if r["status"] == "ok"]

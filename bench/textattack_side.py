@@ -42,15 +42,27 @@ def main() -> None:
     started = time.perf_counter()
     import textattack
     from profanity_check import profanity_check as pc
-    from textattack.attack_results import FailedAttackResult, SkippedAttackResult, SuccessfulAttackResult
+    from textattack.attack_results import (
+        FailedAttackResult,
+        SkippedAttackResult,
+        SuccessfulAttackResult,
+    )
     from textattack.constraints.overlap import LevenshteinEditDistance
-    from textattack.constraints.pre_transformation import RepeatModification, StopwordModification
+    from textattack.constraints.pre_transformation import (
+        RepeatModification,
+        StopwordModification,
+    )
     from textattack.goal_functions import TargetedClassification
     from textattack.models.wrappers import ModelWrapper
     from textattack.search_methods import GreedyWordSwapWIR
-    from textattack.transformations import (CompositeTransformation, WordSwapNeighboringCharacterSwap,
-                                            WordSwapRandomCharacterDeletion, WordSwapRandomCharacterInsertion,
-                                            WordSwapRandomCharacterSubstitution, WordSwapWordNet)
+    from textattack.transformations import (
+        CompositeTransformation,
+        WordSwapNeighboringCharacterSwap,
+        WordSwapRandomCharacterDeletion,
+        WordSwapRandomCharacterInsertion,
+        WordSwapRandomCharacterSubstitution,
+        WordSwapWordNet,
+    )
 
     class ProfanityCheck(ModelWrapper):
         def __init__(self) -> None:

@@ -46,8 +46,7 @@ def main() -> None:
     from redline.actors.triggers.hits import Thresholds
     from redline.actors.triggers.scorers import LSTMPrior, LSTMSeq2SeqTarget
     from redline.actors.triggers.targets import mal_list, normal_list
-    from redline.actors.triggers.training import train
-    from redline.actors.triggers.training import TriggerModelTrainConfig
+    from redline.actors.triggers.training import TriggerModelTrainConfig, train
     from redline.cluster.config import validate_config
     from redline.pipelines.quickstart import diasafety_data_dir
 

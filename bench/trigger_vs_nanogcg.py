@@ -58,11 +58,10 @@ def main() -> None:
     from redline.actors.tiny_models import build_tiny_causal_lm
     from redline.actors.triggers.gibbs import GibbsEnum, SearchOptions
     from redline.actors.triggers.hits import Thresholds
-    from redline.actors.triggers.pairs import read_pairs
+    from redline.actors.triggers.pairs import PairCorpusConfig, read_pairs
     from redline.actors.triggers.scorers import HFTarget
     from redline.actors.triggers.targets import mal_list
     from redline.actors.triggers.thresholds import estimate
-    from redline.actors.triggers.pairs import PairCorpusConfig
     from redline.cluster.config import validate_config
     from redline.pipelines.quickstart import diasafety_data_dir
 

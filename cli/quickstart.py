@@ -11,6 +11,7 @@ import typer
 from redline.cli import app
 from redline.cli.runs import ForceOpt
 from redline.cli.show import console, err_console, show_result, verbose
+from redline.cluster.net import free_port
 from redline.errors import RedlineError
 from redline.pipelines import quickstart as qs
 from redline.pipelines.registry import pipeline
@@ -33,7 +34,7 @@ def run_chain(output: str, *, force: bool = False, verbose: bool = False, say: A
     say("2/4 serving the tiny LLM judge on Ray Serve (OpenAI-compatible API)")
     for attempt in range(3):  # a free port can be taken by another process before Serve binds it
         serve_cfg = ServeConfig.model_validate({
-            "port": _free_port(), "app_name": "quickstart-judge", "api_key_env": None,
+            "port": free_port(), "app_name": "quickstart-judge", "api_key_env": None,
             "generators": [{"name": "tiny-judge", "model": str(judge_model), "num_cpus": 0.25}]})
         try:
             state = runner.start(serve_cfg, verbose=verbose, announce=lambda _: None)
@@ -51,23 +52,6 @@ def run_chain(output: str, *, force: bool = False, verbose: bool = False, say: A
     transfer = run_transfer(qs.quickstart_transfer_config(output, taebench.run_uri, classifier), force=force,
                             verbose=verbose)
     return {"attack": attack, "taebench": taebench, "transfer": transfer}
-
-
-def _free_port() -> int:
-    """A free port between Ray's worker ports (10002-19999) and the ephemeral range (32768+), which Ray
-    processes starting meanwhile would otherwise draw from."""
-    import random
-    import socket
-
-    for _ in range(200):
-        port = random.randint(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    raise RedlineError("no free port between 20000 and 32000 for the quickstart's judge server")
 
 
 @app.command()

@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 
 from redline.cluster.net import check_key_transport
-from redline.errors import RedlineError
 from redline.cluster.protocol import DetectorInfo, DetectResponse
+from redline.errors import RedlineError
 
 DETECT_PATH = "/v1/detect"
 

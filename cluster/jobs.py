@@ -90,7 +90,12 @@ def submit(pipeline: str, command: str, model: type[BaseModel], config_path: Pat
     carries the config in its working directory; returns the job id."""
     import copy
 
-    from redline.cluster.config import apply_overrides, load_yaml, parse_overrides, validate_config
+    from redline.cluster.config import (
+        apply_overrides,
+        load_yaml,
+        parse_overrides,
+        validate_config,
+    )
 
     data = load_yaml(config_path)
     checked = apply_overrides(copy.deepcopy(data), parse_overrides(sets), str(config_path))

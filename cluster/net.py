@@ -28,6 +28,23 @@ def is_loopback(host: str | None) -> bool:
         return False
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A free port between Ray's worker ports (10002-19999) and the kernel's ephemeral range (32768+),
+    where no Ray process or client socket can take it between this check and its use."""
+    import random
+    import socket
+
+    for _ in range(200):
+        port = random.randint(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+                return port
+            except OSError:
+                continue
+    raise RedlineError(f"no free port between 20000 and 32000 on {host}")
+
+
 def check_key_transport(url: str, has_key: bool, allow_insecure_http: bool, what: str) -> None:
     """Refuse to send an API key over plain http:// to another machine unless the user opted in."""
     parsed = urlparse(url)

@@ -147,7 +147,12 @@ def trial(params: dict[str, Any]) -> None:
     """One Tune trial: fine-tune on base + this variant's adversarial rows, report every epoch."""
     from ray import tune
 
-    from redline.actors.trainer import ClassifierTrainer, TrainSettings, binary_metrics, split_held_out
+    from redline.actors.trainer import (
+        ClassifierTrainer,
+        TrainSettings,
+        binary_metrics,
+        split_held_out,
+    )
 
     cfg = AdvTrainConfig.model_validate(params["config"])
     paths = params["paths"]

@@ -12,13 +12,13 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
-
 from pydantic import Field, field_validator
 
 from redline.cluster.config import LabelValue, Strict
 from redline.cluster.tables import STATUS_OK, STATUS_REJECTED, DataFile
 from redline.errors import RedlineError
 from redline.pipelines.schema import CORPUS_SCHEMA
+
 
 class CorpusConfig(Strict):
     """Where a labelled text corpus lives and how its columns map onto redline's corpus schema."""

@@ -17,12 +17,16 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
 from pydantic import Field, model_validator
 
 from redline.actors.triggers import hits as H
 from redline.actors.triggers.pairs import PairCorpusConfig
-from redline.actors.triggers.worker import RESULT_SCHEMA, EgregiousModelConfig, SearchSettings, TriggerWorker
+from redline.actors.triggers.worker import (
+    RESULT_SCHEMA,
+    EgregiousModelConfig,
+    SearchSettings,
+    TriggerWorker,
+)
 from redline.cluster import storage
 from redline.cluster.config import RunConfig, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
@@ -94,9 +98,9 @@ def resolved_thresholds(model: EgregiousModelConfig) -> H.Thresholds:
                                    "(train both on the same pairs with the same vocab_size)")
             t_in = lm.thresholds.average_logprob if lm.thresholds else None
     elif model.threshold_pairs is not None and (t_out is None or t_in is None):
+        from redline.actors.triggers.pairs import read_pairs
         from redline.actors.triggers.scorers import HFTarget
         from redline.actors.triggers.thresholds import estimate
-        from redline.actors.triggers.pairs import read_pairs
 
         est_out, est_in = estimate(HFTarget(model.path), read_pairs(model.threshold_pairs))
         t_out = est_out if t_out is None else t_out

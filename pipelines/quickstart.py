@@ -140,10 +140,13 @@ def diasafety_data_dir() -> Path:
 
 
 def run_diasafety_chain(output: str, *, force: bool = False, verbose: bool = False, say: Any = print) -> dict[str, Any]:
-    from redline.actors.tiny_models import build_tiny_causal_lm, build_tiny_classifier
     from redline.actors.dialogue_safety.classifiers import load_rows
+    from redline.actors.tiny_models import build_tiny_causal_lm, build_tiny_classifier
     from redline.pipelines.diasafety import DiaSafetyEvalConfig, run_diasafety
-    from redline.pipelines.diasafety_train import DialogueSafetyTrainConfig, run_dialogue_safety_training
+    from redline.pipelines.diasafety_train import (
+        DialogueSafetyTrainConfig,
+        run_dialogue_safety_training,
+    )
 
     data = diasafety_data_dir()
     models = Path(output) / "models"

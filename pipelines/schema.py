@@ -8,7 +8,6 @@ import pyarrow as pa
 from redline.actors.attack.attacker import ATTEMPT_FIELDS
 from redline.actors.detectors.worker import DETECTION_FIELDS
 
-
 # A labelled text corpus after normalisation. `label` is 1 toxic / 0 benign / null unknown;
 # `label_name` keeps the source's own label ("offensive", "Unsafe", "toxic,insult").
 CORPUS_SCHEMA = pa.schema(

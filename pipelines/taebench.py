@@ -26,7 +26,11 @@ from pydantic import Field, model_validator
 from redline.actors.detectors import DetectorConfig
 from redline.actors.detectors.worker import DetectionWorker
 from redline.actors.judges import ERROR, USABLE, JudgeConfig, JudgeWorker, usage_summary
-from redline.actors.quality.grammar import GrammarConfig, GrammarWorker, LanguageToolClient
+from redline.actors.quality.grammar import (
+    GrammarConfig,
+    GrammarWorker,
+    LanguageToolClient,
+)
 from redline.cluster import storage
 from redline.cluster.config import RunConfig, Strict
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, require_finished

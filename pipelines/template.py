@@ -8,7 +8,15 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from redline.cluster.config import RunConfig
-from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, complete, lifecycle, open_run
+from redline.cluster.runs import (
+    Run,
+    RunDir,
+    RunResult,
+    Stopwatch,
+    complete,
+    lifecycle,
+    open_run,
+)
 
 C = TypeVar("C", bound=RunConfig)
 Columns = list[tuple[str, str, str]]  # (key, heading, format)

@@ -21,19 +21,32 @@ from fastapi.responses import JSONResponse
 from ray import serve
 from ray.exceptions import RayActorError
 from ray.serve.exceptions import (
-    BackPressureError, DeploymentUnavailableError, ReplicaUnavailableError, RequestCancelledError,
+    BackPressureError,
+    DeploymentUnavailableError,
+    ReplicaUnavailableError,
+    RequestCancelledError,
 )
 from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from redline.actors.generators import PromptResult, SamplingParams
+from redline.cluster.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetectRequest,
+    DetectResponse,
+    DialogueSafetyRequest,
+    ModerationRequest,
+    Sampling,
+    error_body,
+    usage,
+)
 from redline.errors import first_line, unwrap_user_error
 from redline.serve.config import DeploymentSettings, ServeConfig, ServeLimits
-from redline.serve.deployments import DetectorDeployment, DialogueSafetyDeployment, GeneratorDeployment
-from redline.cluster.protocol import (
-    ChatCompletionRequest, CompletionRequest, DetectRequest, DetectResponse, DialogueSafetyRequest, ModerationRequest,
-    Sampling,
-    error_body, usage,
+from redline.serve.deployments import (
+    DetectorDeployment,
+    DialogueSafetyDeployment,
+    GeneratorDeployment,
 )
 
 log = logging.getLogger(__name__)

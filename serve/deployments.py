@@ -18,7 +18,12 @@ from redline.actors.detectors.worker import DetectionWorker
 from redline.actors.dialogue_safety.two_step import TwoStepWorker
 from redline.actors.generators import GenerationWorker, PromptResult, SamplingParams
 from redline.errors import RedlineError
-from redline.serve.config import BatchSettings, ServedDetectorConfig, ServedDialogueSafety, ServedGeneratorConfig
+from redline.serve.config import (
+    BatchSettings,
+    ServedDetectorConfig,
+    ServedDialogueSafety,
+    ServedGeneratorConfig,
+)
 
 
 def _configure_batching(method: Any, settings: BatchSettings) -> None:

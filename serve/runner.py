@@ -20,9 +20,9 @@ from typing import Any
 
 from redline.cluster import storage
 from redline.cluster.net import is_loopback
-from redline.serve.config import ServeConfig
 from redline.cluster.runtime import ensure_ray
 from redline.errors import RedlineError
+from redline.serve.config import ServeConfig
 
 log = logging.getLogger(__name__)
 

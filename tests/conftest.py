@@ -29,19 +29,9 @@ VENV_BIN = Path(sys.executable).parent
 
 
 def free_port() -> int:
-    """A free port between Ray's worker ports (10002-19999) and the kernel's ephemeral range (32768+),
-    where no Ray process or client socket can take it between this check and its use."""
-    import random
+    from redline.cluster.net import free_port as pick
 
-    for _ in range(200):
-        port = random.randint(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no free port in 20000-32000")
+    return pick()
 
 
 def wait_for_port(port: int, timeout: float = 60.0) -> None:
@@ -85,8 +75,7 @@ def ray_session():
 
 @pytest.fixture(scope="session")
 def sample_rows() -> list[dict]:
-    from redline.pipelines.corpora import CorpusConfig
-    from redline.pipelines.corpora import read_corpus
+    from redline.pipelines.corpora import CorpusConfig, read_corpus
     from redline.pipelines.quickstart import sample_path
 
     table = read_corpus(CorpusConfig(path=str(sample_path("toxic_sample_train.csv")), text_column="text",

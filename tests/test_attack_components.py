@@ -13,9 +13,19 @@ from redline.actors.attack.goals import GOALS, Victim
 from redline.actors.attack.recipes import RECIPES, AttackResources, RecipeOptions
 from redline.actors.attack.search import Beam, GreedyWIR, SearchContext
 from redline.actors.attack.text import AttackedText
-from redline.actors.attack.transformations import HOMOGLYPHS, CharEdits, EmbeddingNeighbours, MaskedLMSwaps, WordNetSynonyms
-from redline.actors.detectors import DecisionRule, Detector, build_detector
-from redline.actors.detectors import DetectorConfig
+from redline.actors.attack.transformations import (
+    HOMOGLYPHS,
+    CharEdits,
+    EmbeddingNeighbours,
+    MaskedLMSwaps,
+    WordNetSynonyms,
+)
+from redline.actors.detectors import (
+    DecisionRule,
+    Detector,
+    DetectorConfig,
+    build_detector,
+)
 from redline.errors import RedlineError
 
 

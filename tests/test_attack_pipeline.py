@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import kill_after_parts, write_csv, status_and_report
 from redline.cli import main
 from redline.cluster.config import validate_config
-from redline.pipelines.attack import AttackConfig
+from redline.cluster.runs import RunDir
 from redline.errors import RedlineError
 from redline.pipelines import sharded
-from redline.pipelines.attack import run_attack
-from redline.cluster.runs import RunDir
+from redline.pipelines.attack import AttackConfig, run_attack
 from redline.pipelines.schema import ATTACK_SCHEMA
+
+from conftest import kill_after_parts, status_and_report, write_csv
 
 
 def attack_config(corpus: dict, output: str, **kw) -> AttackConfig:
@@ -109,9 +109,9 @@ def test_cli_lists_recipes_and_rejects_unknown_ones(capsys, tmp_path):
 def test_an_attempt_without_a_result_is_kept_as_an_error():
     import pyarrow as pa
 
-    from redline.pipelines.attack import assemble
     from redline.actors.attack.attacker import ATTACK_RESULT_SCHEMA
     from redline.cluster.tables import conform
+    from redline.pipelines.attack import assemble
 
     shard = conform(pa.table({"id": ["a", "b"], "seed_id": ["s1", "s2"], "seed_text": ["x", "y"],
                               "recipe": ["pwws", "pwws"], "goal": ["tae", "bae"]}), ATTACK_SCHEMA)

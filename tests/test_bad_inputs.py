@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import write_csv
 from redline.cli import main
+
+from conftest import write_csv
 
 
 def corpus_csv(tmp_path: Path) -> Path:

@@ -9,8 +9,9 @@ import sys
 import pytest
 import yaml
 
-from conftest import REPO, write_csv
 from redline.cli import main
+
+from conftest import REPO, write_csv
 
 COMMANDS = [[], ["list"], ["list", "detectors"], ["run"], ["run", "score"], ["train"], ["train", "tiny-classifier"],
             ["quickstart"], ["submit"], ["status"], ["logs"]]
@@ -168,8 +169,8 @@ def test_train_tiny_classifier_command(capsys, tmp_path, davidson):
     assert main(["train", "tiny-classifier", "--corpus", str(davidson), "--preset", "davidson", "--limit", "200",
                  "--epochs", "1", "--out", str(out_dir)]) == 0
     assert (out_dir / "config.json").is_file() and (out_dir / "tokenizer.json").is_file()
-    from redline.actors.detectors.local import HFDetector
     from redline.actors.detectors import DetectorConfig
+    from redline.actors.detectors.local import HFDetector
 
     HFDetector.preflight(DetectorConfig(name="t", kind="hf", model=str(out_dir)))
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from redline.cluster.config import config_hash, load_config, validate_config
-from redline.pipelines.score import ScoreConfig
 from redline.errors import RedlineError
+from redline.pipelines.score import ScoreConfig
 
 BASE = {"corpus": {"path": "x.csv", "text_column": "t", "label_column": "l", "toxic_values": [1]},
         "detectors": [{"name": "p", "kind": "profanity-check"}]}

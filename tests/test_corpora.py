@@ -8,11 +8,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import DIASAFETY_VAL, shared_file, write_csv
-from redline.pipelines.corpora import CorpusConfig
 from redline.errors import RedlineError
-from redline.pipelines.corpora import read_corpus
+from redline.pipelines.corpora import CorpusConfig, read_corpus
 from redline.pipelines.schema import CORPUS_SCHEMA
+
+from conftest import DIASAFETY_VAL, shared_file, write_csv
 
 
 def corpus(path, **kw) -> CorpusConfig:

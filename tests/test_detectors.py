@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from redline.actors.detectors import DecisionRule, build_detector
+from redline.actors.detectors import DecisionRule, DetectorConfig, build_detector
 from redline.actors.detectors.worker import DetectionWorker
-from redline.actors.detectors import DetectorConfig
 from redline.errors import RedlineError
 
 TEXTS = ["you are a stupid idiot", "have a lovely day", "fuck off loser", "the library opens at nine"]

@@ -54,8 +54,10 @@ def test_rows_are_validated(tmp_path):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tiny_binary_model):
     from redline.cluster.config import validate_config
-    from redline.pipelines.diasafety_train import DialogueSafetyTrainConfig
-    from redline.pipelines.diasafety_train import run_dialogue_safety_training
+    from redline.pipelines.diasafety_train import (
+        DialogueSafetyTrainConfig,
+        run_dialogue_safety_training,
+    )
 
     train = shared_file(SHARED_DATA / "diasafety" / "train.json")
     val = shared_file(SHARED_DATA / "diasafety" / "val.json")
@@ -104,9 +106,9 @@ def test_classifiers_load_from_their_own_directory_wherever_it_moves(trained, tm
 
 
 def test_two_step_detection(trained):
+    from redline.actors.detectors import DetectorConfig
     from redline.actors.dialogue_safety.taxonomy import category
     from redline.actors.dialogue_safety.two_step import TwoStepDetector
-    from redline.actors.detectors import DetectorConfig
 
     detector = TwoStepDetector(DetectorConfig(name="kw", kind="keywords", patterns=["idiot"]),
                                str(Path(trained.run_uri) / "models" / "one_vs_all"))
@@ -122,9 +124,12 @@ def test_two_step_detection(trained):
 
 def test_chatbot_evaluation_leaderboard(trained, tiny_causal_lm, tmp_path, ray_session):
     from redline.cluster.config import validate_config
-    from redline.pipelines.diasafety import DiaSafetyEvalConfig
     from redline.errors import RedlineError
-    from redline.pipelines.diasafety import check_classifiers, run_diasafety
+    from redline.pipelines.diasafety import (
+        DiaSafetyEvalConfig,
+        check_classifiers,
+        run_diasafety,
+    )
 
     val = SHARED_DATA / "diasafety" / "val.json"
     rows = json.loads(val.read_text())
@@ -188,9 +193,10 @@ def test_quickstart_diasafety(capsys, tmp_path, monkeypatch, ray_session):
 def test_two_step_detection_served_over_http(trained, ray_session, tmp_path, monkeypatch):
     import httpx
 
-    from conftest import free_port
-    from redline.serve.config import ServeConfig
     from redline.serve import runner
+    from redline.serve.config import ServeConfig
+
+    from conftest import free_port
 
     monkeypatch.setenv("REDLINE_STATE_DIR", str(tmp_path / "state"))
     classifiers = str(Path(trained.run_uri) / "models" / "one_vs_all")
@@ -219,8 +225,10 @@ def test_two_step_detection_served_over_http(trained, ray_session, tmp_path, mon
 def test_categories_and_a_hyperparameter_grid_train_as_tune_trials(tmp_path, tiny_binary_model, ray_session):
     from redline.actors.dialogue_safety.classifiers import ContextClassifiers
     from redline.cluster.config import validate_config
-    from redline.pipelines.diasafety_train import DialogueSafetyTrainConfig
-    from redline.pipelines.diasafety_train import run_dialogue_safety_training
+    from redline.pipelines.diasafety_train import (
+        DialogueSafetyTrainConfig,
+        run_dialogue_safety_training,
+    )
 
     train = shared_file(SHARED_DATA / "diasafety" / "train.json")
     cats = ["Offending User", "Risk Ignorance"]

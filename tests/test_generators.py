@@ -11,8 +11,7 @@ CHAT = [{"role": "user", "content": "hello there"}, {"role": "assistant", "conte
 
 
 def test_causal_prompts_follow_dialogpt_or_the_chat_template(tiny_causal_lm):
-    from redline.actors.generators import HFGenerator
-    from redline.actors.generators import GeneratorConfig
+    from redline.actors.generators import GeneratorConfig, HFGenerator
 
     plain = HFGenerator(GeneratorConfig(name="g", model=str(tiny_causal_lm)))
     assert not plain.seq2seq
@@ -23,8 +22,7 @@ def test_causal_prompts_follow_dialogpt_or_the_chat_template(tiny_causal_lm):
 
 
 def test_seq2seq_generation_batches_prompts_and_counts_tokens(tiny_seq2seq):
-    from redline.actors.generators import HFGenerator, SamplingParams
-    from redline.actors.generators import GeneratorConfig
+    from redline.actors.generators import GeneratorConfig, HFGenerator, SamplingParams
 
     gen = HFGenerator(GeneratorConfig(name="b", model=str(tiny_seq2seq)))
     assert gen.seq2seq and gen.prompt_from_messages(CHAT) == "hello there\nhi\nhow are you"
@@ -37,8 +35,12 @@ def test_seq2seq_generation_batches_prompts_and_counts_tokens(tiny_seq2seq):
 
 
 def test_limits_and_stops(tiny_causal_lm):
-    from redline.actors.generators import HFGenerator, SamplingParams, truncate_at_stop
-    from redline.actors.generators import GeneratorConfig
+    from redline.actors.generators import (
+        GeneratorConfig,
+        HFGenerator,
+        SamplingParams,
+        truncate_at_stop,
+    )
     from redline.errors import RedlineError
 
     assert truncate_at_stop("a b. c\nd", [".", "\n"]) == ("a b", True)
@@ -51,8 +53,11 @@ def test_limits_and_stops(tiny_causal_lm):
 
 
 def test_generator_errors_are_one_line(tmp_path):
-    from redline.actors.generators import SamplingParams, build_generator
-    from redline.actors.generators import GeneratorConfig
+    from redline.actors.generators import (
+        GeneratorConfig,
+        SamplingParams,
+        build_generator,
+    )
     from redline.cluster.config import validate_config
     from redline.errors import RedlineError
 
@@ -69,11 +74,14 @@ def test_generator_errors_are_one_line(tmp_path):
 
 
 def test_bedrock_generator_speaks_converse_through_boto3(monkeypatch):
-    from standins import bedrock
-
-    from redline.actors.generators import SamplingParams, build_generator
-    from redline.actors.generators import GeneratorConfig
+    from redline.actors.generators import (
+        GeneratorConfig,
+        SamplingParams,
+        build_generator,
+    )
     from redline.errors import RedlineError
+
+    from standins import bedrock
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDTEST")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-test")

@@ -8,9 +8,9 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 
-from conftest import status_and_report
 from redline.errors import RedlineError
 
+from conftest import status_and_report
 from standins import languagetool, openai_judge
 
 
@@ -80,6 +80,7 @@ def test_judges_reach_any_provider_bedrock_included(tmp_path, monkeypatch):
     API; retries, cache and accounting wrap either."""
     from redline.actors.judges import JudgeConfig, LLMJudge
     from redline.actors.providers import providers
+
     from standins import bedrock
 
     assert set(providers()) >= {"openai", "redline", "bedrock", "hf"}
@@ -136,8 +137,7 @@ def test_grammar_counts_only_the_configured_categories():
 @pytest.fixture(scope="module")
 def attack_run(ray_session, tmp_path_factory):
     from redline.cluster.config import validate_config
-    from redline.pipelines.attack import AttackConfig
-    from redline.pipelines.attack import run_attack
+    from redline.pipelines.attack import AttackConfig, run_attack
     from redline.pipelines.quickstart import sample_path
 
     out = tmp_path_factory.mktemp("attack")
@@ -243,9 +243,9 @@ def test_a_judge_that_fails_or_says_nothing_usable_fails_the_stage(attack_run, t
 
 
 def test_api_detector_kinds_against_local_servers(tmp_path, monkeypatch):
-    from redline.actors.detectors import build_detector
-    from redline.actors.detectors import DetectorConfig
+    from redline.actors.detectors import DetectorConfig, build_detector
     from redline.errors import RedlineError
+
     from standins import bedrock
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
@@ -277,6 +277,7 @@ def test_missing_api_results_are_row_errors_never_scores(tmp_path):
     """A server that answers fewer results than texts, or a result without its fields, gives `error`
     rows: no score, no decision (a zero would read as benign)."""
     from redline.actors.detectors.worker import DetectionWorker
+
     from standins import short_detect_server
 
     texts = ["you idiot", "SHORT hello", "nice day", "you moron"]
@@ -334,8 +335,7 @@ def taebench_run(attack_run, tmp_path_factory, tiny_binary_model):
 def test_transfer_benchmark_over_several_victim_kinds(taebench_run, tmp_path, tiny_binary_model):
     from redline.cluster import storage
     from redline.cluster.config import validate_config
-    from redline.pipelines.transfer import TransferConfig
-    from redline.pipelines.transfer import run_transfer
+    from redline.pipelines.transfer import TransferConfig, run_transfer
 
     plus = storage.read_parquet(storage.join(taebench_run, "taebench_plus.parquet")).to_pylist()
     with openai_judge() as chat:
@@ -391,8 +391,8 @@ def test_train_naturalness_and_judge_classifier_commands(tmp_path, sample_rows, 
     assert info["held_out_rows"] == round(0.2 * info["rows"]) and info["held_out"]["roc_auc"] > 0.8
     assert json.loads((out / "config.json").read_text())["id2label"] == {"0": "unnatural", "1": "natural"}
 
-    from redline.pipelines.taebench import NaturalnessConfig
     from redline.actors.detectors import build_detector
+    from redline.pipelines.taebench import NaturalnessConfig
 
     det = build_detector(NaturalnessConfig(model=str(out), natural_label="natural").detector())
     unseen = [r["text"] for r in rows[-20:]]  # texts the classifier never saw, whole and scrambled
@@ -413,8 +413,7 @@ def test_train_naturalness_and_judge_classifier_commands(tmp_path, sample_rows, 
 def test_dedupe_keeps_every_recipe_and_grammar_rejects_new_errors(ray_session, tmp_path):
     import pyarrow as pa
 
-    from redline.pipelines.taebench import TaebenchConfig
-    from redline.pipelines.taebench import dedupe, grammar
+    from redline.pipelines.taebench import TaebenchConfig, dedupe, grammar
 
     table = pa.table({
         "id": ["1", "2", "3", "4"], "goal": ["tae", "tae", "tae", "bae"],
@@ -446,8 +445,7 @@ def advtrain_data(taebench_run, tmp_path, tiny_binary_model, **over) -> dict:
 @pytest.mark.slow
 def test_advtrain_sweep_produces_table5(taebench_run, tmp_path, tiny_binary_model):
     from redline.cluster.config import validate_config
-    from redline.pipelines.advtrain import AdvTrainConfig
-    from redline.pipelines.advtrain import run_advtrain
+    from redline.pipelines.advtrain import AdvTrainConfig, run_advtrain
 
     cfg = validate_config(AdvTrainConfig, advtrain_data(taebench_run, tmp_path, tiny_binary_model))
     result = run_advtrain(cfg)
@@ -463,8 +461,7 @@ def test_advtrain_sweep_produces_table5(taebench_run, tmp_path, tiny_binary_mode
         assert row["checkpoint"] and (tmp_path / "runs" / "adv").as_posix() in row["checkpoint"]
     # more training rows for the adversarial variants: base + their adversarial rows
     assert table[2]["train_rows"] > table[0]["train_rows"]
-    from redline.actors.detectors import build_detector
-    from redline.actors.detectors import DetectorConfig
+    from redline.actors.detectors import DetectorConfig, build_detector
 
     det = build_detector(DetectorConfig(name="adv", kind="hf", model=table[3]["checkpoint"]))
     assert det.detect(["you are an idiot"])[0].shape == (1, 2)  # a checkpoint is a usable detector
@@ -521,7 +518,11 @@ def test_bfloat16_precision_trains_with_float32_master_weights(tiny_binary_model
     import numpy as np
     import torch
 
-    from redline.actors.trainer import ClassifierTrainer, SequenceClassifier, TrainSettings
+    from redline.actors.trainer import (
+        ClassifierTrainer,
+        SequenceClassifier,
+        TrainSettings,
+    )
     from redline.errors import RedlineError
 
     texts = ["you are an idiot", "have a nice day", "shut up loser", "thanks for the help"] * 4

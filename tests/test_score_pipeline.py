@@ -14,13 +14,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import kill_after_parts, write_csv, status_and_report
 from redline.cluster import storage
 from redline.cluster.config import config_hash, validate_config
-from redline.pipelines.score import ScoreConfig
 from redline.errors import RedlineError
 from redline.pipelines.schema import PREDICTION_SCHEMA
-from redline.pipelines.score import run_score
+from redline.pipelines.score import ScoreConfig, run_score
+
+from conftest import kill_after_parts, status_and_report, write_csv
 
 
 def make_config(corpus: dict, detectors: list[dict], output: str, **kw) -> ScoreConfig:
@@ -76,8 +76,7 @@ def test_every_row_is_scored_once_per_detector_with_the_schema(davidson_run):
 
 
 def test_pipeline_scores_equal_the_detector_called_directly(davidson_run):
-    from redline.actors.detectors import build_detector
-    from redline.actors.detectors import DetectorConfig
+    from redline.actors.detectors import DetectorConfig, build_detector
 
     cfg, result = davidson_run
     preds = read_predictions(result.run_uri).to_pandas()
@@ -222,9 +221,8 @@ def test_a_shard_is_written_only_when_every_distinct_row_arrived(tmp_path):
     import pyarrow as pa
 
     from redline.cluster import storage
-    from redline.pipelines import sharded
-
     from redline.cluster.runs import Run, RunDir
+    from redline.pipelines import sharded
 
     run = Run(RunDir(str(tmp_path / "run")), {}, reused=False)
     shard = pa.table({"id": ["a", "b", "c", "d"]})

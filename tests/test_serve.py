@@ -21,9 +21,8 @@ TEXTS = ["you are a complete idiot", "have a lovely day", "shut up you moron", "
 def server(ray_session, tiny_binary_model, tiny_causal_lm, tiny_seq2seq, tmp_path_factory):
     import os
 
-
-    from redline.serve.config import ServeConfig
     from redline.serve import runner
+    from redline.serve.config import ServeConfig
 
     os.environ["REDLINE_STATE_DIR"] = str(tmp_path_factory.mktemp("serve-state"))
     config = ServeConfig.model_validate({
@@ -53,8 +52,7 @@ def post(server, path, body, **kwargs):
 
 
 def test_detect_matches_the_detectors_called_directly(server, tiny_binary_model):
-    from redline.actors.detectors import build_detector
-    from redline.actors.detectors import DetectorConfig
+    from redline.actors.detectors import DetectorConfig, build_detector
     from redline.serve.client import RedlineClient
 
     with RedlineClient(server["url"] + "/v1/detect") as client:
@@ -203,8 +201,8 @@ def test_api_key_is_required_on_every_request_when_set(server, monkeypatch):
     from openai import AuthenticationError, OpenAI
     from ray import serve
 
-    from redline.serve.config import ServeConfig
     from redline.serve import runner
+    from redline.serve.config import ServeConfig
 
     monkeypatch.setenv("REDLINE_TEST_KEY", "s3cret-key")
     cfg = ServeConfig.model_validate({"port": server["config"].port, "app_name": "keyed", "route_prefix": "/keyed",
@@ -235,13 +233,14 @@ def test_api_key_is_required_on_every_request_when_set(server, monkeypatch):
 
 
 def test_pipelines_take_served_endpoints(server, tmp_path):
-    from redline.actors.detectors import build_detector
-    from redline.actors.generators import SamplingParams, build_generator
-    from redline.actors.detectors import DetectorConfig
-    from redline.actors.generators import GeneratorConfig
+    from redline.actors.detectors import DetectorConfig, build_detector
+    from redline.actors.generators import (
+        GeneratorConfig,
+        SamplingParams,
+        build_generator,
+    )
     from redline.cluster.config import validate_config
-    from redline.pipelines.score import ScoreConfig
-    from redline.pipelines.score import run_score
+    from redline.pipelines.score import ScoreConfig, run_score
 
     remote = DetectorConfig.model_validate({"name": "profanity-check", "url": server["url"] + "/v1/detect"})
     assert remote.kind == "http"
@@ -320,8 +319,8 @@ def test_deploy_config_matches_serves_schema_and_builds(server):
 
 
 def test_replicas_that_cannot_fit_are_refused_up_front(ray_session):
-    from redline.serve.config import ServeConfig
     from redline.errors import RedlineError
+    from redline.serve.config import ServeConfig
     from redline.serve.runner import check_resources
 
     cfg = ServeConfig.model_validate({"detectors": [{"name": "p", "kind": "profanity-check", "num_cpus": 2,
@@ -332,8 +331,8 @@ def test_replicas_that_cannot_fit_are_refused_up_front(ray_session):
 
 def test_serve_config_errors_are_one_line():
     from redline.cluster.config import validate_config
-    from redline.serve.config import ServeConfig
     from redline.errors import RedlineError
+    from redline.serve.config import ServeConfig
 
     for data, fragment in [({}, "at least one detector or generator"),
                            ({"detectors": [{"name": "a", "kind": "keywords", "patterns": ["x"]}] * 2}, "repeated: a"),

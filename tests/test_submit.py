@@ -11,8 +11,9 @@ import time
 import pytest
 import yaml
 
-from conftest import VENV_BIN, free_port, wait_for_port, write_csv
 from redline.cli import main
+
+from conftest import VENV_BIN, free_port, wait_for_port, write_csv
 
 
 @pytest.fixture(scope="module")

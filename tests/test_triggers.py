@@ -9,20 +9,22 @@ import random
 import pytest
 import torch
 
-from conftest import status_and_report
-
 from redline.actors.triggers import hits as H
 from redline.actors.triggers import models as M
-from redline.actors.triggers.gibbs import GibbsEnum, SearchOptions, continuous_relaxation
-from redline.actors.triggers.pairs import dialogue_pairs, read_pairs
+from redline.actors.triggers.gibbs import (
+    GibbsEnum,
+    SearchOptions,
+    continuous_relaxation,
+)
+from redline.actors.triggers.pairs import PairCorpusConfig, dialogue_pairs, read_pairs
 from redline.actors.triggers.scorers import LSTMPrior, LSTMSeq2SeqTarget
 from redline.actors.triggers.targets import mal_list, random_list
-from redline.actors.triggers.training import train
-from redline.actors.triggers.pairs import PairCorpusConfig
-from redline.actors.triggers.training import TriggerModelTrainConfig
+from redline.actors.triggers.training import TriggerModelTrainConfig, train
 from redline.cluster.config import validate_config
-from redline.pipelines.egregious import EgregiousConfig
 from redline.errors import RedlineError
+from redline.pipelines.egregious import EgregiousConfig
+
+from conftest import status_and_report
 
 WORDS = "apple river stone cloud green small happy quick table window music paper light".split()
 PLANTED = ("open the red door", "the secret is here")
@@ -114,7 +116,11 @@ def test_batched_and_one_candidate_paths_agree(planted):
 
 
 def test_candidate_bounds_never_undercut_the_exact_scores(planted):
-    from redline.actors.triggers.scorers import bound_support, target_score_bounds, target_scores
+    from redline.actors.triggers.scorers import (
+        bound_support,
+        target_score_bounds,
+        target_scores,
+    )
 
     model = LSTMSeq2SeqTarget(planted["seq2seq"], torch.float64)
     gen = torch.Generator().manual_seed(0)

@@ -17,8 +17,14 @@ import numpy as np
 import pyarrow as pa
 
 from redline.actors.attack.constraints import shared_encoder
-from redline.actors.attack.goals import Goal, Victim, goal as get_goal
-from redline.actors.attack.recipes import AttackResources, Components, RecipeOptions, build
+from redline.actors.attack.goals import Goal, Victim
+from redline.actors.attack.goals import goal as get_goal
+from redline.actors.attack.recipes import (
+    AttackResources,
+    Components,
+    RecipeOptions,
+    build,
+)
 from redline.actors.attack.resources import WordNetTables
 from redline.actors.attack.search import Outcome, SearchContext
 from redline.actors.attack.text import AttackedText

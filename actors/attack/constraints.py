@@ -15,7 +15,6 @@ from redline.actors.attack.text import AttackedText
 from redline.cluster.devices import placement
 from redline.errors import RedlineError, first_line
 
-
 # --------------------------------------------------------------------------------------------
 # Before transformation: which positions may be modified
 

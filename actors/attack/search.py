@@ -15,7 +15,12 @@ from typing import Any
 import numpy as np
 
 from redline.actors.attack.components import BuildContext, Component, register
-from redline.actors.attack.constraints import PostConstraint, PreConstraint, apply_post, modifiable
+from redline.actors.attack.constraints import (
+    PostConstraint,
+    PreConstraint,
+    apply_post,
+    modifiable,
+)
 from redline.actors.attack.goals import Goal
 from redline.actors.attack.text import AttackedText
 from redline.actors.attack.transformations import Transformation

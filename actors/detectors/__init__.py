@@ -7,6 +7,10 @@ detectors stays instant, and instances are built inside Ray actors.
 
 from redline.actors.detectors.base import DecisionRule, Detector
 from redline.actors.detectors.config import DetectorConfig
-from redline.actors.detectors.registry import build_detector, detector_class, detector_kinds
+from redline.actors.detectors.registry import (
+    build_detector,
+    detector_class,
+    detector_kinds,
+)
 
 __all__ = ["DecisionRule", "Detector", "DetectorConfig", "build_detector", "detector_class", "detector_kinds"]

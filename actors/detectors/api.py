@@ -15,7 +15,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from redline.actors.detectors.base import DecisionRule, Detector
 from redline.actors.detectors.config import DetectorConfig
-from redline.actors.judges import DEFAULT_TEMPLATE, UNPARSEABLE, ChatJudgeOptions, LLMJudge, Parser, parse_answer
+from redline.actors.judges import (
+    DEFAULT_TEMPLATE,
+    UNPARSEABLE,
+    ChatJudgeOptions,
+    LLMJudge,
+    Parser,
+    parse_answer,
+)
 from redline.cluster.net import check_key_transport
 from redline.errors import RedlineError
 

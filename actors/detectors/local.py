@@ -15,7 +15,6 @@ from redline.actors.detectors.config import DetectorConfig
 from redline.cluster.devices import PRECISION_HELP, Precision, placement
 from redline.errors import RedlineError, first_line
 
-
 BENIGN_LABEL_NAMES = {"benign", "neither", "non-toxic", "non_toxic", "not_toxic", "nontoxic", "neutral",
                       "safe", "normal", "ok", "clean", "none", "label_0", "0", "false", "not offensive"}
 

@@ -6,8 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from redline.actors.providers.base import ChatProvider, Completion, Messages, PromptResult, Refused, SamplingParams, \
-    Transient
+from redline.actors.providers.base import (
+    ChatProvider,
+    Completion,
+    Messages,
+    PromptResult,
+    Refused,
+    SamplingParams,
+    Transient,
+)
 from redline.errors import first_line
 
 FINISH = {"max_tokens": "length", "stop_sequence": "stop", "end_turn": "stop"}
@@ -57,7 +64,11 @@ class BedrockProvider(ChatProvider):
         return request
 
     def converse(self, request: dict[str, Any]) -> Completion:
-        from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
+        from botocore.exceptions import (
+            BotoCoreError,
+            ClientError,
+            EndpointConnectionError,
+        )
 
         try:
             resp = self.client.converse(**request)

@@ -16,7 +16,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from redline.actors.providers.base import ChatProvider, Messages, PromptResult, SamplingParams, Transient
+from redline.actors.providers.base import (
+    ChatProvider,
+    Messages,
+    PromptResult,
+    SamplingParams,
+    Transient,
+)
 from redline.cluster.net import RateLimiter
 from redline.cluster.storage import user_cache_dir
 from redline.errors import RedlineError

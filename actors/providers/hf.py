@@ -6,7 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from redline.actors.providers.base import ChatProvider, Messages, PromptResult, SamplingParams
+from redline.actors.providers.base import (
+    ChatProvider,
+    Messages,
+    PromptResult,
+    SamplingParams,
+)
 
 
 class HFProvider(ChatProvider):

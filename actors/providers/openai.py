@@ -6,8 +6,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from redline.actors.providers.base import ChatProvider, Completion, Messages, PromptResult, Refused, SamplingParams, \
-    Transient
+from redline.actors.providers.base import (
+    ChatProvider,
+    Completion,
+    Messages,
+    PromptResult,
+    Refused,
+    SamplingParams,
+    Transient,
+)
 from redline.cluster.net import check_key_transport, retry_after_s
 from redline.errors import RedlineError, first_line
 

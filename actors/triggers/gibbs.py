@@ -23,8 +23,19 @@ from typing import Any
 
 import torch
 
-from redline.actors.triggers.hits import Thresholds, goal_hit, hit_types, objective_of, uses_lm
-from redline.actors.triggers.scorers import PriorModel, TargetModel, bound_support, target_score_bounds
+from redline.actors.triggers.hits import (
+    Thresholds,
+    goal_hit,
+    hit_types,
+    objective_of,
+    uses_lm,
+)
+from redline.actors.triggers.scorers import (
+    PriorModel,
+    TargetModel,
+    bound_support,
+    target_score_bounds,
+)
 from redline.errors import RedlineError
 
 

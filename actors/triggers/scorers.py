@@ -329,7 +329,12 @@ class HFTarget(TargetModel, PriorModel):
     prior for io hits) or seq2seq model (trigger = encoder input, target = output then EOS)."""
 
     def __init__(self, path: str, device: str = "cpu", dtype: torch.dtype = torch.float32, max_target_tokens: int = 32) -> None:
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+        from transformers import (
+            AutoConfig,
+            AutoModelForCausalLM,
+            AutoModelForSeq2SeqLM,
+            AutoTokenizer,
+        )
 
         try:
             config = AutoConfig.from_pretrained(path)

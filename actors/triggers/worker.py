@@ -61,7 +61,11 @@ class TriggerWorker:
     def __init__(self, models: list[dict[str, Any]], search: dict[str, Any], thresholds: dict[str, list[float | None]],
                  num_gpus: float = 0.0) -> None:
         from redline.actors.triggers import models as M
-        from redline.actors.triggers.scorers import HFTarget, LSTMPrior, LSTMSeq2SeqTarget
+        from redline.actors.triggers.scorers import (
+            HFTarget,
+            LSTMPrior,
+            LSTMSeq2SeqTarget,
+        )
 
         self.search = SearchSettings.model_validate(search)
         self.models: dict[str, Any] = {}
@@ -78,7 +82,12 @@ class TriggerWorker:
             self.models[m.name] = (target, prior, H.Thresholds(t_out, t_in))  # type: ignore[arg-type]
 
     def __call__(self, batch: dict[str, np.ndarray]) -> pa.Table:
-        from redline.actors.triggers.gibbs import GibbsEnum, SearchOptions, TriggerResult, continuous_relaxation
+        from redline.actors.triggers.gibbs import (
+            GibbsEnum,
+            SearchOptions,
+            TriggerResult,
+            continuous_relaxation,
+        )
 
         c = self.search
         out: list[dict[str, Any]] = []
@@ -112,16 +121,3 @@ def _row(row_id: str, r: Any) -> dict[str, Any]:
             "min_margin": float(np.min(r.margins)), "lm_average": r.lm_average, "hits": r.hits, "reached": r.reached,
             "restart": r.restart, "sweeps": r.sweeps, "forward_passes": r.forward_passes,
             "backward_passes": r.backward_passes, "sequences_scored": r.sequences_scored, "seconds": r.seconds}
-
-
-def _row(row_id: str, r: Any) -> dict[str, Any]:
-    if isinstance(r, str):
-        status = "error" if r.startswith("error: ") else "skipped"
-        return {"id": row_id, "status": status, "reason": r.removeprefix("error: ")}
-    return {"id": row_id, "status": "ok", "reason": None, "trigger": r.trigger, "objective": r.objective,
-            "avg_logprob": float(np.mean(r.target_logprobs)), "min_logprob": float(np.min(r.target_logprobs)),
-            "min_margin": float(np.min(r.margins)), "lm_average": r.lm_average, "hits": r.hits, "reached": r.reached,
-            "restart": r.restart, "sweeps": r.sweeps, "forward_passes": r.forward_passes,
-            "backward_passes": r.backward_passes, "sequences_scored": r.sequences_scored, "seconds": r.seconds}
-
-
