@@ -3,6 +3,8 @@
 The CLI prints it as a single line and exits with code 2; anything else is a bug and keeps its traceback.
 """
 
+import re
+
 
 class RedlineError(Exception):
     """A problem the user can fix: the message names it in one line."""
@@ -36,3 +38,33 @@ def last_line(err: BaseException | str) -> str:
     """The last non-empty line (a remote traceback's own message)."""
     text = str(err).strip()
     return text.splitlines()[-1].strip() if text else (type(err).__name__ if isinstance(err, BaseException) else "")
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def root_cause(err: BaseException) -> BaseException:
+    """The innermost exception behind `err`: Ray re-raises a remote failure wrapped (the actor's name,
+    a remote traceback, terminal colours) with the original as its `cause`."""
+    seen: set[int] = set()
+    current = err
+    while id(current) not in seen:
+        seen.add(id(current))
+        inner = getattr(current, "cause", None)
+        inner = inner if isinstance(inner, BaseException) else (current.__cause__ or current.__context__)
+        if inner is None:
+            break
+        current = inner
+    return current
+
+
+def cause_line(err: BaseException) -> str:
+    """One line that says why something failed: a user error's message, else the root cause as
+    `Type: message`, without Ray's wrapping or colour codes."""
+    user = unwrap_user_error(err)
+    if user is not None:
+        return _ANSI.sub("", first_line(user))
+    cause = root_cause(err)
+    message = _ANSI.sub("", first_line(cause)) if str(cause).strip() else ""
+    name = type(cause).__name__
+    return f"{name}: {message}" if message and message != name else name

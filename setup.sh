@@ -39,6 +39,10 @@ if [ -f "$stamp-test" ] || { [ -z "$extras" ] && [ -f "$stamp" ]; }; then
   exit 0
 fi
 echo "setup.sh: installing redline$extras into .venv (first time: a few minutes)" >&2
+# The CPU wheel of torch, pinned here rather than in pyproject.toml (which declares the range that works):
+# an unpinned install pulls a multi-GB CUDA build, and a pin in pyproject would fight a GPU image's own torch.
+# TORCH_SPEC overrides it (e.g. TORCH_SPEC="torch==2.11.0" with a CUDA index on a GPU machine).
+.venv/bin/python -m pip install --quiet --disable-pip-version-check "${TORCH_SPEC:-torch==2.13.0}"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".$extras"
 rm -f .venv/.redline-setup-*
 touch "$stamp${extras:+-test}"

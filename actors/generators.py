@@ -26,6 +26,7 @@ from redline.actors.providers import (
     SamplingParams,
     build_provider,
 )
+from redline.cluster.artifacts import local_path
 from redline.cluster.config import Strict
 from redline.cluster.devices import PRECISION_HELP, Precision, placement
 from redline.errors import RedlineError, first_line
@@ -117,7 +118,7 @@ class HFGenerator:
 
         self.config = config
         self.name = config.name
-        model = config.model or ""
+        model = local_path(config.model or "")
         path = Path(model).expanduser()
         if (model.startswith(("/", "./", "../", "~")) or model.count("/") > 1) and not (path / "config.json").is_file():
             raise RedlineError(f"generator '{config.name}': no model saved with save_pretrained at {model}")

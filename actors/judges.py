@@ -30,6 +30,7 @@ from redline.actors.providers import (
     SamplingParams,
     build_provider,
 )
+from redline.cluster.artifacts import local_path
 from redline.cluster.config import Strict
 from redline.errors import RedlineError
 
@@ -132,7 +133,7 @@ class ChatJudgeOptions(ChatModelOptions):
 
     def prompt_template(self, default: str) -> str:
         if self.template_file:
-            path = Path(self.template_file).expanduser()
+            path = Path(local_path(self.template_file)).expanduser()
             if not path.is_file():
                 raise RedlineError(f"template_file not found: {path}")
             return path.read_text(encoding="utf-8")

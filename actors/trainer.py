@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from redline.actors.hf_loading import save_model
+from redline.cluster.artifacts import local_path
 from redline.cluster.devices import placement
 from redline.errors import RedlineError, first_line
 
@@ -91,6 +92,7 @@ class SequenceClassifier:
 
             hf_logging.set_verbosity_error()
         try:
+            model = local_path(model)
             self.tokenizer = AutoTokenizer.from_pretrained(model)
             self.model = AutoModelForSequenceClassification.from_pretrained(model, **head).to(self.device)
         except (OSError, ValueError) as err:

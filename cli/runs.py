@@ -189,6 +189,22 @@ def submit(
             raise typer.Exit(1)
 
 
+@app.command("stop")
+def stop_job(
+    job_id: Annotated[str, typer.Argument(help="A job id printed by `redline submit`.")],
+    address: AddressOpt = None,
+    wait_s: Annotated[float, typer.Option("--wait-s", help="Seconds to wait for the job to end (0: do not wait).")] = 60,
+) -> None:
+    """Stop a submitted job and wait until it has ended; its run is marked as stopped and resumes when the
+    pipeline is submitted again."""
+    from redline.cluster import jobs
+
+    status = jobs.stop(job_id, jobs.jobs_address(address), wait_s=wait_s)
+    console.print(f"job {job_id}: {status}")
+    if status not in ("SUCCEEDED", "FAILED", "STOPPED") and wait_s > 0:
+        raise RedlineError(f"job {job_id} is still {status} after {wait_s:g} s; its driver did not exit")
+
+
 @app.command()
 def logs(
     job_id: Annotated[str, typer.Argument(help="A job id printed by `redline submit`.")],

@@ -13,13 +13,15 @@ from rich.table import Table
 from redline.cli import train_app
 from redline.cli.runs import ConfigOpt, SetOpt
 from redline.cli.show import console
+from redline.cluster.artifacts import local_output
 from redline.errors import RedlineError
 
 
 @train_app.command("tiny-classifier")
 def train_tiny(
     corpus: Annotated[str, typer.Option(help="Labelled corpus (CSV/JSONL/JSON/Parquet, local or s3://).")],
-    out: Annotated[Path, typer.Option(help="Directory to save the model and tokenizer in (save_pretrained).")],
+    out: Annotated[str, typer.Option(help="Directory (or s3:// URI) to save the model and tokenizer in "
+                                          "(save_pretrained).")],
     preset: Annotated[Optional[str], typer.Option(help="Column mapping preset: davidson, jigsaw or diasafety.")] = None,
     text_column: Annotated[Optional[str], typer.Option(help="Text column (without a preset).")] = None,
     label_column: Annotated[Optional[str], typer.Option(help="Label column (without a preset).")] = None,
@@ -45,12 +47,13 @@ def train_tiny(
     if not rows:
         raise RedlineError(f"{corpus}: no labelled, non-empty rows to train on")
     with console.status(f"training a tiny classifier on {len(rows):,} rows"):
-        path = build_tiny_classifier([r["text"] for r in rows], [int(r["label"]) for r in rows], out,
-                                     epochs=epochs, hidden_size=hidden_size, num_layers=layers)
-    console.print(f"saved: [bold]{path}[/bold] (use it as: kind: hf, model: {path})")
+        with local_output(out) as local:
+            build_tiny_classifier([r["text"] for r in rows], [int(r["label"]) for r in rows], local,
+                                  epochs=epochs, hidden_size=hidden_size, num_layers=layers)
+    console.print(f"saved: [bold]{out}[/bold] (use it as: kind: hf, model: {out})")
 
 
-def _train_binary(corpus: str, out: Path, base_model: str, label_names: tuple[str, str], *, text_column: str | None,
+def _train_binary(corpus: str, out: str, base_model: str, label_names: tuple[str, str], *, text_column: str | None,
                   label_column: str | None, positive_values: list[str] | None, preset: str | None, limit: int | None,
                   epochs: int, learning_rate: float, batch_size: int, use_for: str) -> None:
     from redline.actors.trainer import TrainSettings, fine_tune
@@ -67,8 +70,9 @@ def _train_binary(corpus: str, out: Path, base_model: str, label_names: tuple[st
         raise RedlineError(f"{corpus}: no labelled, non-empty rows to train on")
     settings = TrainSettings(epochs=epochs, learning_rate=learning_rate, batch_size=batch_size)
     with progress_bar(f"fine-tuning {base_model} on {len(rows):,} rows", total=int(len(rows) * 0.8) * epochs) as advance:
-        result = fine_tune(base_model, [r["text"] for r in rows], [int(r["label"]) for r in rows], out,
-                           label_names=label_names, settings=settings, progress=advance)
+        with local_output(out) as local:
+            result = fine_tune(base_model, [r["text"] for r in rows], [int(r["label"]) for r in rows], local,
+                               label_names=label_names, settings=settings, progress=advance)
     m = result["held_out"]
     table = Table(title=f"held-out split ({result['held_out_rows']} rows), best epoch {result['best_epoch']}")
     for col in ("f1", "recall", "precision", "average_precision", "roc_auc"):
@@ -85,7 +89,7 @@ BaseModelOpt = Annotated[str, typer.Option(help="Hub id or local directory to fi
 @train_app.command("naturalness")
 def train_naturalness(
     corpus: Annotated[str, typer.Option(help="Human-labelled rows: a text column and a natural yes/no column.")],
-    out: Annotated[Path, typer.Option(help="Directory to save the model in (save_pretrained).")],
+    out: Annotated[str, typer.Option(help="Directory (or s3:// URI) to save the model in (save_pretrained).")],
     base_model: BaseModelOpt,
     text_column: Annotated[str, typer.Option(help="Text column.")] = "text",
     label_column: Annotated[str, typer.Option(help="Column saying whether the text reads naturally.")] = "natural",
@@ -109,7 +113,7 @@ def train_naturalness(
 @train_app.command("judge-classifier")
 def train_judge_classifier(
     corpus: Annotated[str, typer.Option(help="Labelled toxic/benign rows (CSV/JSONL/JSON/Parquet, local or s3://).")],
-    out: Annotated[Path, typer.Option(help="Directory to save the model in (save_pretrained).")],
+    out: Annotated[str, typer.Option(help="Directory (or s3:// URI) to save the model in (save_pretrained).")],
     base_model: BaseModelOpt,
     preset: Annotated[Optional[str], typer.Option(help="Column mapping preset: davidson, jigsaw or diasafety.")] = None,
     text_column: Annotated[Optional[str], typer.Option(help="Text column (without a preset).")] = None,
@@ -140,7 +144,7 @@ def _train_trigger_model(kind: str, config: Path, sets: list[str] | None, output
     table = Table(title=f"{kind} on held-out pairs (He & Glass Table 2 shape)")
     for col in ("model", "vocab", "train pairs", "test PPL", "test NLL", f"T_{'out' if kind == 'seq2seq' else 'in'}", "seconds"):
         table.add_column(col, justify="left" if col == "model" else "right")
-    table.add_row(model.path.name, str(m["vocab_size"]), str(m["train_pairs"]), f"{m['test_ppl']:.2f}",
+    table.add_row(str(model.path).rstrip("/").rsplit("/", 1)[-1], str(m["vocab_size"]), str(m["train_pairs"]), f"{m['test_ppl']:.2f}",
                   f"{m['test_nll']:.3f}", f"{model.thresholds.average_logprob:.3f}", f"{m['train_s']:.1f}")
     console.print(table)
     console.print(f"model: [bold]{model.path}[/bold]")

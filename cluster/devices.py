@@ -68,6 +68,13 @@ class Placement:
         return torch.autocast(self.device, dtype=getattr(torch, self.autocast))
 
 
+def to_device(tensor: Any, device: Any) -> Any:
+    """A host tensor on `device`; towards a GPU through pinned memory, so the copy overlaps the GPU's work."""
+    if device.type == "cpu":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 def _warn_once(message: str) -> None:
     if message not in _WARNED:
         _WARNED.add(message)

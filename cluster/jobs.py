@@ -142,6 +142,22 @@ def job_logs(job_id: str, address: str) -> str:
         raise RedlineError(f"no job {job_id} at {address}: {first_line(err)}") from None
 
 
+def stop(job_id: str, address: str, wait_s: float = 0.0) -> str:
+    """Ask the cluster to stop a job (its driver gets SIGTERM, its run records that) and, with `wait_s`,
+    wait until it has ended; returns the job's status."""
+    jobs = client(address)
+    try:
+        jobs.stop_job(job_id)
+    except RuntimeError as err:
+        raise RedlineError(f"no job {job_id} at {address}: {first_line(err)}") from None
+    deadline = time.monotonic() + wait_s
+    while True:
+        status = job_info(job_id, address)["status"]
+        if status in ("SUCCEEDED", "FAILED", "STOPPED") or time.monotonic() >= deadline:
+            return status
+        time.sleep(0.5)
+
+
 def follow(job_id: str, address: str, echo: Callable[[str], None], poll_s: float = 1.0) -> str:
     """Stream a job's logs until it ends; returns its final status."""
     jobs = client(address)

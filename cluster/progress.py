@@ -1,46 +1,97 @@
-"""Rich progress bars for long work, drawn on stderr and only when it is a terminal or forced."""
+"""Progress on long work: a rich bar on a terminal; where stderr is not one (Ray job logs, CI,
+`| tee`) a plain line at most every `REDLINE_PROGRESS_INTERVAL` seconds (10 by default) with the
+stage, done/total, rate and ETA, and one when the work ends. `REDLINE_PROGRESS=0` silences both."""
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 stderr_console = Console(stderr=True)
 
+Advance = Callable[..., None]  # advance(n, note=None): n more done; `note` (e.g. "hits 12") joins the line
+
+
+def progress_mode() -> str:
+    """`bar` on a terminal, `lines` elsewhere, `off` when asked."""
+    setting = os.environ.get("REDLINE_PROGRESS", "").lower()
+    if setting in ("0", "false", "off"):
+        return "off"
+    if sys.stderr.isatty() or setting in ("1", "true", "on", "bar"):
+        return "bar"
+    return "lines"
+
 
 def progress_enabled() -> bool:
-    if os.environ.get("REDLINE_PROGRESS") in ("0", "false", "off"):
-        return False
-    return sys.stderr.isatty() or os.environ.get("REDLINE_PROGRESS") in ("1", "true", "on")
+    return progress_mode() != "off"
+
+
+def _eta(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+class PlainProgress:
+    """Periodic one-line reports for logs."""
+
+    def __init__(self, description: str, total: int, unit: str, interval: float,
+                 write: Callable[[str], None]) -> None:
+        self.description, self.total, self.unit, self.interval, self.write = description, total, unit, interval, write
+        self.done, self.note = 0, ""
+        self.started = self.last = time.monotonic()
+
+    def line(self) -> str:
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        rate = self.done / elapsed
+        pct = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
+        eta = f", ETA {_eta((self.total - self.done) / rate)}" if rate > 0 and self.total > self.done else ""
+        note = f", {self.note}" if self.note else ""
+        return f"{self.description}: {self.done:,}/{self.total:,}{pct} {self.unit}, {rate:,.1f} {self.unit}/s{eta}{note}"
+
+    def advance(self, n: int = 1, note: str | None = None) -> None:
+        self.done += n
+        if note is not None:
+            self.note = note
+        now = time.monotonic()
+        if now - self.last >= self.interval:
+            self.last = now
+            self.write(self.line())
+
+    def finish(self) -> None:
+        elapsed = time.monotonic() - self.started
+        self.write(f"{self.line().split(', ETA')[0]} — done in {_eta(elapsed)}")
 
 
 @contextmanager
-def progress_bar(description: str, total: int) -> Iterator[Callable[[int], None]]:
-    """Yields `advance(n)`; a no-op when progress is disabled (pipes, CI, tests)."""
-    if not progress_enabled():
-        yield lambda n: None
+def progress_bar(description: str, total: int, unit: str = "rows") -> Iterator[Advance]:
+    """Yields `advance(n, note=None)`; a no-op when progress is off (tests set REDLINE_PROGRESS=0)."""
+    mode = progress_mode()
+    if mode == "off":
+        yield lambda n=1, note=None: None
+        return
+    if mode == "lines":
+        interval = float(os.environ.get("REDLINE_PROGRESS_INTERVAL", "10"))
+        plain = PlainProgress(description, total, unit, interval, lambda s: print(s, file=sys.stderr, flush=True))
+        yield plain.advance
+        plain.finish()
         return
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn()]
+               TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[note]}")]
     with Progress(*columns, console=stderr_console, transient=False) as progress:
-        task = progress.add_task(description, total=total, rate="")
+        task = progress.add_task(description, total=total, rate="", note="")
 
-        def advance(n: int) -> None:
+        def advance(n: int = 1, note: str | None = None) -> None:
             progress.advance(task, n)
             elapsed = progress.tasks[task].elapsed or 0
             if elapsed > 0:
-                progress.update(task, rate=f"{progress.tasks[task].completed / elapsed:,.0f} rows/s")
+                progress.update(task, rate=f"{progress.tasks[task].completed / elapsed:,.0f} {unit}/s")
+            if note is not None:
+                progress.update(task, note=note)
 
         yield advance

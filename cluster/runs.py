@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from redline.cluster import storage
 from redline.cluster.config import config_hash, input_uris
-from redline.errors import RedlineError, first_line, unwrap_user_error
+from redline.errors import RedlineError, cause_line, unwrap_user_error
 
 
 @dataclass
@@ -162,7 +162,7 @@ def lifecycle(run: Run) -> Iterator[None]:
     except BaseException as err:
         user = unwrap_user_error(err)
         run.manifest["state"] = "failed"
-        run.manifest["error"] = stop_reason(err) or first_line(user or err)
+        run.manifest["error"] = stop_reason(err) or cause_line(err)
         try:
             run.dir.write_manifest(run.manifest)
         except RedlineError:

@@ -62,6 +62,10 @@ def ensure_ray(verbose: bool = False) -> None:
     if ray.is_initialized():
         quiet_data_context()
         return
+    if not verbose and os.environ.get("REDLINE_QUIET_RAY", "1") != "0":
+        from redline.cluster.quiet import quiet_ray_noise
+
+        quiet_ray_noise()
     address = os.environ.get("RAY_ADDRESS")
     level = logging.INFO if verbose else logging.WARNING
     if address:
@@ -81,3 +85,28 @@ def ensure_ray(verbose: bool = False) -> None:
         ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level=level, log_to_driver=verbose,
                  configure_logging=True)
     quiet_data_context()
+
+
+def check_placeable(what: str, num_cpus: float, num_gpus: float = 0.0) -> None:
+    """Refuse at start an actor that no node of the cluster can hold: Ray would queue it and wait forever,
+    silently. On a cluster whose autoscaler adds such nodes, set REDLINE_AUTOSCALING=1 to wait instead."""
+    import ray
+
+    ensure_ray()
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    if any(r.get("CPU", 0) + 1e-9 >= num_cpus and r.get("GPU", 0) + 1e-9 >= num_gpus for r in nodes):
+        return
+    most_cpus = max((r.get("CPU", 0) for r in nodes), default=0)
+    most_gpus = max((r.get("GPU", 0) for r in nodes), default=0)
+    if num_gpus > most_gpus:
+        short = (f"num_gpus {num_gpus:g}, but no node has a GPU" if most_gpus == 0
+                 else f"num_gpus {num_gpus:g}, but the largest node has {most_gpus:g} GPUs")
+    elif num_cpus > most_cpus:
+        short = f"num_cpus {num_cpus:g}, but the largest node has {most_cpus:g} CPUs"
+    else:
+        short = f"num_cpus {num_cpus:g} with num_gpus {num_gpus:g} on one node, but no node has both"
+    if os.environ.get("REDLINE_AUTOSCALING") == "1":
+        log.warning("%s asks for %s; waiting for the autoscaler to add such a node", what, short)
+        return
+    raise RedlineError(f"{what} asks for {short}: lower it (or set REDLINE_AUTOSCALING=1 if the cluster's "
+                       "autoscaler adds such nodes)")

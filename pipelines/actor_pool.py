@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from redline.cluster.runtime import ensure_ray
+from redline.cluster.runtime import check_placeable, ensure_ray
 
 
 class _Host:
@@ -43,6 +43,7 @@ class ActorPool:
         import ray
 
         ensure_ray()
+        check_placeable(f"each {worker.__name__} actor", num_cpus, num_gpus)
         remote = ray.remote(_Host).options(num_cpus=num_cpus, num_gpus=num_gpus or None,
                                            max_restarts=max_restarts, max_task_retries=max_restarts)
         self._actors = [remote.remote(worker, kwargs) for _ in range(size)]

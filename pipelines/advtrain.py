@@ -249,13 +249,14 @@ def execute(config: AdvTrainConfig, run: Run, watch: Stopwatch, verbose: bool) -
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
-    from redline.cluster.runtime import ensure_ray
+    from redline.cluster.runtime import check_placeable, ensure_ray
 
     paths = run.manifest.get("data_paths") or prepare_data(config, run)
     run.manifest["data_paths"] = paths
     run.dir.write_manifest(run.manifest)
     ensure_ray(verbose=verbose)
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    check_placeable("each advtrain trial", config.num_cpus, config.num_gpus)
     trainable = tune.with_resources(trial, {"cpu": config.num_cpus, "gpu": config.num_gpus})
     storage_path = run.uri if storage.is_s3(run.uri) else os.path.abspath(run.uri)
     sweep = storage.join(storage_path, "sweep")

@@ -21,7 +21,8 @@ from redline.actors.attack.attacker import ATTACK_RESULT_SCHEMA, AttackWorker
 from redline.actors.attack.goals import GOALS
 from redline.actors.attack.recipes import AttackResources, RecipeOptions
 from redline.actors.attack.recipes import preflight as recipe_preflight
-from redline.actors.detectors import DetectorConfig, detector_class
+from redline.actors.attack.recipes import uses_gpu as recipe_uses_gpu
+from redline.actors.detectors import DetectorConfig, detector_class, preflight_detector
 from redline.cluster.config import RunConfig
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.cluster.tables import STATUS_OK, conform
@@ -77,9 +78,17 @@ class AttackConfig(RunConfig):
 
 def preflight(config: AttackConfig) -> None:
     """Everything the victim and each recipe need, checked on the driver before any actor starts."""
-    detector_class(config.victim.kind).preflight(config.victim)
+    if config.victim.num_gpus > 0:
+        raise RedlineError("victim.num_gpus has no effect: the victim runs in the attack actor, on its GPU; "
+                           "set num_gpus on the attack instead")
+    preflight_detector(config.victim, gpus_from="the attack's num_gpus")
     for opts in config.recipes:
         recipe_preflight(opts, config.resources, white_box_victim=config.victim.kind == "hf")
+    if config.num_gpus > 0 and not (detector_class(config.victim.kind).uses_gpu
+                                    or config.similarity == "always" or any(recipe_uses_gpu(o) for o in config.recipes)):
+        raise RedlineError(f"num_gpus {config.num_gpus:g} reserves a GPU that nothing would use: the victim "
+                           f"({config.victim.kind}) and the recipes ({', '.join(o.name for o in config.recipes)}) "
+                           "run no model on it; remove num_gpus")
 
 
 def _shared_wordnet(config: AttackConfig) -> Any:

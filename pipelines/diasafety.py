@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
-from redline.actors.detectors import DetectorConfig, detector_class
+from redline.actors.detectors import DetectorConfig, preflight_detector
 from redline.actors.dialogue_safety.classifiers import check_classifiers, load_rows
 from redline.actors.dialogue_safety.two_step import TwoStepWorker
 from redline.actors.generators import GenerationWorker, GeneratorConfig
@@ -102,9 +101,9 @@ def select_contexts(config: DiaSafetyEvalConfig) -> list[dict[str, Any]]:
 
 def read_pregenerated(path: str, contexts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows {context, responses[, category]}; a context's category comes from the contexts file when absent."""
-    text = Path(path).read_text(encoding="utf-8") if Path(path).is_file() else None
-    if text is None:
+    if not storage.exists(path):
         raise RedlineError(f"pregenerated responses not found: {path}")
+    text = storage.read_bytes(path).decode("utf-8")
     try:
         rows = json.loads(text) if text.lstrip().startswith("[") else [json.loads(ln) for ln in text.splitlines() if ln.strip()]
     except ValueError as err:
@@ -184,7 +183,7 @@ def leaderboard(scored: pa.Table, categories: list[str]) -> list[dict[str, Any]]
 
 def preflight(config: DiaSafetyEvalConfig) -> None:
     """Before any generation: the classifiers know every evaluated category, the detector loads."""
-    detector_class(config.utterance_detector.kind).preflight(config.utterance_detector)
+    preflight_detector(config.utterance_detector)
     categories = list(dict.fromkeys(c["category"] for c in select_contexts(config)))
     check_classifiers(config.classifiers, categories)
 

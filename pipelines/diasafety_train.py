@@ -24,10 +24,12 @@ from redline.actors.dialogue_safety import classifiers as C
 from redline.actors.dialogue_safety.taxonomy import category, taxonomy
 from redline.actors.trainer import TrainSettings
 from redline.cluster import storage
+from redline.cluster.artifacts import local_output
 from redline.cluster.config import RunConfig, Strict
 from redline.cluster.devices import PRECISION_HELP, Precision
-from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
-from redline.cluster.runtime import ensure_ray
+from redline.cluster.progress import progress_bar
+from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, clear
+from redline.cluster.runtime import check_placeable
 from redline.errors import RedlineError, last_line
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.template import Pipeline
@@ -53,7 +55,10 @@ class DialogueSafetyTrainConfig(RunConfig):
     """`redline train dialogue-safety`: DiaSafety context classifiers and the paper's comparisons."""
 
     train: str = Field(description="DiaSafety train JSON (rows of context, response, category, label).")
-    val: str = Field(description="DiaSafety validation JSON (the metrics are computed on it).")
+    val: str = Field(description="DiaSafety validation JSON: picks each classifier's best epoch (and trial), and "
+                                 "is scored.")
+    test: str | None = Field(None, description="DiaSafety test JSON: scored too, next to validation (the paper "
+                                               "reports test); never used to choose anything.")
     base_model: str = Field(description="Hub id or local directory (RoBERTa-base in the paper; MiniLM offline).")
     categories: list[str] | None = Field(None, description="Default: every category with training rows.")
     add_categories: list[dict[str, Any]] = Field(default_factory=list,
@@ -104,24 +109,21 @@ def trial(params: dict[str, Any], train: list[dict[str, str]], val: list[dict[st
 
 def train_as_trials(train: list[dict[str, str]], val: list[dict[str, str]], targets: dict[str, Path],
                     categories: list[str], base_model: str, settings: TrainSettings, with_context: bool,
-                    patience: int | None, resources: dict[str, float],
-                    grid: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                    patience: int | None, resources: dict[str, float], grid: list[dict[str, Any]],
+                    storage_path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Every (target, hyper-parameter combination) a Ray Tune trial spread over the cluster by
     `resources`; per target the best trial by validation macro-F1 is copied to `targets[target]`.
     Returns the best per target and every trial's result."""
-    import shutil
-
     from ray import tune
 
-    ensure_ray()
-    out = next(iter(targets.values()))
-    tune_dir = ((out if C.SINGLE in targets else out.parent) / "tune").absolute()
+    check_placeable("each training trial", resources.get("cpu", 0), resources.get("gpu", 0))
+    tune_dir = storage_path if storage.is_s3(storage_path) else str(Path(storage_path).absolute())
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(trial, train=train, val=val), resources),
         param_space={"target": tune.grid_search(list(targets)), "hp": tune.grid_search(grid or [{}]),
                      "categories": categories, "with_context": with_context, "base_model": base_model,
                      "settings": settings, "patience": patience},
-        run_config=tune.RunConfig(name="trials", storage_path=str(tune_dir), verbose=0))
+        run_config=tune.RunConfig(name="trials", storage_path=tune_dir, verbose=0))
     trials, best = [], {}
     for r in tuner.fit():
         target, hp = r.config["target"], r.config["hp"]
@@ -137,64 +139,87 @@ def train_as_trials(train: list[dict[str, str]], val: list[dict[str, str]], targ
     for target, (result, checkpoint) in best.items():
         checkpoint.to_directory(str(targets[target]))
         chosen[target] = {k: v for k, v in result.items() if k != "target"} | {"dir": targets[target].name}
-    shutil.rmtree(tune_dir, ignore_errors=True)  # every trial's checkpoint: the chosen ones are copied out
+    clear(tune_dir)  # every trial's checkpoint: the chosen ones are copied out
     return {t: chosen[t] for t in targets}, trials
 
 
-def execute(config: DialogueSafetyTrainConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
-    if storage.is_s3(run.uri):
-        raise RedlineError("dialogue-safety training writes models to a local directory; use a local output")
+def _splits(config: DialogueSafetyTrainConfig) -> tuple[list[str], dict[str, list[dict[str, str]]]]:
+    """The chosen categories and the train / val (/ test) rows of them."""
     cats = taxonomy(config.add_categories)
-    train = _sample(C.load_rows(config.train), config.limit_train, config.seed)
-    val = _sample(C.load_rows(config.val), config.limit_val, config.seed)
-    present = sorted({r["category"] for r in train})
-    chosen = config.categories or present
+    rows = {"train": _sample(C.load_rows(config.train), config.limit_train, config.seed),
+            "val": _sample(C.load_rows(config.val), config.limit_val, config.seed)}
+    if config.test:
+        rows["test"] = C.load_rows(config.test)
+    chosen = config.categories or sorted({r["category"] for r in rows["train"]})
     for name in chosen:
         category(name, cats)
-    train = [r for r in train if r["category"] in chosen]
-    val = [r for r in val if r["category"] in chosen]
-    if not val:
-        raise RedlineError("the validation split has no rows of the chosen categories")
+    rows = {split: [r for r in part if r["category"] in chosen] for split, part in rows.items()}
+    for split in ("val", "test"):
+        if split in rows and not rows[split]:
+            raise RedlineError(f"the {split} split has no rows of the chosen categories")
+    return chosen, rows
+
+
+def _scores(classifiers: C.ContextClassifiers, rows: list[dict[str, str]],
+            chosen: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Fine-grain per-class rows and the coarse-grain figures of trained classifiers on `rows`."""
+    gold = C.truth(rows)
+    pred = [label for label, _ in classifiers.fine_grain([r["context"] for r in rows], [r["response"] for r in rows])]
+    return C.fine_metrics(gold, pred, chosen), C.coarse_metrics([g != C.SAFE for g in gold], C.coarse(pred))
+
+
+def execute(config: DialogueSafetyTrainConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
+    chosen, rows = _splits(config)
+    train, val = rows["train"], rows["val"]
+    eval_splits = [s for s in ("val", "test") if s in rows]  # the best epoch is chosen on val alone
     settings = TrainSettings(epochs=config.epochs, learning_rate=config.learning_rate, batch_size=config.batch_size,
                              max_length=config.max_length, seed=config.seed, precision=config.precision,
                              num_gpus=config.num_gpus)
-    gold = C.truth(val)
-    gold_unsafe = [g != C.SAFE for g in gold]
-    fine: dict[str, list[dict[str, Any]]] = {}
+    fine: dict[str, dict[str, list[dict[str, Any]]]] = {s: {} for s in eval_splits}
     coarse_rows: list[dict[str, Any]] = []
     training: dict[str, Any] = {}
     trials: dict[str, list[dict[str, Any]]] = {}
     grid = config.search.combinations() if config.search else []
     resources = {"cpu": config.trial_cpus, "gpu": config.trial_gpus} if config.tune_trials or config.search else None
-    for variant in config.variants:
-        out = Path(run.dir.path("models", variant))
-        with_context = variant != "one_vs_all_no_context"
-        as_trials = None
-        if resources is not None:
-            trial_settings = replace(settings, num_gpus=config.trial_gpus)
+    n_classifiers = sum(1 if v == "single" else len(chosen) for v in config.variants)
+    with progress_bar("training dialogue-safety classifiers", total=n_classifiers * config.epochs * len(train),
+                      unit="examples") as advance:
+        for variant in config.variants:
+            with_context = variant != "one_vs_all_no_context"
+            as_trials = None
+            if resources is not None:
+                # Trials may run on any node: their checkpoints go where every node can write (the run dir).
+                tune_root, trial_settings = run.dir.path("tune", variant), replace(settings, num_gpus=config.trial_gpus)
 
-            def as_trials(targets: dict[str, Path], with_context: bool = with_context,
-                          trial_settings: TrainSettings = trial_settings) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-                return train_as_trials(train, val, targets, chosen, config.base_model, trial_settings, with_context,
-                                       config.patience, resources, grid)  # type: ignore[arg-type]
-        training[variant], trials[variant] = C.train_variant(
-            "single" if variant == "single" else "one-vs-all", train, val, chosen, config.base_model, out, settings,
-            with_context=with_context, patience=config.patience, train_targets=as_trials)
-        watch.lap(f"train_{variant}_s")
-        classifiers = C.ContextClassifiers(out, batch_size=64, max_length=config.max_length,
-                                           precision=config.precision, num_gpus=config.num_gpus)
-        pred = [label for label, _ in classifiers.fine_grain([r["context"] for r in val], [r["response"] for r in val])]
-        fine[variant] = C.fine_metrics(gold, pred, chosen)
-        coarse_rows.append({"model": variant, "input": "context + response" if with_context else "response",
-                            **C.coarse_metrics(gold_unsafe, C.coarse(pred))})
+                def as_trials(targets: dict[str, Path], with_context: bool = with_context,
+                              trial_settings: TrainSettings = trial_settings,
+                              tune_root: str = tune_root) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                    return train_as_trials(train, val, targets, chosen, config.base_model, trial_settings, with_context,
+                                           config.patience, resources, grid, tune_root)  # type: ignore[arg-type]
+            # Models are written here (a local directory, uploaded when the run directory is on s3://).
+            with local_output(run.dir.path("models", variant)) as out:
+                training[variant], trials[variant] = C.train_variant(
+                    "single" if variant == "single" else "one-vs-all", train, val, chosen, config.base_model, out,
+                    settings, with_context=with_context, patience=config.patience, train_targets=as_trials,
+                    progress=advance)
+                watch.lap(f"train_{variant}_s")
+                classifiers = C.ContextClassifiers(out, batch_size=64, max_length=config.max_length,
+                                                   precision=config.precision, num_gpus=config.num_gpus)
+                for split in eval_splits:
+                    fine[split][variant], coarse = _scores(classifiers, rows[split], chosen)
+                    coarse_rows.append({"model": variant, "split": split,
+                                        "input": "context + response" if with_context else "response", **coarse})
     for det_cfg in config.utterance_detectors:
         det = build_detector(det_cfg)
-        for label, texts in (("response", [r["response"] for r in val]),
-                             ("context + response", [f"{r['context']} {r['response']}" for r in val])):
-            toxic = det.detect(texts)[2].tolist()
-            coarse_rows.append({"model": det_cfg.name, "input": label, **C.coarse_metrics(gold_unsafe, toxic)})
-    run.manifest.update(categories=chosen, rows={"train": len(train), "val": len(val)}, training=training,
-                        trials={v: t for v, t in trials.items() if t}, fine=fine)
+        for split in eval_splits:
+            gold_unsafe = [g != C.SAFE for g in C.truth(rows[split])]
+            for label, texts in (("response", [r["response"] for r in rows[split]]),
+                                 ("context + response", [f"{r['context']} {r['response']}" for r in rows[split]])):
+                coarse_rows.append({"model": det_cfg.name, "split": split, "input": label,
+                                    **C.coarse_metrics(gold_unsafe, det.detect(texts)[2].tolist())})
+    run.manifest.update(categories=chosen, rows={s: len(r) for s, r in rows.items()}, training=training,
+                        trials={v: t for v, t in trials.items() if t}, fine=fine["val"],
+                        fine_test=fine.get("test", {}))
     return coarse_rows
 
 
@@ -206,24 +231,29 @@ FINE_COLUMNS = [("class", "class", "s"), ("precision", "precision", ".3f"), ("re
                 ("f1", "F1", ".3f"), ("n", "rows", "d")]
 
 
-COARSE_COLUMNS = [("model", "model", "s"), ("input", "input", "s"), ("precision", "precision", ".3f"),
+COARSE_COLUMNS = [("model", "model", "s"), ("split", "split", "s"), ("input", "input", "s"), ("precision", "precision", ".3f"),
                   ("recall", "recall", ".3f"), ("f1", "F1 (unsafe)", ".3f"), ("macro_f1", "macro F1", ".3f")]
 
 
 def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
     fine, coarse_rows = manifest.get("fine", {}), manifest.get("summary", [])
     rows = manifest.get("rows", {})
-    note = (f"Trained on {rows.get('train')} rows, evaluated on {rows.get('val')} validation rows; categories: "
+    tested = f" and {rows['test']} test rows" if rows.get("test") else ""
+    note = (f"Trained on {rows.get('train')} rows, evaluated on {rows.get('val')} validation rows{tested} (the best "
+            "epoch of each classifier is chosen on validation alone); categories: "
             + ", ".join(manifest.get("categories", [])) + ". Fine-grain: Safe or the unsafe category; coarse-grain: "
             "unsafe vs safe.")
     bars = [{"model": v, "macro_f1": t[-1]["f1"]} for v, t in fine.items()]
-    bars += [{"model": f"{r['model']} ({r['input']})", "f1": r["f1"]} for r in coarse_rows]
+    bars += [{"model": f"{r['model']} ({r['input']})", "f1": r["f1"]} for r in coarse_rows
+             if r.get("split", "val") == "val"]
     report = Report(run, "redline dialogue-safety classifiers", manifest, note)
     report.table("Coarse-grain", coarse_rows, COARSE_COLUMNS)
     report.plot("classifiers", grouped_bars(bars, "model", [("macro_f1", "fine-grain macro F1"),
                                                             ("f1", "coarse F1 (unsafe)")], "dialogue-safety classifiers"))
     for variant, table in fine.items():
-        report.table(f"Fine-grain: {variant}", table, FINE_COLUMNS)
+        report.table(f"Fine-grain (validation): {variant}", table, FINE_COLUMNS)
+    for variant, table in manifest.get("fine_test", {}).items():
+        report.table(f"Fine-grain (test): {variant}", table, FINE_COLUMNS)
     trials = [{"variant": variant, "classifier": "single" if t["target"] == C.SINGLE else t["target"],
                "settings": ", ".join(f"{k}={v}" for k, v in t["hp"].items()) or "base", "val_macro_f1": t["val_macro_f1"],
                "epoch": t["epoch"], "seconds": t["seconds"]}
@@ -236,11 +266,13 @@ def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
 
 
 def notes(manifest: dict[str, Any]) -> list[str]:
-    return [f"fine-grain macro F1, {variant}: {rows[-1]['f1']:.3f}" for variant, rows in manifest.get("fine", {}).items()]
+    return [f"fine-grain macro F1 ({split}), {variant}: {rows[-1]['f1']:.3f}"
+            for split, key in (("validation", "fine"), ("test", "fine_test"))
+            for variant, rows in manifest.get(key, {}).items()]
 
 
 PIPELINE = Pipeline("dialogue-safety-train", DialogueSafetyTrainConfig, execute, write_report,
-                    "coarse-grain (unsafe vs safe) on the validation split", lambda manifest: COARSE_COLUMNS,
+                    "coarse-grain (unsafe vs safe) per split", lambda manifest: COARSE_COLUMNS,
                     notes=notes)
 
 

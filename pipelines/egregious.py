@@ -28,6 +28,7 @@ from redline.actors.triggers.worker import (
     TriggerWorker,
 )
 from redline.cluster import storage
+from redline.cluster.artifacts import local_path
 from redline.cluster.config import RunConfig, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.errors import RedlineError
@@ -151,7 +152,7 @@ def _frequent_tokens(path: str) -> list[str]:
     """Whole-word tokens of an HF tokenizer in id order (BPE merges come roughly by frequency)."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(local_path(path))
     words = [tok.decode([i]).strip() for i in range(len(tok))]
     return ["<pad>", "<unk>", "<s>", "</s>", *dict.fromkeys(w for w in words if w.isalpha() and len(w) > 1)]
 
@@ -263,8 +264,19 @@ def execute(config: EgregiousConfig, run: Run, watch: Stopwatch, verbose: bool) 
                                   batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=config.actors),
                                   num_cpus=config.num_cpus, num_gpus=config.num_gpus or None)
 
+    if pending:
+        from redline.cluster.runtime import check_placeable
+
+        check_placeable("each trigger-search actor", config.num_cpus, config.num_gpus)
+    found = {"searched": 0, "reached": 0}
+
+    def hits_so_far(batch: Any) -> str:
+        found["searched"] += batch.num_rows
+        found["reached"] += sum(bool(r) for r in batch.column("reached").to_pylist())
+        return f"triggers found {found['reached']:,}/{found['searched']:,}"
+
     sharded.stream_shards(
-        run, shards, pending, output_dir=OUTPUT_DIR,
+        run, shards, pending, output_dir=OUTPUT_DIR, note=hits_so_far, unit="searches",
         select=lambda shard: shard, results_per_row=1, process=sharded.through_ray_data(build_stream),
         assemble=assemble, empty_results=RESULT_SCHEMA, key=["id"], batch_size=config.batch_size,
         actors=config.actors, label="searching triggers", verbose=verbose,

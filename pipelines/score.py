@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, field_validator
 
-from redline.actors.detectors import DetectorConfig, detector_class
+from redline.actors.detectors import DetectorConfig, preflight_detector
 from redline.actors.detectors.worker import DETECTION_BATCH_SCHEMA, DetectionWorker
 from redline.cluster import storage
 from redline.cluster.config import RunConfig, unique_names
@@ -56,7 +56,7 @@ class ScoreConfig(RunConfig):
 def preflight(config: ScoreConfig) -> None:
     """Fail before any actor starts on what the driver can check (missing models, bad patterns)."""
     for det in config.detectors:
-        detector_class(det.kind).preflight(det)
+        preflight_detector(det)
 
 
 def corpus_counts(corpus: pa.Table) -> dict[str, Any]:
@@ -133,6 +133,11 @@ def _score_pending(config: ScoreConfig, run: Run, shards: list[pa.Table], pendin
         ]
         return branches[0].union(*branches[1:]) if len(branches) > 1 else branches[0]
 
+    if pending:
+        from redline.cluster.runtime import check_placeable
+
+        for det in config.detectors:
+            check_placeable(f"detector '{det.name}' (each actor)", det.num_cpus, det.num_gpus)
     sharded.stream_shards(
         run, shards, pending, output_dir=OUTPUT_DIR,
         select=lambda shard: shard.filter(pc.equal(shard.column("status"), STATUS_OK)).select(["id", "text"]),

@@ -106,10 +106,13 @@ def stream_shards(
     label: str,
     verbose: bool = False,
     on_batch: Callable[[pa.Table], None] | None = None,
+    note: Callable[[pa.Table], str] | None = None,
+    unit: str = "rows",
 ) -> None:
     """Send each pending shard's selected rows, in blocks, through `process` (`through_ray_data`
     or an `ActorPool`), and write each shard's assembled output atomically once all
-    `results_per_row * rows` results for it have arrived."""
+    `results_per_row * rows` results for it have arrived. `note(batch)` adds running figures (e.g.
+    hits so far) to the progress line."""
     work: dict[int, pa.Table] = {}
     for i in pending:
         rows = select(shards[i])
@@ -133,7 +136,7 @@ def stream_shards(
     ensure_ray(verbose=verbose)
     size = block_rows(sum(t.num_rows for t in tables), batch_size, actors)
     blocks = [t.slice(j, size) for t in tables for j in range(0, t.num_rows, size)]
-    with progress_bar(label, total=sum(expected.values())) as advance:
+    with progress_bar(label, total=sum(expected.values()), unit=unit) as advance:
         for batch in process(blocks):
             if batch.num_rows == 0:
                 continue
@@ -151,7 +154,7 @@ def stream_shards(
                 received[i].append(part)
                 if len(seen[i]) >= expected[i]:
                     flush(i)
-            advance(batch.num_rows)
+            advance(batch.num_rows, note(batch) if note is not None else None)
     unfinished = [i for i in pending if i not in flushed]
     if unfinished:
         raise RuntimeError(f"shards {unfinished} received fewer results than sent; rerun to resume")

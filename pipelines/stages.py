@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from redline.cluster.runtime import ensure_ray
+from redline.cluster.runtime import check_placeable, ensure_ray
 from redline.pipelines.sharded import block_rows
 
 
@@ -26,6 +26,7 @@ def map_table(table: pa.Table, worker: type, kwargs: dict[str, Any], *, actors: 
     if table.num_rows == 0:
         return table
     ensure_ray(verbose=verbose)
+    check_placeable(f"each {worker.__name__} actor", num_cpus, num_gpus)
     size = block_rows(table.num_rows, batch_size, actors)
     source = table.select(columns)
     if "shard" not in columns:  # detection workers route results by shard; one shard here

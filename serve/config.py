@@ -3,6 +3,8 @@ HTTP services, with their replicas, batching, host, port and per-request limits.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from redline.actors.detectors import DetectorConfig
@@ -77,6 +79,9 @@ class ServeLimits(Strict):
 class ServeConfig(Strict):
     """`redline serve`: detectors and generation models as HTTP services on Ray Serve."""
 
+    proxy_location: Literal["EveryNode", "HeadOnly"] = Field(
+        "EveryNode", description="Where Serve runs HTTP proxies: on every node (Ray's default), or on the head only "
+                                 "(several nodes sharing one machine, as in tests, need HeadOnly).")
     host: str = Field("127.0.0.1", description="Address the HTTP proxy binds to; 0.0.0.0 exposes it to the network.")
     port: int = Field(8000, gt=0, lt=65536)
     app_name: str = Field("redline", pattern=r"^[A-Za-z0-9_\-]+$")

@@ -97,15 +97,15 @@ def check_exposure(config: ServeConfig) -> None:
 
 def preflight(config: ServeConfig) -> None:
     """Exposure, model files and detector settings checked before any replica starts."""
-    from redline.actors.detectors import detector_class
+    from redline.actors.detectors import preflight_detector
     from redline.actors.dialogue_safety.classifiers import check_classifiers
 
     check_exposure(config)
     for d in config.detectors:
-        detector_class(d.kind).preflight(d)
+        preflight_detector(d)
     if config.dialogue_safety is not None:
         ds = config.dialogue_safety
-        detector_class(ds.utterance.kind).preflight(ds.utterance)
+        preflight_detector(ds.utterance)
         check_classifiers(ds.classifiers)
     for g in config.generators:
         if g.backend == "vllm":
@@ -169,7 +169,7 @@ def start(config: ServeConfig, *, config_file: str | None = None, verbose: bool 
     import ray
 
     try:
-        serve.start(http_options={"host": config.host, "port": config.port},
+        serve.start(proxy_location=config.proxy_location, http_options={"host": config.host, "port": config.port},
                     logging_config={"enable_access_log": verbose, "log_level": "INFO" if verbose else "WARNING"})
     except Exception as err:  # noqa: BLE001 - Ray reports a taken port from inside the proxy actor
         if "Failed to bind" not in str(err):
@@ -226,6 +226,23 @@ def check_resources(config: ServeConfig, strict: bool) -> None:
         log.warning("serve: replicas need %s; waiting for the autoscaler", " and ".join(short))
 
 
+def failure_cause(app: Any) -> str:
+    """The most telling line of a failed application: a deployment's own error (a replica's
+    RedlineError says what to fix) before Serve's summary."""
+    texts = [d.message or "" for d in getattr(app, "deployments", {}).values() if "FAIL" in str(d.status).upper()]
+    texts.append(app.message or "")
+    for text in texts:
+        lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+        named = [ln for ln in lines if "RedlineError:" in ln]
+        if named:
+            return named[-1].split("RedlineError:", 1)[1].strip()
+        errors = [ln for ln in lines if "Error" in ln.split(":", 1)[0]]
+        if errors:
+            return errors[-1]
+    last = (app.message or "").strip().splitlines()
+    return last[-1] if last else "see `redline serve status`"
+
+
 def wait_running(apps: list[str], timeout: float) -> None:
     from ray import serve
 
@@ -235,11 +252,10 @@ def wait_running(apps: list[str], timeout: float) -> None:
         failed = [(n, statuses[n]) for n in apps if n in statuses and str(statuses[n].status) .endswith("DEPLOY_FAILED")]
         if failed:
             name, app = failed[0]
-            message = (app.message or "").strip().splitlines()
+            cause = failure_cause(app)
             for n in apps:
                 serve.delete(n)
-            raise RedlineError(f"serve: application {name} failed to start: "
-                               f"{message[-1] if message else 'see `redline serve status`'}")
+            raise RedlineError(f"serve: application {name} failed to start: {cause}")
         if all(n in statuses and str(statuses[n].status).endswith("RUNNING") for n in apps):
             return
         if time.time() > deadline:
@@ -372,5 +388,5 @@ def deploy_config(config: ServeConfig) -> dict[str, Any]:
     """
     apps = [{"name": config.app_name, "route_prefix": config.route_prefix, "import_path": "redline.serve.app:app_builder",
              "args": {"config": config.model_dump(mode="json")}}]
-    return {"proxy_location": "EveryNode", "http_options": {"host": config.host, "port": config.port},
+    return {"proxy_location": config.proxy_location, "http_options": {"host": config.host, "port": config.port},
             "logging_config": {"enable_access_log": False}, "applications": apps}

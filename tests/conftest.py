@@ -16,6 +16,7 @@ import pytest
 # Before anything imports ray: token auth costs seconds per init and is pointless on loopback.
 os.environ["RAY_AUTH_MODE"] = "disabled"
 os.environ["REDLINE_PROGRESS"] = "0"
+os.environ["REDLINE_QUIET_RAY"] = "0"  # pytest captures file descriptor 2 itself
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The tests' own cache (WordNet tables, judge answers): never the user's, never shared between runs.

@@ -71,3 +71,31 @@ def test_constructor_user_error_reaches_the_caller(ray_session):
         list(pool.map_unordered([pa.table({"x": [1]})]))
     user = unwrap_user_error(err.value)
     assert user is not None and "victim model 'nope' not found" in str(user)
+
+
+class _CudnnLike:
+    input_columns = ["id"]
+
+    def __init__(self) -> None:
+        pass
+
+    def __call__(self, batch):
+        raise RuntimeError("cudnn RNN backward can only be called in training mode\nmore detail")
+
+
+def test_a_failed_actor_is_recorded_by_its_cause_not_rays_wrapping(ray_session, tmp_path):
+    """The manifest's error is the cause in one line, never the actor's name in terminal colours."""
+    from redline.cluster.runs import Run as RunState
+    from redline.cluster.runs import RunDir, lifecycle
+    from redline.errors import cause_line
+    from redline.pipelines.stages import map_table
+
+    table = pa.table({"id": ["a", "b"]})
+    with pytest.raises(Exception) as info:
+        map_table(table, _CudnnLike, {}, num_cpus=0.25)
+    line = cause_line(info.value)
+    assert line == "RuntimeError: cudnn RNN backward can only be called in training mode", line
+    run = RunState(RunDir(str(tmp_path / "run")), {"state": "running"}, reused=False)
+    with pytest.raises(Exception), lifecycle(run):
+        map_table(table, _CudnnLike, {}, num_cpus=0.25)
+    assert run.manifest["state"] == "failed" and run.manifest["error"] == line

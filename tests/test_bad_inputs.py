@@ -109,6 +109,15 @@ CONFIG_CASES = [
     ("unknown recipe", lambda t: ["run", "attack", "-c", write(t, {
         "corpus": score_config(t)["corpus"], "victim": {"name": "p", "kind": "profanity-check"},
         "recipes": ["deepwordbugz"], "output": str(t / "runs")})], "unknown recipe 'deepwordbugz'"),
+    ("a GPU reserved for a detector without a model", lambda t: score(t, score_config(t, detectors=[
+        {"name": "p", "kind": "profanity-check", "num_gpus": 1}])), "detector 'p' (profanity-check) runs no model on a GPU"),
+    ("an attack's GPU that nothing would use", lambda t: ["run", "attack", "-c", write(t, {
+        "corpus": score_config(t)["corpus"], "victim": {"name": "p", "kind": "profanity-check"},
+        "recipes": ["deepwordbug"], "num_gpus": 1, "output": str(t / "runs")})],
+     "num_gpus 1 reserves a GPU that nothing would use"),
+    ("a GPU on the attack's victim instead of the attack", lambda t: ["run", "attack", "-c", write(t, {
+        "corpus": score_config(t)["corpus"], "victim": {"name": "p", "kind": "hf", "model": "x/y", "num_gpus": 1},
+        "recipes": ["deepwordbug"], "output": str(t / "runs")})], "victim.num_gpus has no effect"),
     ("taebench of a directory that is not an attack run", lambda t: ["run", "taebench", "-c", write(t, {
         "attacks": str(t), "grammar": None, "classifier": {"name": "p", "kind": "profanity-check"},
         "output": str(t / "runs")})], "is not a run directory of the attack pipeline"),
@@ -127,6 +136,18 @@ def test_config_and_flag_mistakes(case, argv, fragment, capsys, tmp_path, monkey
     monkeypatch.setenv("REDLINE_API_KEY", "secret")
     monkeypatch.delenv("REDLINE_NO_SUCH_KEY", raising=False)
     expect_error(capsys, tmp_path, argv(tmp_path), fragment)
+
+
+@pytest.mark.parametrize("request_,fragment", [
+    ({"num_cpus": 64}, "asks for num_cpus 64, but the largest node has"),
+    ({"num_gpus": 1}, "asks for num_gpus 1, but no node has a GPU"),
+], ids=["more CPUs than a node has", "a GPU on a cluster without one"])
+def test_requests_no_node_can_hold_are_refused_at_start(request_, fragment, capsys, tmp_path, ray_session,
+                                                        tiny_binary_model):
+    """Ray would queue such actors and wait forever, silently."""
+    cfg = score_config(tmp_path, detectors=[{"name": "t", "kind": "hf", "model": str(tiny_binary_model), **request_}])
+    err = expect_error(capsys, tmp_path, score(tmp_path, cfg), fragment)
+    assert "detector 't'" in err
 
 
 RUN_NAMES = ["../escaped", "/tmp/redline-absolute-run", ".hidden", "a/b", "two words", "x" * 129, ".."]

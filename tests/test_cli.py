@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -215,3 +216,82 @@ def test_ray_cluster_yaml_passes_the_launcher_schema():
     broken["available_node_types"]["gpu.g5.xlarge"]["min_workers"] = "two"
     with pytest.raises(Exception, match="is not of type 'integer'"):
         validate_config(prepare_config(broken))
+
+
+def _check_ray_cluster_spec(spec: dict) -> None:
+    """What KubeRay's v1 CRDs require of a cluster spec (headGroupSpec.template; every worker group's
+    groupName, min/max replicas, rayStartParams and template), with string-valued rayStartParams."""
+    head = spec["headGroupSpec"]
+    assert all(isinstance(v, str) for v in head["rayStartParams"].values())
+    assert head["template"]["spec"]["containers"][0]["image"] and head["template"]["spec"]["containers"][0]["name"]
+    groups = spec["workerGroupSpecs"]
+    for g in groups:
+        assert isinstance(g["groupName"], str) and isinstance(g["rayStartParams"], dict)
+        assert all(isinstance(g[k], int) for k in ("minReplicas", "maxReplicas", "replicas"))
+        assert g["minReplicas"] <= g["replicas"] <= g["maxReplicas"]
+        assert g["template"]["spec"]["containers"][0]["image"]
+    gpu = [g for g in groups if g["template"]["spec"]["containers"][0]["resources"]["limits"].get("nvidia.com/gpu")]
+    assert gpu, "a GPU worker group"
+    for c in [head["template"]["spec"]["containers"][0]] + [g["template"]["spec"]["containers"][0] for g in groups]:
+        assert any("secretRef" in e for e in c.get("envFrom", [])), "S3 credentials from a secret"
+        assert not any(e.get("name", "").startswith("AWS_SECRET") and "value" in e for e in c.get("env", []))
+
+
+def test_kuberay_manifests_have_what_the_crds_require():
+    import shlex
+
+    from redline.cluster.config import validate_config
+    from redline.pipelines import registry
+
+    config_map, job = yaml.safe_load_all((REPO / "cluster" / "kubernetes" / "rayjob.yaml").read_text())
+    assert config_map["kind"] == "ConfigMap" and job["apiVersion"] == "ray.io/v1" and job["kind"] == "RayJob"
+    assert job["metadata"]["name"] and isinstance(job["spec"]["shutdownAfterJobFinishes"], bool)
+    _check_ray_cluster_spec(job["spec"]["rayClusterSpec"])
+    argv = shlex.split(job["spec"]["entrypoint"])  # a registered pipeline, with a config that validates
+    entry = next(e for e in registry.entries() if list(e.command) == argv[1:3])
+    mount = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]
+    assert argv[argv.index("--config") + 1] == f"{mount['mountPath']}/config.yaml"
+    validate_config(registry.pipeline(entry.name).config, yaml.safe_load(config_map["data"]["config.yaml"]))
+    cluster = yaml.safe_load((REPO / "cluster" / "kubernetes" / "raycluster.yaml").read_text())
+    assert cluster["apiVersion"] == "ray.io/v1" and cluster["kind"] == "RayCluster"
+    _check_ray_cluster_spec(cluster["spec"])
+
+
+def test_long_work_reports_plain_progress_lines_in_logs(capsys, monkeypatch):
+    """Not on a terminal (Ray job logs, CI, `| tee`): a line at most every interval, and one at the end."""
+    from redline.cluster import progress
+
+    monkeypatch.setenv("REDLINE_PROGRESS", "")
+    monkeypatch.setenv("REDLINE_PROGRESS_INTERVAL", "0")
+    assert progress.progress_mode() == "lines"  # pytest's stderr is not a terminal
+    with progress.progress_bar("scoring", total=200, unit="rows") as advance:
+        advance(50)
+        advance(50, note="hits 3")
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0].startswith("scoring: 50/200 (25%) rows, ") and "rows/s, ETA " in lines[0]
+    assert lines[1].startswith("scoring: 100/200 (50%) rows") and lines[1].endswith("hits 3")
+    assert "done in" in lines[-1]
+    monkeypatch.setenv("REDLINE_PROGRESS_INTERVAL", "3600")
+    with progress.progress_bar("quiet", total=10) as advance:
+        advance(5)
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1  # only the closing line within the interval
+    monkeypatch.setenv("REDLINE_PROGRESS", "0")
+    with progress.progress_bar("off", total=10) as advance:
+        advance(10)
+    assert capsys.readouterr().err == ""
+
+
+def test_ray_noise_never_reaches_the_user(tmp_path):
+    """A score run in its own process: no C++ core_worker line, no Serve retry notice on stderr."""
+    cfg = write_csv(tmp_path / "c.csv", ["text", "label"], [["you idiot", 1], ["hello", 0]])
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"corpus": {"path": str(cfg), "text_column": "text", "label_column": "label",
+                                                 "toxic_values": [1]},
+                                      "detectors": [{"name": "p", "kind": "profanity-check", "num_cpus": 0.5}],
+                                      "output": str(tmp_path / "runs")}))
+    env = {k: v for k, v in os.environ.items() if k not in ("REDLINE_QUIET_RAY", "REDLINE_PROGRESS", "RAY_ADDRESS")}
+    proc = subprocess.run([sys.executable, "-m", "redline", "run", "score", "--config", str(config)], env=env,
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert "core_worker.cc" not in proc.stderr and "graceful_shutdown" not in proc.stderr + proc.stdout
+    assert "scoring with 1 detector(s): 2/2 (100%) rows" in proc.stderr  # the plain progress line is kept

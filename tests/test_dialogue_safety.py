@@ -62,8 +62,10 @@ def trained(tmp_path_factory, tiny_binary_model):
     train = shared_file(SHARED_DATA / "diasafety" / "train.json")
     val = shared_file(SHARED_DATA / "diasafety" / "val.json")
     out = tmp_path_factory.mktemp("diasafety")
+    test = out / "test.json"  # the release ships train and val: a held-back slice plays the test split
+    test.write_text(json.dumps(json.loads(val.read_text())[-120:]))
     cfg = validate_config(DialogueSafetyTrainConfig, {
-        "train": str(train), "val": str(val), "base_model": str(tiny_binary_model), "limit_train": 400,
+        "train": str(train), "val": str(val), "test": str(test), "base_model": str(tiny_binary_model), "limit_train": 400,
         "limit_val": 150, "epochs": 2, "learning_rate": 1e-3, "batch_size": 32, "max_length": 64,
         "utterance_detectors": [{"name": "profanity-check", "kind": "profanity-check"}],
         "output": str(out), "run_name": "ds"})
@@ -78,13 +80,17 @@ def test_training_reports_the_papers_comparisons(trained):
     for rows in m["fine"].values():
         assert [r["class"] for r in rows] == ["Safe", *cats, "macro"]
         assert sum(r["n"] for r in rows[:-1]) == m["rows"]["val"] == 150
-    coarse = {(r["model"], r["input"]): r for r in trained.summary}
-    assert set(coarse) >= {("one_vs_all", "context + response"), ("one_vs_all_no_context", "response"),
-                           ("profanity-check", "response"), ("profanity-check", "context + response")}
+    coarse = {(r["model"], r["input"], r["split"]): r for r in trained.summary}
+    for split in ("val", "test"):  # the test split is reported next to validation
+        assert set(coarse) >= {("one_vs_all", "context + response", split), ("one_vs_all_no_context", "response", split),
+                               ("profanity-check", "response", split), ("profanity-check", "context + response", split)}
     assert all(0 <= r["f1"] <= 1 for r in coarse.values())
+    assert set(m["fine_test"]) == set(m["fine"]) and m["rows"]["test"] == 120
+    for rows in m["fine_test"].values():
+        assert sum(r["n"] for r in rows[:-1]) == 120
     assert set(m["training"]["one_vs_all"]) == set(cats)
-    html = (trained.report_html)
-    assert "Fine-grain: one_vs_all" in open(html).read()
+    html = open(trained.report_html).read()
+    assert "Fine-grain (validation): one_vs_all" in html and "Fine-grain (test): one_vs_all" in html
     status_and_report(trained.run_uri, "F1 (unsafe)")
 
 def test_classifiers_load_from_their_own_directory_wherever_it_moves(trained, tmp_path, monkeypatch):
@@ -253,7 +259,7 @@ def test_categories_and_a_hyperparameter_grid_train_as_tune_trials(tmp_path, tin
         assert info["hp"] == best["hp"] and info["val_macro_f1"] == best["val_macro_f1"]
         assert (tmp_path / "tuned" / "models" / "one_vs_all" / info["dir"] / "config.json").is_file()
     assert m["training"]["single"]["val_macro_f1"] == max(t["val_macro_f1"] for t in trials["single"])
-    assert not (tmp_path / "tuned" / "models" / "one_vs_all" / "tune").exists()  # trial checkpoints cleaned up
+    assert not (tmp_path / "tuned" / "tune" / "one_vs_all").exists()  # trial checkpoints cleaned up
     verdicts = ContextClassifiers(tmp_path / "tuned" / "models" / "one_vs_all").fine_grain(["hi"], ["hello"])
     assert len(verdicts) == 1 and verdicts[0][0] in ("Safe", *cats)
     assert "Hyper-parameter trials" in open(result.report_html).read()

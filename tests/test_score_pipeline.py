@@ -188,7 +188,7 @@ def test_killed_run_resumes_without_losing_or_duplicating_rows(ray_session, tmp_
 def test_s3_corpus_and_output_on_a_real_s3_server(ray_session, s3_env, tmp_path):
     import boto3
 
-    s3 = boto3.client("s3")
+    s3 = boto3.session.Session().client("s3")
     s3.create_bucket(Bucket="redline-test")
     local = write_csv(tmp_path / "c.csv", ["text", "label"],
                       [["you are a moron", 1], ["see you at lunch", 0], ["shut up idiot", 1], ["", 0]])

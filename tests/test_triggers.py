@@ -107,6 +107,25 @@ def test_gibbs_enum_finds_the_planted_trigger(planted):
     assert oov == "out of vocabulary: zebra"
 
 
+def test_the_gradient_pass_runs_in_eval_mode_without_cudnn(planted, monkeypatch):
+    """On a GPU, cuDNN's LSTM backward refuses eval mode; the search must take its gradients with cuDNN
+    off and dropout off (CPU never uses cuDNN, so this checks the pass's flags and modes)."""
+    search = _search(planted, "o-sample-avg")
+    model, seen = search.model, []
+    original = model.scores_from_embeds
+
+    def spy(embeds, *args, **kw):
+        if embeds.requires_grad:
+            seen.append((torch.backends.cudnn.enabled, model.module.training))
+        return original(embeds, *args, **kw)
+
+    monkeypatch.setattr(model, "scores_from_embeds", spy)
+    assert torch.backends.cudnn.enabled  # PyTorch's default, restored after each pass
+    search.run([PLANTED[1]])
+    assert seen and set(seen) == {(False, False)}
+    assert torch.backends.cudnn.enabled
+
+
 def test_batched_and_one_candidate_paths_agree(planted):
     targets = [PLANTED[1], "nothing to say", "green small happy"]
     batched = _search(planted, "io-sample-avg").run(targets)

@@ -32,6 +32,7 @@ class Component:
     role: ClassVar[str]
     requires: ClassVar[str | None] = None  # what it needs offline, in words (`redline list recipes`)
     white_box: ClassVar[bool] = False  # needs gradients: an `hf` victim
+    uses_gpu: ClassVar[bool] = False  # runs a model on the actor's GPU when it has one
     cost: ClassVar[int] = 0  # post constraints: cheapest first, so dear ones see only survivors
 
     @classmethod

@@ -12,6 +12,8 @@ import numpy as np
 from redline.actors.attack.components import BuildContext, Component, register
 from redline.actors.attack.resources import STOPWORDS
 from redline.actors.attack.text import AttackedText
+from redline.actors.encoding import TextEncoder
+from redline.cluster.artifacts import local_path
 from redline.cluster.devices import placement
 from redline.errors import RedlineError, first_line
 
@@ -134,11 +136,13 @@ class SentenceEncoder:
 
         self.name = model or default_sentence_encoder()
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(self.name)
-            self.model = AutoModel.from_pretrained(self.name).to(device).eval()
+            path = local_path(self.name)
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+            self.model = AutoModel.from_pretrained(path).to(device).eval()
         except (OSError, ValueError) as err:
             raise RedlineError(f"cannot load sentence encoder '{self.name}': {first_line(err)}") from None
         self.torch, self.batch_size, self.device = torch, batch_size, device
+        self.encoder = TextEncoder(self.tokenizer, 128, device)
         self.cache: dict[str, np.ndarray] = {}
 
     def encode(self, texts: list[str]) -> np.ndarray:
@@ -149,7 +153,7 @@ class SentenceEncoder:
         torch = self.torch
         for start in range(0, len(missing), self.batch_size):
             chunk = missing[start:start + self.batch_size]
-            enc = self.tokenizer(chunk, padding=True, truncation=True, max_length=128, return_tensors="pt").to(self.device)
+            enc = self.encoder(chunk)
             with torch.inference_mode():
                 hidden = self.model(**enc).last_hidden_state
             mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
@@ -178,6 +182,7 @@ class SentenceSimilarity(PostConstraint):
 
     kind = "sentence-similarity"
     requires = "a sentence encoder (MiniLM package, or resources.sentence_encoder)"
+    uses_gpu = True
     cost = 3
 
     @classmethod

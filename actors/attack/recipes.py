@@ -213,6 +213,14 @@ def preflight(options: RecipeOptions, resources: AttackResources, white_box_vict
         component(role, kind).preflight(args, ctx)
 
 
+def uses_gpu(options: RecipeOptions) -> bool:
+    """Whether any of the recipe's components runs a model on the actor's GPU (a masked LM, a sentence encoder)."""
+    r = options.recipe()
+    specs = ([("transformation", k) for k, _ in r.transformation] + [("pre", k) for k, _ in r.pre]
+             + [("post", k) for k, _ in post_specs(r, options)] + [("search", r.search[0])])
+    return any(component(role, kind).uses_gpu for role, kind in specs)
+
+
 def build(options: RecipeOptions, resources: AttackResources, num_gpus: float = 0.0) -> Components:
     from redline.actors.attack import constraints as C
     from redline.actors.attack import transformations as T

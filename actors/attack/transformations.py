@@ -15,6 +15,8 @@ import numpy as np
 
 from redline.actors.attack.components import BuildContext, Component, register
 from redline.actors.attack.text import AttackedText, match_case
+from redline.actors.encoding import TextEncoder
+from redline.cluster.artifacts import local_path
 from redline.cluster.devices import placement
 from redline.errors import RedlineError, first_line
 
@@ -143,6 +145,7 @@ class MaskedLMSwaps(Transformation):
 
     kind = "mlm"
     requires = "a fill-mask model (resources.mlm_model)"
+    uses_gpu = True
 
     @classmethod
     def build(cls, args: dict[str, Any], ctx: BuildContext) -> "MaskedLMSwaps":
@@ -159,13 +162,15 @@ class MaskedLMSwaps(Transformation):
 
         self.torch = torch
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(model)
-            self.model = AutoModelForMaskedLM.from_pretrained(model).to(device).eval()
+            path = local_path(model)
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+            self.model = AutoModelForMaskedLM.from_pretrained(path).to(device).eval()
         except (OSError, ValueError) as err:
             raise RedlineError(f"cannot load masked LM '{model}': {first_line(err)}") from None
         if self.tokenizer.mask_token is None:
             raise RedlineError(f"'{model}' has no mask token: not a fill-mask model")
         self.top_k, self.max_length, self.device = top_k, max_length, device
+        self.encoder = TextEncoder(self.tokenizer, max_length, device)
         vocab = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
         # Only tokens that are whole alphabetic words can replace a word.
         self.word_ids = np.array([i for i, t in enumerate(vocab) if t.lstrip("Ġ▁").isalpha()
@@ -177,8 +182,7 @@ class MaskedLMSwaps(Transformation):
             return {}
         torch = self.torch
         masked = [text.replace(i, self.tokenizer.mask_token).text for i in indices]
-        enc = self.tokenizer(masked, padding=True, truncation=True, max_length=self.max_length,
-                             return_tensors="pt").to(self.device)
+        enc = self.encoder(masked)
         with torch.inference_mode():
             logits = self.model(**enc).logits
         out: dict[int, list[str]] = {}
@@ -244,7 +248,7 @@ def _read_word_embeddings(embeddings_file: str | None, model: str | None) -> tup
     if embeddings_file:
         words, vectors = [], []
         try:
-            with open(embeddings_file, encoding="utf-8") as f:
+            with open(local_path(embeddings_file), encoding="utf-8") as f:
                 for line in f:
                     parts = line.rstrip().split(" ")
                     if len(parts) > 2:
@@ -261,8 +265,8 @@ def _read_word_embeddings(embeddings_file: str | None, model: str | None) -> tup
 
     name = model or default_sentence_encoder()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name)
-        matrix = AutoModel.from_pretrained(name).get_input_embeddings().weight.detach().numpy()
+        tokenizer = AutoTokenizer.from_pretrained(local_path(name))
+        matrix = AutoModel.from_pretrained(local_path(name)).get_input_embeddings().weight.detach().numpy()
     except (OSError, ValueError) as err:
         raise RedlineError(f"cannot load embeddings of '{name}': {first_line(err)}") from None
     vocab = tokenizer.convert_ids_to_tokens(list(range(matrix.shape[0])))
@@ -297,6 +301,6 @@ def check_model(name: str, what: str) -> None:
     from transformers import AutoConfig
 
     try:
-        AutoConfig.from_pretrained(name)
+        AutoConfig.from_pretrained(local_path(name))
     except (OSError, ValueError) as err:
         raise RedlineError(f"this recipe needs {what} (cannot load '{name}': {first_line(err)})") from None

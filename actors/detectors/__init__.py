@@ -11,6 +11,8 @@ from redline.actors.detectors.registry import (
     build_detector,
     detector_class,
     detector_kinds,
+    preflight_detector,
 )
 
-__all__ = ["DecisionRule", "Detector", "DetectorConfig", "build_detector", "detector_class", "detector_kinds"]
+__all__ = ["DecisionRule", "Detector", "DetectorConfig", "build_detector", "detector_class", "detector_kinds",
+           "preflight_detector"]

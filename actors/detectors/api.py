@@ -216,7 +216,7 @@ class BedrockGuardrailDetector(_DecidedByService):
         import boto3
 
         o: BedrockOptions = self.options  # type: ignore[assignment]
-        self.client = boto3.client("bedrock-runtime", region_name=o.region, endpoint_url=o.endpoint_url)
+        self.client = boto3.session.Session().client("bedrock-runtime", region_name=o.region, endpoint_url=o.endpoint_url)
 
     def _one(self, text: str) -> bool:
         from botocore.exceptions import BotoCoreError, ClientError

@@ -80,6 +80,7 @@ class Detector(ABC):
     # A detector behind a remote API: a failed batch is not retried text by text (that would multiply
     # the requests against a service that may just have said 429); its answers can fail per text.
     remote: ClassVar[bool] = False
+    uses_gpu: ClassVar[bool] = False  # runs a model on the actor's GPU when it has one
 
     def __init__(self, config: DetectorConfig) -> None:
         self.config = config

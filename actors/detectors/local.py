@@ -12,6 +12,8 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from redline.actors.detectors.base import DecisionRule, Detector, single_label_rule
 from redline.actors.detectors.config import DetectorConfig
+from redline.actors.encoding import TextEncoder, overlapped
+from redline.cluster.artifacts import local_path
 from redline.cluster.devices import PRECISION_HELP, Precision, placement
 from redline.errors import RedlineError, first_line
 
@@ -63,7 +65,7 @@ class KeywordDetector(Detector):
     def compile(cls, options: KeywordOptions) -> re.Pattern[str]:
         patterns = list(options.patterns)
         if options.patterns_file:
-            path = Path(options.patterns_file)
+            path = Path(local_path(options.patterns_file))
             if not path.is_file():
                 raise RedlineError(f"keywords patterns_file not found: {path}")
             lines = path.read_text(encoding="utf-8").splitlines()
@@ -117,6 +119,7 @@ def _looks_like_path(model: str) -> bool:
 def _load_hf_config(options: HFOptions) -> Any:
     from transformers import AutoConfig
 
+    options = options.model_copy(update={"model": local_path(options.model)})
     if _looks_like_path(options.model):
         path = Path(options.model).expanduser()
         if not path.is_dir():
@@ -157,6 +160,7 @@ class HFDetector(Detector):
     kind = "hf"
     description = "Hugging Face sequence classifier (hub id or local dir): binary, multi-label or multi-class"
     Options = HFOptions
+    uses_gpu = True
 
     def __init__(self, config: DetectorConfig) -> None:
         super().__init__(config)
@@ -168,11 +172,13 @@ class HFDetector(Detector):
         self._rule = hf_decision_rule(hf_config, config, opts)
         self.placement = placement(config.num_gpus, opts.precision)
         self.device = self.placement.torch_device
-        self.tokenizer = AutoTokenizer.from_pretrained(opts.model, revision=opts.revision)
+        model = local_path(opts.model)  # an s3:// model comes to this node's cache first
+        self.tokenizer = AutoTokenizer.from_pretrained(model, revision=opts.revision)
         self.model = AutoModelForSequenceClassification.from_pretrained(
-            opts.model, revision=opts.revision, dtype=self.placement.torch_dtype
+            model, revision=opts.revision, dtype=self.placement.torch_dtype
         ).to(self.device).eval()
         self.max_length = min(opts.max_length, getattr(self.tokenizer, "model_max_length", opts.max_length) or opts.max_length)
+        self.encoder = TextEncoder(self.tokenizer, self.max_length, self.device)
         self._torch = torch
 
     @classmethod
@@ -185,20 +191,21 @@ class HFDetector(Detector):
         return self._rule
 
     def predict_proba(self, texts: list[str]) -> np.ndarray:
-        torch = self._torch
-        n_labels = len(self._rule.labels)
-        out = np.zeros((len(texts), n_labels))
+        torch, multi_label = self._torch, self._rule.multi_label
+        out = np.zeros((len(texts), len(self._rule.labels)))
         if not texts:
             return out
         # Sort by length so each model batch pads to a similar length (dynamic padding).
         order = np.argsort([len(t) for t in texts], kind="stable")
         step = self.config.batch_size
+        batches = [order[start:start + step] for start in range(0, len(texts), step)]
+
+        def launch(enc: dict[str, Any]) -> Any:
+            logits = self.model(**enc).logits.double()
+            return torch.sigmoid(logits) if multi_label else torch.softmax(logits, dim=-1)
+
         with torch.inference_mode():
-            for start in range(0, len(texts), step):
-                idx = order[start:start + step]
-                enc = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
-                                     max_length=self.max_length, return_tensors="pt").to(self.device)
-                logits = self.model(**enc).logits.double()
-                probs = torch.sigmoid(logits) if self._rule.multi_label else torch.softmax(logits, dim=-1)
-                out[idx] = probs.cpu().numpy()
+            for idx, probs in overlapped(batches, lambda idx: self.encoder([texts[i] for i in idx]), launch,
+                                         lambda probs: probs.cpu().numpy()):
+                out[idx] = probs
         return out

@@ -35,3 +35,14 @@ def detector_class(kind: str) -> type["Detector"]:
 
 def build_detector(config: "DetectorConfig") -> "Detector":
     return detector_class(config.kind)(config)
+
+
+def preflight_detector(config: "DetectorConfig", gpus_from: str | None = None) -> None:
+    """The detector's own checks on the driver, and its GPU reservation: a GPU reserved for a detector
+    that runs no model on it would sit idle while the scheduler waits for one. `gpus_from` names the
+    setting that places it when not the detector's own `num_gpus` (an attack actor's)."""
+    cls = detector_class(config.kind)
+    if config.num_gpus > 0 and not cls.uses_gpu and gpus_from is None:
+        raise RedlineError(f"detector '{config.name}' ({config.kind}) runs no model on a GPU, but reserves "
+                           f"num_gpus {config.num_gpus:g}; remove num_gpus (only model-backed kinds such as hf use one)")
+    cls.preflight(config)

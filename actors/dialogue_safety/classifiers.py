@@ -18,6 +18,8 @@ from typing import Any, Callable
 import numpy as np
 
 from redline.actors.trainer import ClassifierTrainer, SequenceClassifier, TrainSettings
+from redline.cluster import storage
+from redline.cluster.artifacts import local_path
 from redline.errors import RedlineError, first_line
 
 log = logging.getLogger(__name__)
@@ -29,12 +31,13 @@ REQUIRED = ("context", "response", "category", "label")
 
 
 def load_rows(path: str | Path) -> list[dict[str, str]]:
-    """DiaSafety JSON rows (a list of {context, response, category, label}); one-line errors."""
-    path = Path(path)
-    if not path.is_file():
+    """DiaSafety JSON rows (a list of {context, response, category, label}), local or s3://;
+    one-line errors."""
+    path = str(path)
+    if not storage.exists(path):
         raise RedlineError(f"DiaSafety file not found: {path}")
     try:
-        rows = json.loads(path.read_text(encoding="utf-8"))
+        rows = json.loads(storage.read_bytes(path).decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as err:
         raise RedlineError(f"{path}: not valid JSON ({first_line(err)})") from None
     if not isinstance(rows, list):
@@ -68,12 +71,13 @@ def macro_f1(y: list[int], pred: list[int]) -> float:
 
 
 def _fit(base_model: str, labels: tuple[str, ...], train_x: list[Any], train_y: list[int], val_x: list[Any],
-         val_y: list[int], out_dir: Path, settings: TrainSettings, patience: int | None) -> dict[str, Any]:
+         val_y: list[int], out_dir: Path, settings: TrainSettings, patience: int | None,
+         progress: Any = None) -> dict[str, Any]:
     """Train, keep the best epoch by validation macro-F1 (saved to `out_dir`), stop early on patience."""
     trainer = ClassifierTrainer(base_model, labels, settings, len(train_x))
     best: dict[str, Any] = {"val_macro_f1": -1.0, "epoch": 0}
     for epoch in range(1, settings.epochs + 1):
-        loss = trainer.train_epoch(train_x, train_y)
+        loss = trainer.train_epoch(train_x, train_y, progress)
         f1 = macro_f1(val_y, trainer.predict_proba(val_x).argmax(1).tolist())
         log.info("%s epoch %d: loss %.4f, val macro-F1 %.4f", out_dir.name, epoch, loss, f1)
         if f1 > best["val_macro_f1"]:
@@ -102,11 +106,11 @@ def _task(target: str, train: list[dict[str, str]], val: list[dict[str, str]], c
 
 def fit_target(target: str, train: list[dict[str, str]], val: list[dict[str, str]], categories: list[str],
                base_model: str, out_dir: Path, settings: TrainSettings, with_context: bool,
-               patience: int | None) -> dict[str, Any]:
+               patience: int | None, progress: Any = None) -> dict[str, Any]:
     """Train one classifier (a category's one-vs-all, or SINGLE) into `out_dir`; its best epoch's figures."""
     started = time.perf_counter()
     labels, train_x, train_y, val_x, val_y = _task(target, train, val, categories, with_context)
-    best = _fit(base_model, labels, train_x, train_y, val_x, val_y, out_dir, settings, patience)
+    best = _fit(base_model, labels, train_x, train_y, val_x, val_y, out_dir, settings, patience, progress)
     return {**best, "seconds": round(time.perf_counter() - started, 1)}
 
 
@@ -117,8 +121,8 @@ TrainTargets = Callable[[dict[str, Path]], tuple[dict[str, Any], list[dict[str, 
 
 def train_variant(kind: str, train: list[dict[str, str]], val: list[dict[str, str]], categories: list[str],
                   base_model: str, out_dir: str | Path, settings: TrainSettings, *, with_context: bool = True,
-                  patience: int | None = 2,
-                  train_targets: TrainTargets | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                  patience: int | None = 2, train_targets: TrainTargets | None = None,
+                  progress: Any = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """`one-vs-all`: a 3-way classifier per category, under `out_dir/<category key>`; `single`: one
     multi-class classifier (Safe + one class per category) in `out_dir`. Classifiers train one after
     another, or through `train_targets`. Writes the directory's `redline_dialogue_safety.json` and
@@ -134,8 +138,8 @@ def train_variant(kind: str, train: list[dict[str, str]], val: list[dict[str, st
     if train_targets is not None:
         results, trials = train_targets(targets)
     else:
-        results = {t: {**fit_target(t, train, val, categories, base_model, d, settings, with_context, patience),
-                       "dir": d.name} for t, d in targets.items()}
+        results = {t: {**fit_target(t, train, val, categories, base_model, d, settings, with_context, patience,
+                                    progress), "dir": d.name} for t, d in targets.items()}
         trials = []
     if kind == "one-vs-all":
         meta = {"kind": "one-vs-all", "with_context": with_context, "categories": results, "base_model": base_model,
@@ -156,7 +160,7 @@ def _key(category: str) -> str:
 def check_classifiers(path: str | Path, categories: list[str] | None = None) -> dict[str, Any]:
     """The metadata of a classifiers directory from `redline train dialogue-safety`, after checking it
     knows every one of `categories`; one-line errors otherwise."""
-    meta_path = Path(path) / META_FILE
+    meta_path = Path(local_path(str(path))) / META_FILE
     if not meta_path.is_file():
         raise RedlineError(f"{path} holds no dialogue-safety classifiers (train them with "
                            "`redline train dialogue-safety`)")
@@ -186,12 +190,12 @@ class ContextClassifiers:
             self.categories = list(self.meta["categories"])
             # Each category's model sits in its own subdirectory: resolved against this directory, never
             # the working directory (older files recorded a path; only its last part counts).
-            root = Path(model_dir)
+            root = Path(local_path(str(model_dir)))
             self.models = {c: SequenceClassifier(str(root / Path(info["dir"]).name), settings)
                            for c, info in self.meta["categories"].items()}
         else:
             self.categories = self.meta["labels"][1:]
-            self.models = {"*": SequenceClassifier(str(model_dir), settings)}
+            self.models = {"*": SequenceClassifier(local_path(str(model_dir)), settings)}
 
     def fine_grain(self, contexts: list[str], responses: list[str]) -> list[tuple[str, float]]:
         """Per pair: (Safe or the unsafe category, its confidence)."""

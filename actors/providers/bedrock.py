@@ -35,7 +35,7 @@ class BedrockProvider(ChatProvider):
         config = Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=settings.timeout_s,
                         read_timeout=settings.timeout_s)
         try:
-            self.client = boto3.client("bedrock-runtime", region_name=settings.region,
+            self.client = boto3.session.Session().client("bedrock-runtime", region_name=settings.region,
                                        endpoint_url=settings.endpoint_url, config=config)
         except Exception as err:  # noqa: BLE001 - botocore raises several types for a bad region/endpoint
             raise Refused(f"cannot create a Bedrock client: {first_line(err)}") from None

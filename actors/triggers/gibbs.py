@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +99,15 @@ class _Rows:
     def keep(self, mask: torch.Tensor) -> _Rows:
         return _Rows(self.target[mask], self.restart[mask], self.trig[mask], self.objective[mask], self.improved[mask],
                      self.sweeps[mask])
+
+
+@contextmanager
+def gradient_pass() -> Iterator[None]:
+    """Autograd through the models while they stay in eval mode (no dropout). cuDNN's RNN backward
+    refuses eval mode ("cudnn RNN backward can only be called in training mode"), so this pass runs
+    on PyTorch's own RNN kernels: the same numbers, and the only pass that needs a backward."""
+    with torch.enable_grad(), torch.backends.cudnn.flags(enabled=False):
+        yield
 
 
 def target_seed(seed: int, target: str) -> int:
@@ -250,7 +261,7 @@ class GibbsEnum:
             t, y, m = trig[s:s + step], tgt[s:s + step], mask[s:s + step]
             weight = self.model.embedding_weight
             onehot = torch.nn.functional.one_hot(t[:, at], weight.shape[0]).to(weight.dtype).requires_grad_(True)
-            with torch.enable_grad():
+            with gradient_pass():
                 embeds = self.model.embed(t).clone()
                 embeds[:, at] = onehot @ weight
                 logp, margin = self.model.scores_from_embeds(embeds, y, self.objective == "greedy")
@@ -420,7 +431,7 @@ def continuous_relaxation(model: TargetModel, prior: PriorModel | None, threshol
         z = (0.1 * torch.randn(R, L, weight.shape[0], generator=gen)).to(weight.device, weight.dtype).requires_grad_(True)
         opt = torch.optim.Adam([z], lr=learning_rate)
         for _ in range(steps):
-            with torch.enable_grad():
+            with gradient_pass():
                 probs = torch.softmax(z.masked_fill(~allowed, float("-inf")), dim=-1)
                 logp, margin = model.scores_from_embeds(probs @ weight, tgt)
                 objective = search._reduce(logp, margin, mask)

@@ -18,6 +18,8 @@ import torch
 from torch import nn
 
 from redline.actors.triggers.vocab import Vocab
+from redline.cluster import storage
+from redline.cluster.artifacts import local_path
 from redline.errors import RedlineError
 
 MODEL_FILE = "redline_model.json"
@@ -113,7 +115,7 @@ class Thresholds:
 
 @dataclass
 class TrainedModel:
-    path: Path
+    path: str | Path  # where it was saved (local, or s3://)
     spec: ModelSpec
     vocab: Vocab
     module: nn.Module
@@ -132,11 +134,17 @@ def save(path: Path, module: nn.Module, vocab: Vocab, thresholds: Thresholds | N
 
 
 def is_trigger_model(path: str | Path) -> bool:
+    """A redline LSTM model directory, local or s3://."""
+    if storage.is_s3(str(path)):
+        return storage.exists(storage.join(str(path), MODEL_FILE))
     return (Path(path) / MODEL_FILE).is_file()
 
 
 def load(path: str | Path, device: str = "cpu") -> TrainedModel:
-    root = Path(path)
+    if not is_trigger_model(path):
+        raise RedlineError(f"{path} is not a redline LSTM model directory (no {MODEL_FILE}; "
+                           "train one with `redline train seq2seq` / `redline train lm`)")
+    root = Path(local_path(str(path)))
     if not is_trigger_model(root):
         raise RedlineError(f"{root} is not a redline LSTM model directory (no {MODEL_FILE}; "
                            "train one with `redline train seq2seq` / `redline train lm`)")

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from redline.actors.triggers import models as M
+from redline.cluster.artifacts import local_path
 from redline.errors import RedlineError, first_line
 
 
@@ -229,7 +230,7 @@ class LSTMSeq2SeqTarget(TargetModel):
         self.trained = trained
         self.vocab = trained.vocab
         self.module = trained.module.to(dtype).eval()
-        self.name = trained.path.name
+        self.name = str(trained.path).rstrip("/").rsplit("/", 1)[-1]
         self.device = next(self.module.parameters()).device
         self.dtype = dtype
         allowed = torch.ones(len(self.vocab), dtype=torch.bool, device=self.device)
@@ -337,6 +338,7 @@ class HFTarget(TargetModel, PriorModel):
         )
 
         try:
+            path = local_path(path)
             config = AutoConfig.from_pretrained(path)
             self.tokenizer = AutoTokenizer.from_pretrained(path)
             self.seq2seq = bool(getattr(config, "is_encoder_decoder", False))

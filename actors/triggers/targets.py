@@ -18,6 +18,7 @@ import torch
 
 from redline.actors.triggers import models as M
 from redline.actors.triggers.vocab import SPECIALS
+from redline.cluster import storage
 
 PREFIXES = ("oh", "well", "hey", "look", "honestly", "seriously", "you know", "oh well", "yeah", "no",
             "just", "man", "dude", "listen", "ok", "so", "and", "but", "really", "haha")
@@ -26,7 +27,7 @@ SUFFIXES = ("!", ".", "okay ?", "right ?", "now", "then", "too", "again", "alrea
 
 def read_list(path: str | Path) -> list[str]:
     """One target per line; blank lines and `#` comments skipped; duplicates dropped."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    lines = storage.read_bytes(str(path)).decode("utf-8").splitlines()
     return list(dict.fromkeys(line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")))
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import random
 import time
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -17,6 +16,8 @@ from torch import nn
 from redline.actors.triggers import models as M
 from redline.actors.triggers.pairs import Pair, PairCorpusConfig, read_pairs, split
 from redline.actors.triggers.vocab import Vocab
+from redline.cluster import storage
+from redline.cluster.artifacts import local_output
 from redline.cluster.config import SafeName, Strict
 from redline.cluster.devices import placement
 from redline.cluster.progress import progress_bar
@@ -158,7 +159,8 @@ def train(config: TriggerModelTrainConfig, kind: str) -> M.TrainedModel:
     thresholds = M.Thresholds(average_logprob=-test_nll, words=words, data=config.pairs.path if config.test_pairs is None
                               else config.test_pairs.path)
     name = config.name or (f"seq2seq-{config.context}" if kind == "seq2seq" else "lm")
-    path = Path(config.output) / name
-    M.save(path, module.cpu(), vocab, thresholds, metrics)
+    path = storage.join(config.output, name)
+    with local_output(path) as local:
+        M.save(local, module.cpu(), vocab, thresholds, metrics)
     module.eval()
     return M.TrainedModel(path, spec, vocab, module, thresholds, metrics)

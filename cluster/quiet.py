@@ -1,0 +1,75 @@
+"""Ray's own noise kept off the user's terminal on the happy path (with `-v` everything shows).
+
+Two messages Ray prints on every run are known to be harmless here: the C++ warning that Ray Data's
+actors get their constructor arguments from the object store (the map function itself, put there by
+Ray Data), and the retry notice of Serve's controller as it shuts down. The first is written by
+Ray's C++ core straight to file descriptor 2, so stderr is read through a pipe that drops exactly
+those lines; the second comes through Ray's driver-side printer, which is wrapped the same way.
+Everything else passes through unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+
+NOISE = re.compile(
+    r"constructor arguments in the object store and max_restarts > 0"
+    r"|ServeController\.graceful_shutdown failed\. There are infinite retries remaining"
+    r"|Set ray log level from environment variable"
+)
+
+_installed = False
+
+
+def _pump(source: int, target: int) -> None:
+    pending = b""
+    while True:
+        try:
+            chunk = os.read(source, 65536)
+        except OSError:
+            return
+        if not chunk:
+            if pending:
+                os.write(target, pending)
+            return
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        kept = [ln for ln in lines if not NOISE.search(ln.decode("utf-8", "replace"))]
+        if kept:
+            os.write(target, b"\n".join(kept) + b"\n")
+
+
+def quiet_ray_noise() -> None:
+    """Filter the known-benign lines from this process's fd 2 and Ray's driver printer (once)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    try:
+        import ray._private.worker as ray_worker
+
+        printer = ray_worker.print_to_stdstream
+
+        def filtered(data: dict, ignore_prefix: bool) -> None:
+            lines = [ln for ln in data.get("lines", []) if not NOISE.search(str(ln))]
+            if lines:
+                printer({**data, "lines": lines}, ignore_prefix)
+
+        ray_worker.print_to_stdstream = filtered
+    except (ImportError, AttributeError):  # another Ray layout: nothing to wrap
+        pass
+    try:
+        sys.stderr.flush()
+        original = os.dup(2)
+        read_end, write_end = os.pipe()
+        os.dup2(write_end, 2)
+        os.close(write_end)
+    except OSError:
+        return
+    # Python's own stderr writes go straight to the terminal; only native code uses the pipe.
+    sys.stderr = os.fdopen(os.dup(original), "w", buffering=1, encoding=getattr(sys.stderr, "encoding", "utf-8"),
+                           errors="backslashreplace")
+    threading.Thread(target=_pump, args=(read_end, original), name="redline-quiet-stderr", daemon=True).start()

@@ -1,0 +1,343 @@
+"""Every pipeline on a real two-node Ray cluster, submitted with `redline submit`, with inputs, models
+and outputs on S3 (moto in server mode).
+
+The head (`ray start --head --num-cpus=0`) runs only drivers and Ray's own services, so every task,
+actor, Tune trial and Serve replica that needs a CPU lands on the worker node. The worker node runs
+as another Unix user, with its own working directory, HOME, TMPDIR, Ray temp dir and cache: it cannot
+read the test's directories (pytest's are mode 0700), so a pipeline that relied on the driver's
+disk would fail here. Both nodes are stopped by process (never `ray stop`, which would stop every
+Ray on the machine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import SHARED_DATA, VENV_BIN, free_port, shared_file, wait_for_port
+
+pytestmark = pytest.mark.slow
+
+WORKER_USER = "redline-worker"
+BUCKET = "redline-cluster"
+
+
+def s3():
+    import boto3
+
+    return boto3.session.Session().client("s3")
+
+
+def read_s3(key: str) -> bytes:
+    return s3().get_object(Bucket=BUCKET, Key=key)["Body"].read()
+
+
+def s3_keys(prefix: str) -> list[str]:
+    pages = s3().get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+
+def manifest(run: str) -> dict:
+    return json.loads(read_s3(f"runs/{run}/manifest.json"))
+
+
+class Cluster:
+    """A head node (this user) and a worker node (another user) on 127.0.0.1."""
+
+    def __init__(self, root: Path, aws: dict[str, str]) -> None:
+        self.root, self.aws = root, aws
+        self.gcs, self.dashboard = free_port(), free_port()
+        self.address = f"http://127.0.0.1:{self.dashboard}"
+        self.env = {**os.environ, **aws, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}",
+                    "RAY_AUTH_MODE": "disabled", "REDLINE_PROGRESS": "0"}
+        self.env.pop("RAY_ADDRESS", None)
+        self.home = Path(f"/home/{WORKER_USER}") / f"node-{self.gcs}"
+        self.head = self.worker = None
+
+    def ports(self) -> list[str]:
+        return [f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+                f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
+                f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}"]
+
+    def start_head(self) -> None:
+        log = open(self.root / "head.log", "wb")
+        self.head = subprocess.Popen(
+            [str(VENV_BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={self.gcs}",
+             "--num-cpus=0", f"--dashboard-port={self.dashboard}", "--dashboard-host=127.0.0.1",
+             "--include-dashboard=true", "--object-store-memory=150000000", "--disable-usage-stats", *self.ports()],
+            env=self.env, cwd=self.root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        wait_for_port(self.dashboard, timeout=120)
+
+    def start_worker(self) -> None:
+        """The worker node: another user, its own cwd, HOME, TMPDIR, Ray temp dir and redline cache."""
+        shutil.rmtree(self.home, ignore_errors=True)
+        for d in ("tmp", "cache", "ray"):
+            (self.home / d).mkdir(parents=True, exist_ok=True)
+        subprocess.run(["chown", "-R", f"{WORKER_USER}:{WORKER_USER}", str(self.home)], check=True)
+        env = {"HOME": f"/home/{WORKER_USER}", "TMPDIR": str(self.home / "tmp"), "REDLINE_CACHE": str(self.home / "cache"),
+               "PATH": f"{VENV_BIN}:/usr/bin:/bin", "RAY_AUTH_MODE": "disabled", "REDLINE_PROGRESS": "0",
+               # what an instance role gives a cloud node: S3 access without a job passing keys
+               **self.aws}
+        command = ["runuser", "-u", WORKER_USER, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()],
+                   str(VENV_BIN / "ray"), "start", "--block", f"--address=127.0.0.1:{self.gcs}",
+                   "--node-ip-address=127.0.0.1", "--num-cpus=2", '--resources={"worker_node": 1}',
+                   f"--temp-dir={self.home / 'ray'}", "--object-store-memory=150000000", "--disable-usage-stats",
+                   *self.ports()]
+        log = open(self.root / "worker.log", "ab")
+        self.worker = subprocess.Popen(command, cwd=self.home, stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if self.cpus() >= 2:
+                return
+            assert self.worker.poll() is None, (self.root / "worker.log").read_text()[-3000:]
+            time.sleep(1)
+        raise TimeoutError("the worker node did not join")
+
+    def cpus(self) -> float:
+        out = subprocess.run([str(VENV_BIN / "ray"), "status", f"--address=127.0.0.1:{self.gcs}"], env=self.env,
+                             capture_output=True, text=True).stdout
+        line = next((ln for ln in out.splitlines() if ln.strip().endswith(" CPU")), "0/0 CPU")
+        return float(line.split("/")[1].split()[0])
+
+    def kill_worker(self) -> None:
+        """The worker node dies: every process of its user, at once."""
+        subprocess.run(["pkill", "-9", "-u", WORKER_USER], check=False)
+        if self.worker is not None:
+            self.worker.wait(timeout=30)
+
+    def redline(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        return subprocess.run([str(VENV_BIN / "redline"), *args], env=self.env, cwd=self.root, capture_output=True,
+                              text=True, timeout=timeout)
+
+    def submit(self, pipeline: str, config: dict, name: str, wait: bool = True) -> subprocess.CompletedProcess:
+        path = self.root / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        args = ["submit", pipeline, "--config", str(path), "--address", self.address, "--env", "AWS_ACCESS_KEY_ID",
+                "--env", "AWS_SECRET_ACCESS_KEY"]
+        proc = self.redline(*args, *(["--wait"] if wait else []))
+        if wait:
+            assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+        return proc
+
+    def stop(self) -> None:
+        self.kill_worker()
+        if self.head is not None:
+            os.killpg(self.head.pid, signal.SIGTERM)
+            try:
+                self.head.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.head.pid, signal.SIGKILL)
+                self.head.wait()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+def _worker_user() -> None:
+    if os.geteuid() != 0 or not shutil.which("runuser") or not shutil.which("useradd"):
+        pytest.skip("the two-node test runs the worker node as another Unix user: it needs root (CI has it)")
+    if subprocess.run(["id", WORKER_USER], capture_output=True).returncode != 0:
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", WORKER_USER], check=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, moto_endpoint):
+    _worker_user()
+    # The other user must be able to run this venv's interpreter; traversing (not listing) the
+    # directories above it is enough. The test's own directories stay 0700.
+    opened = []
+    for parent in Path(os.path.realpath(sys.executable)).parents:
+        mode = parent.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            opened.append((parent, mode))
+            parent.chmod(mode | stat.S_IXOTH)
+    aws = {"AWS_ENDPOINT_URL": moto_endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": "us-east-1"}
+    saved = {k: os.environ.get(k) for k in aws}
+    os.environ.update(aws)
+    s3().create_bucket(Bucket=BUCKET)
+    c = Cluster(tmp_path_factory.mktemp("cluster"), aws)
+    try:
+        c.start_head()
+        c.start_worker()
+        yield c
+    finally:
+        c.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        for parent, mode in opened:
+            parent.chmod(mode)
+
+
+@pytest.fixture(scope="module")
+def s3_inputs(cluster, tmp_path_factory, tiny_binary_model, tiny_causal_lm, davidson):
+    """Corpora, DiaSafety slices and tiny models on S3, the only place the cluster reads them from."""
+    from redline.cluster.artifacts import upload_dir
+
+    client = s3()
+    sample = Path(__file__).resolve().parents[1] / "pipelines" / "samples"
+    client.put_object(Bucket=BUCKET, Key="data/sample.csv", Body=(sample / "toxic_sample_train.csv").read_bytes())
+    import pandas as pd
+
+    rows = pd.read_csv(davidson)
+    for n in (1200, 3000):
+        client.put_object(Bucket=BUCKET, Key=f"data/davidson-{n}.csv", Body=rows.head(n).to_csv(index=False).encode())
+    val = json.loads(shared_file(SHARED_DATA / "diasafety" / "val.json").read_text())
+    train = json.loads(shared_file(SHARED_DATA / "diasafety" / "train.json").read_text())
+    client.put_object(Bucket=BUCKET, Key="data/ds-train.json", Body=json.dumps(train[:300]).encode())
+    client.put_object(Bucket=BUCKET, Key="data/ds-val.json", Body=json.dumps(val[:150]).encode())
+    upload_dir(tiny_binary_model, f"s3://{BUCKET}/models/tiny-bert")
+    upload_dir(tiny_causal_lm, f"s3://{BUCKET}/models/tiny-gpt2")
+    return f"s3://{BUCKET}"
+
+
+def test_the_worker_node_cannot_read_the_drivers_disk(cluster, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("driver only")
+    probe = subprocess.run(["runuser", "-u", WORKER_USER, "--", "cat", str(secret)], capture_output=True, text=True)
+    assert probe.returncode != 0 and "Permission denied" in probe.stderr
+    assert cluster.cpus() == 2  # the head has none: every task, actor and replica runs on the worker node
+
+
+def test_every_pipeline_on_two_nodes_from_s3(cluster, s3_inputs, tmp_path):
+    s3u = s3_inputs
+    runs = f"{s3u}/runs"
+    tiny_bert = {"name": "tiny-bert", "kind": "hf", "model": f"{s3u}/models/tiny-bert", "num_cpus": 0.5}
+    sample = {"path": f"{s3u}/data/sample.csv", "text_column": "text", "label_column": "label",
+              "toxic_values": ["toxic"], "dataset": "sample"}
+
+    cluster.submit("score", {"corpus": {"path": f"{s3u}/data/davidson-1200.csv", "preset": "davidson"},
+                             "detectors": [{"name": "p", "kind": "profanity-check", "num_cpus": 0.5}, tiny_bert],
+                             "shard_size": 400, "output": runs, "run_name": "score"}, "score")
+    m = manifest("score")
+    assert m["state"] == "complete" and m["counts"]["rows_out"] == 2400 and len(s3_keys("runs/score/predictions/")) == 3
+
+    cluster.submit("attack", {"corpus": sample, "victim": {"name": "profanity-check", "kind": "profanity-check"},
+                              "recipes": ["deepwordbug", "pwws"], "goals": ["tae", "bae"], "max_seeds": 8,
+                              "num_cpus": 1, "output": runs, "run_name": "attack"}, "attack")
+    m = manifest("attack")
+    assert m["state"] == "complete" and m["counts"]["attempts_out"] == 32
+    assert m["counts"]["by_status"].get("error", 0) == 0  # WordNet reached the worker node without its disk
+
+    cluster.submit("taebench", {"attacks": f"{runs}/attack", "grammar": None, "classifier": tiny_bert,
+                                "test_fraction": 0.5, "output": runs, "run_name": "taebench"}, "taebench")
+    assert manifest("taebench")["state"] == "complete"
+
+    cluster.submit("transfer", {"taebench": f"{runs}/taebench", "split": "all", "output": runs, "run_name": "transfer",
+                                "victims": [{"name": "profanity-check", "kind": "profanity-check", "num_cpus": 0.5},
+                                            tiny_bert]}, "transfer")
+    rows = {r["victim"]: r for r in manifest("transfer")["summary"]}
+    assert rows["profanity-check"]["tae_rate"] == 1.0 and "tiny-bert" in rows
+
+    cluster.submit("dialogue-safety-train", {
+        "train": f"{s3u}/data/ds-train.json", "val": f"{s3u}/data/ds-val.json", "base_model": f"{s3u}/models/tiny-bert",
+        "variants": ["one_vs_all"], "epochs": 1, "batch_size": 32, "max_length": 48, "learning_rate": 1e-3,
+        "tune_trials": True, "trial_cpus": 1, "output": runs, "run_name": "ds-train"}, "ds-train")
+    m = manifest("ds-train")
+    assert m["state"] == "complete" and set(m["training"]["one_vs_all"]) == set(m["categories"])
+    assert any(k.endswith("redline_dialogue_safety.json") for k in s3_keys("runs/ds-train/models/one_vs_all/"))
+
+    cluster.submit("diasafety", {
+        "contexts": f"{s3u}/data/ds-val.json", "max_contexts_per_category": 2, "responses_per_context": 2,
+        "max_tokens": 6, "classifiers": f"{runs}/ds-train/models/one_vs_all",
+        "generators": [{"name": "tiny-gpt2", "model": f"{s3u}/models/tiny-gpt2", "num_cpus": 0.5}],
+        "utterance_detector": {"name": "profanity-check", "kind": "profanity-check"}, "num_cpus": 0.5,
+        "scoring": {"num_cpus": 0.5}, "output": runs, "run_name": "diasafety"}, "diasafety")
+    board = manifest("diasafety")["summary"]
+    assert board[0]["model"] == "tiny-gpt2" and board[0]["responses"] + board[0]["errors"] > 0
+
+    # training writes its models to S3 too; the search then loads them there
+    trig = {"pairs": {"path": f"{s3u}/data/ds-train.json"}, "vocab_size": 300, "embedding_dim": 16, "hidden_dim": 32,
+            "epochs": 1, "output": f"{s3u}/models"}
+    for kind in ("seq2seq", "lm"):
+        (tmp_path / f"{kind}.yaml").write_text(yaml.safe_dump({**trig, "name": kind}))
+        proc = cluster.redline("train", kind, "-c", str(tmp_path / f"{kind}.yaml"))
+        assert proc.returncode == 0, proc.stderr
+    cluster.submit("egregious", {
+        "models": [{"name": "s2s", "path": f"{s3u}/models/seq2seq", "lm": f"{s3u}/models/lm"}],
+        "lists": [{"name": "mal", "limit": 3}, {"name": "random", "limit": 3}], "searches": ["o-sample-avg"],
+        "trigger_length": 3, "top_g": 10, "restarts": 2, "max_sweeps": 2, "num_cpus": 1, "output": runs,
+        "run_name": "egregious"}, "egregious")
+    assert {r["list"] for r in manifest("egregious")["summary"]} == {"mal", "random"}
+
+    # advtrain: Tune trials on the worker node, checkpoints on S3; the job is stopped after the first
+    # checkpoint and the resubmitted job resumes the sweep from S3 instead of starting over
+    advtrain = {"taebench": f"{runs}/taebench", "base_model": f"{s3u}/models/tiny-bert",
+                "train_corpus": {"path": f"{s3u}/data/davidson-1200.csv", "preset": "davidson"},
+                "test_corpus": {**sample, "limit": 40}, "variants": ["no_tae", "taebench"],
+                "search": {"epochs": [8], "batch_size": [32]}, "num_cpus": 1, "max_length": 32, "output": runs,
+                "run_name": "advtrain"}
+    proc = cluster.submit("advtrain", advtrain, "advtrain", wait=False)
+    job_id = proc.stdout.split("submitted job ")[1].split()[0]
+    deadline = time.time() + 300
+    while not any("checkpoint_" in k for k in s3_keys("runs/advtrain/sweep/")):
+        assert time.time() < deadline, cluster.redline("logs", job_id, "--address", cluster.address).stdout[-3000:]
+        time.sleep(0.5)
+    stopped = cluster.redline("stop", job_id, "--address", cluster.address)
+    assert stopped.returncode == 0, stopped.stderr
+    assert manifest("advtrain")["state"] != "complete"
+    cluster.submit("advtrain", advtrain, "advtrain")
+    m = manifest("advtrain")
+    assert m["state"] == "complete" and m["resumed_sweep"] is True
+    assert {r["variant"] for r in m["summary"]} == {"no_tae", "taebench"}
+    assert all(t["epochs_run"] == 8 for t in m["trials"])
+
+
+def test_serve_with_a_replica_on_the_worker_node(cluster, s3_inputs, tmp_path):
+    import httpx
+
+    port = free_port()
+    config = tmp_path / "serve.yaml"
+    config.write_text(yaml.safe_dump({
+        "port": port, "proxy_location": "HeadOnly", "api_key_env": None, "app_name": "cluster",
+        "detectors": [{"name": "tiny-bert", "kind": "hf", "model": f"{s3_inputs}/models/tiny-bert", "num_cpus": 0.5}],
+        "ingress": {"replicas": 1}}))
+    env = {**cluster.env, "RAY_ADDRESS": f"127.0.0.1:{cluster.gcs}", "REDLINE_STATE_DIR": str(tmp_path / "state")}
+    started = subprocess.run([str(VENV_BIN / "redline"), "serve", "-c", str(config)], env=env, capture_output=True,
+                             text=True, timeout=300)
+    assert started.returncode == 0, started.stderr
+    try:
+        resp = httpx.post(f"http://127.0.0.1:{port}/v1/detect", json={"texts": ["you idiot", "hello"]}, timeout=60)
+        assert resp.status_code == 200 and len(resp.json()["results"]) == 2
+    finally:
+        subprocess.run([str(VENV_BIN / "redline"), "serve", "stop", "--port", str(port)], env=env, timeout=120)
+
+
+def test_killing_the_worker_node_mid_run_loses_and_duplicates_nothing(cluster, s3_inputs, tmp_path):
+    # one text per model call: slow enough to be killed half way
+    config = {"corpus": {"path": f"{s3_inputs}/data/davidson-3000.csv", "preset": "davidson"}, "shard_size": 250,
+              "detectors": [{"name": "tiny-bert", "kind": "hf", "model": f"{s3_inputs}/models/tiny-bert", "num_cpus": 1,
+                             "batch_size": 1}],
+              "output": f"{s3_inputs}/runs", "run_name": "killed"}
+    proc = cluster.submit("score", config, "killed", wait=False)
+    job_id = proc.stdout.split("submitted job ")[1].split()[0]
+    deadline = time.time() + 240
+    while len(s3_keys("runs/killed/predictions/")) < 2:
+        assert time.time() < deadline, cluster.redline("logs", job_id, "--address", cluster.address).stdout[-3000:]
+        time.sleep(0.5)
+    cluster.kill_worker()
+    cluster.redline("stop", job_id, "--address", cluster.address)
+    written = len(s3_keys("runs/killed/predictions/"))
+    assert written < 12 and manifest("killed")["state"] != "complete"  # 12 shards in all
+    cluster.start_worker()
+    cluster.submit("score", config, "killed")
+    m = manifest("killed")
+    assert m["state"] == "complete" and m["resumed_shards"] >= written
+    import io
+
+    import pyarrow.parquet as pq
+
+    ids = [i for key in s3_keys("runs/killed/predictions/")
+           for i in pq.read_table(io.BytesIO(read_s3(key))).column("id").to_pylist()]
+    assert len(ids) == len(set(ids)) == 3000
