@@ -100,7 +100,8 @@ def run_pipeline(work: Path, pipeline: str, config: dict, name: str | None = Non
     name = name or pipeline
     path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump({**config, "output": str(work / "runs"), "run_name": name}))
-    redline("run", pipeline, "--config", str(path), "--force")
+    command = ("train", "dialogue-safety") if pipeline == "dialogue-safety-train" else ("run", pipeline)
+    redline(*command, "--config", str(path), "--force")
     return json.loads((work / "runs" / name / "manifest.json").read_text())
 
 
@@ -130,6 +131,31 @@ def build_bert(texts: list[str], out: Path, size: str, *, masked_lm: bool = Fals
     (BertForMaskedLM if masked_lm else BertForSequenceClassification)(cfg).save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+def train_victim(model_dir: Path, texts: list[str], labels: list[int], gpu: bool, size: str) -> None:
+    """A short fine-tune, so the victim gets most seeds right (an attack skips the seeds it gets wrong)."""
+    import random
+
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    device = torch.device("cuda" if gpu else "cpu")
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir).to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-5 if size == "base" else 2e-3)
+    order = random.Random(0).sample(range(len(texts)), len(texts))
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if gpu else torch.autocast("cpu", enabled=False)
+    for epoch in range(1 if size == "base" else 2):
+        for i in range(0, len(order), 64):
+            idx = order[i:i + 64]
+            enc = tok([texts[j] for j in idx], padding=True, truncation=True, max_length=64, return_tensors="pt").to(device)
+            with autocast:
+                loss = model(**enc, labels=torch.tensor([labels[j] for j in idx], device=device)).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    model.eval().save_pretrained(model_dir)
 
 
 def build_gpt2(texts: list[str], out: Path, size: str) -> Path:
@@ -176,7 +202,7 @@ def bare_classifier(model_dir: Path, texts: list[str], gpu: bool, *, max_length:
     device = torch.device("cuda" if gpu else "cpu")
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForSequenceClassification.from_pretrained(
-        model_dir, torch_dtype=torch.float16 if gpu else torch.float32).to(device).eval()
+        model_dir, dtype=torch.float16 if gpu else torch.float32).to(device).eval()
     backend = tok.backend_tokenizer
     backend.enable_truncation(max_length)
     backend.enable_padding(pad_id=tok.pad_token_id, pad_token=tok.pad_token)
@@ -229,7 +255,7 @@ def bare_generation(model_dir: Path, prompts: list[str], gpu: bool, batch: int =
     tok = AutoTokenizer.from_pretrained(model_dir)
     tok.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(
-        model_dir, torch_dtype=torch.float16 if gpu else torch.float32).to(device).eval()
+        model_dir, dtype=torch.float16 if gpu else torch.float32).to(device).eval()
     items = (prompts * (batch // len(prompts) + 1))[:batch]
     enc = tok([p + tok.eos_token for p in items], padding=True, truncation=True, max_length=128,
               return_tensors="pt").to(device)
@@ -284,6 +310,7 @@ def main() -> None:
             if r["status"] == "ok"]
     texts = [r["text"] for r in rows]
     victim = build_bert(texts, work / "victim", args.size)
+    train_victim(victim, texts, [r["label"] for r in rows], gpu, args.size)
     print(json.dumps({"gpu": torch.cuda.get_device_name(0) if gpu else None, "size": args.size, "rows": len(rows),
                       "torch": torch.__version__, "work": str(work)}), flush=True)
     detector = {"name": "victim", "kind": "hf", "model": str(victim), "batch_size": 1024, "max_length": 64,
@@ -383,18 +410,39 @@ def serve_stage(work: Path, detector: dict, sampler: GpuSampler) -> None:
     port = free_port()
     config = work / "serve.yaml"
     config.write_text(yaml.safe_dump({"port": port, "api_key_env": None, "app_name": "gpu", "detectors": [detector]}))
-    redline("serve", "-c", str(config))
+    # `redline serve` serves until stopped: start it beside this process and wait until it answers
+    server = subprocess.Popen([sys.executable, "-m", "redline", "serve", "-c", str(config)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
     try:
-        url = f"http://127.0.0.1:{port}/v1/detect"
-        one = asyncio.run(load(url, [{"texts": [TEXTS[i % len(TEXTS)]], "detectors": ["victim"]} for i in range(300)], 1))
+        import httpx
+
+        deadline = time.time() + 300
+        while True:
+            if server.poll() is not None:
+                raise SystemExit(f"redline serve failed:\n{server.stderr.read()[-3000:]}")
+            try:
+                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.time() > deadline:
+                raise SystemExit("redline serve did not come up in 300 s")
+            time.sleep(1)
+        one = asyncio.run(load(url + "/v1/detect", [{"texts": [TEXTS[i % len(TEXTS)]], "detectors": ["victim"]}
+                                                    for i in range(300)], 1))
         bodies = [{"texts": [TEXTS[i % len(TEXTS)]], "detectors": ["victim"]} for i in range(4000)]
         with sampler:
-            stats = asyncio.run(load(url, bodies, 64))
+            stats = asyncio.run(load(url + "/v1/detect", bodies, 64))
         emit("serve /v1/detect, 64 clients, 1 text per request", len(bodies), len(bodies) / stats["requests_per_s"],
              "requests/s", one["requests_per_s"], sampler, bare_is="the same server with 1 client",
              errors=stats["errors"], p50_ms=stats["p50_ms"], p99_ms=stats["p99_ms"])
     finally:
-        redline("serve", "stop", "--port", str(port))
+        subprocess.run([sys.executable, "-m", "redline", "serve", "stop", "--port", str(port)], capture_output=True)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
 
 
 if __name__ == "__main__":

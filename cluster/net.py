@@ -100,3 +100,56 @@ class RateLimiter:
             self.next_at = start + self.interval
         if start > now:
             time.sleep(start - now)
+
+
+class _LimiterActor:
+    """The slots of one rate limit, shared by every process of a Ray cluster (a named actor)."""
+
+    def __init__(self, rate: float) -> None:
+        self.interval, self.next_at, self.paused_until = 1.0 / rate, 0.0, 0.0
+
+    def reserve(self) -> float:
+        now = time.time()
+        start = max(now, self.next_at, self.paused_until)
+        self.next_at = start + self.interval
+        return start - now
+
+    def pause(self, seconds: float) -> None:
+        self.paused_until = max(self.paused_until, time.time() + seconds)
+
+
+class SharedRateLimiter:
+    """A `RateLimiter` shared by every actor of a Ray cluster: one named actor holds the slots, so N
+    detector actors together stay within a service's quota (not N times it)."""
+
+    def __init__(self, name: str, rate: float) -> None:
+        import ray
+
+        self.actor = ray.remote(num_cpus=0)(_LimiterActor).options(
+            name=f"redline-rate-{name}", namespace="redline", get_if_exists=True, lifetime="detached",
+        ).remote(rate)
+
+    def acquire(self) -> None:
+        import ray
+
+        wait = ray.get(self.actor.reserve.remote())
+        if wait > 0:
+            time.sleep(wait)
+
+    def pause(self, seconds: float) -> None:
+        self.actor.pause.remote(seconds)
+
+
+_LOCAL_LIMITERS: dict[str, RateLimiter] = {}
+
+
+def shared_rate_limiter(name: str, rate: float) -> RateLimiter | SharedRateLimiter:
+    """The rate limit called `name`: cluster-wide inside Ray, else shared by this process's threads."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return SharedRateLimiter(name, rate)
+    except ImportError:
+        pass
+    return _LOCAL_LIMITERS.setdefault(name, RateLimiter(rate))

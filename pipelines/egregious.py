@@ -56,7 +56,8 @@ class EgregiousConfig(RunConfig):
         ["o-greedy", "o-sample-avg", "o-sample-min", "io-sample-avg", "io-sample-min"], min_length=1,
         description="Hit types to search for (each reports k = 1 and 2); io needs an LM.")
     method: Literal["gibbs-enum", "continuous"] = Field("gibbs-enum", description="continuous: the paper's relaxation baseline.")
-    trigger_length: int = Field(5, gt=0)
+    trigger_length: int = Field(15, gt=0, description="Trigger tokens searched: the paper's full-length inputs "
+                                                      "(its maximum input length, 15); shorter is faster.")
     top_g: int = Field(100, gt=0, description="Candidate tokens per position (G).")
     max_sweeps: int = Field(50, gt=0, description="At most T sweeps over the positions.")
     restarts: int = Field(10, gt=0, description="R random restarts per target.")

@@ -1,6 +1,6 @@
 """Small real HTTP servers speaking third-party APIs, for tests: LanguageTool's /v2/check, an
 OpenAI-compatible chat endpoint with scripted answers and failures, and Bedrock's ApplyGuardrail
-and Converse.
+and Converse, Perspective's comments:analyze.
 The client code under test is the code used against the real services."""
 
 from __future__ import annotations
@@ -229,3 +229,42 @@ def short_detect_server() -> _Server:
             _reply(self, 200, {"object": "detection", "detectors": ["served"], "results": results})
 
     return _Server(Handler)
+
+
+def perspective(api_key: str = "test-key", throttle_first: int = 1) -> _Server:
+    """Perspective's `comments:analyze`: TOXICITY / INSULT scores from `looks_toxic`; the first
+    `throttle_first` requests answer 429; a text containing `klingon` is an unsupported language (400,
+    with the API's own message); a wrong key is 403 PERMISSION_DENIED. Records every request's
+    arrival time (`server.httpd.arrivals`) and each scored request's body (`server.httpd.bodies`)."""
+    state = {"seen": 0}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *_: object) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            server.httpd.arrivals.append(time.monotonic())  # type: ignore[attr-defined]
+            if self.path != "/v1alpha1/comments:analyze" or "key=" in self.path:
+                return _reply(self, 404, {"error": {"code": 404, "message": "not found"}})
+            if self.headers.get("X-Goog-Api-Key") != api_key:
+                return _reply(self, 403, {"error": {"code": 403, "message": "The caller does not have permission",
+                                                    "status": "PERMISSION_DENIED"}})
+            state["seen"] += 1
+            if state["seen"] <= throttle_first:
+                return _reply(self, 429, {"error": {"code": 429, "message": "Quota exceeded",
+                                                    "status": "RESOURCE_EXHAUSTED"}}, {"Retry-After": "0"})
+            text = body["comment"]["text"]
+            if "klingon" in text:
+                return _reply(self, 400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message":
+                                                    "Attribute TOXICITY does not support request languages: tlh"}})
+            score = 0.93 if looks_toxic(text) else 0.04
+            attrs = {a: {"summaryScore": {"value": score if a != "INSULT" else score / 2, "type": "PROBABILITY"},
+                         "spanScores": []} for a in body["requestedAttributes"]}
+            server.httpd.bodies.append(body)  # type: ignore[attr-defined]
+            _reply(self, 200, {"attributeScores": attrs, "languages": body.get("languages", ["en"]),
+                               "detectedLanguages": ["en"]})
+
+    server = _Server(Handler)
+    server.httpd.arrivals, server.httpd.bodies = [], []  # type: ignore[attr-defined]
+    return server

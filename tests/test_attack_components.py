@@ -242,9 +242,9 @@ def test_query_budget_is_respected():
 # ---------------------------------------------------------------- the attacker
 
 
-def attacker(det, recipes, similarity="always", **kw) -> Attacker:
+def attacker(det, recipes, similarity="always", cohorts=1, **kw) -> Attacker:
     return Attacker(Victim(det), {n: RecipeOptions(name=n, **kw) for n in recipes}, AttackResources(),
-                    similarity=similarity)
+                    similarity=similarity, cohorts=cohorts)
 
 
 def test_attacker_batches_victim_queries_across_attempts():
@@ -257,6 +257,20 @@ def test_attacker_batches_victim_queries_across_attempts():
     assert all(r.words_changed == 1 and r.perturbed and 0 < r.similarity <= 1 for r in results)
     fast = attacker(PlantedVictim(), ["deepwordbug"], similarity="auto")  # no encoder in this recipe
     assert fast.attack([Attempt("a", texts[0], "deepwordbug", "tae")])[0].similarity is None
+
+
+def test_cohorts_overlap_the_victim_without_changing_any_result():
+    """Two cohorts take turns on the victim's thread: every attempt ends exactly as in lockstep, and
+    each victim call still batches a whole cohort."""
+    texts = [f"honestly you are an idiot number {i}" for i in range(24)] + ["what a lovely day", "boom you idiot"]
+    attempts = [Attempt(str(i), t, r, "tae") for i, t in enumerate(texts) for r in ("deepwordbug", "textbugger")]
+    one, two = PlantedVictim(fail_on="boom"), PlantedVictim(fail_on="boom")
+    lockstep = attacker(one, ["deepwordbug", "textbugger"], cohorts=1).attack(attempts)
+    overlapped = attacker(two, ["deepwordbug", "textbugger"], cohorts=2).attack(attempts)
+    strip = lambda r: {**r.__dict__, "seconds": None}  # noqa: E731
+    assert [strip(r) for r in overlapped] == [strip(r) for r in lockstep]
+    assert {r.status for r in lockstep} == {"success", "skipped", "error"}
+    assert two.calls <= 2 * one.calls + 2
 
 
 def test_attacker_outcomes_skipped_no_words_and_row_errors():

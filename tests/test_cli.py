@@ -84,8 +84,8 @@ def test_non_utf8_corpus(capsys, tmp_path):
 
 
 def test_unknown_detector_kind(capsys, tmp_path):
-    cfg = write_config(tmp_path, csv_corpus(tmp_path), [{"name": "x", "kind": "perspective"}])
-    expect_user_error(capsys, ["run", "score", "--config", cfg], "unknown detector kind 'perspective'")
+    cfg = write_config(tmp_path, csv_corpus(tmp_path), [{"name": "x", "kind": "perspectiv"}])
+    expect_user_error(capsys, ["run", "score", "--config", cfg], "unknown detector kind 'perspectiv'")
 
 
 def test_model_directory_that_does_not_exist(capsys, tmp_path):

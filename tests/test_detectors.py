@@ -163,3 +163,122 @@ def test_worker_isolates_rows_that_make_a_batch_fail(monkeypatch):
     assert [r["det_status"] for r in out] == ["ok", "error", "ok"]
     assert out[1]["det_reason"] == "ValueError: cannot score boom" and out[1]["probs"] is None
     assert out[0]["pred_toxic"] is True and out[2]["pred_toxic"] is False
+
+
+def perspective_config(url: str, **extra) -> dict:
+    return {"name": "persp", "kind": "perspective", "base_url": url + "/v1alpha1", "api_key_env": "PERSPECTIVE_TEST_KEY",
+            "attributes": ["TOXICITY", "INSULT"], "languages": ["en"], "requests_per_second": 10, "backoff_s": 0.05,
+            **extra}
+
+
+def test_perspective_speaks_comments_analyze_within_its_quota(monkeypatch):
+    from redline.actors.detectors.perspective import PerspectiveOptions
+
+    from standins import perspective
+
+    assert PerspectiveOptions().requests_per_second == 1.0  # the API's default quota
+    monkeypatch.setenv("PERSPECTIVE_TEST_KEY", "test-key")
+    with perspective() as api:
+        worker = DetectionWorker(perspective_config(api.url))
+        probs, score, toxic, status, reason = worker.score(["you idiot", "a lovely morning", "klingon words",
+                                                            "you are stupid"])
+        arrivals, bodies = api.httpd.arrivals, api.httpd.bodies
+    assert list(status) == ["ok", "ok", "error", "ok"]
+    assert list(toxic[[0, 1, 3]]) == [True, False, True] and np.isnan(score[2])
+    assert "does not support request languages" in reason[2] and reason[0] is None
+    assert bodies[0] == {"comment": {"text": "you idiot"}, "requestedAttributes": {"TOXICITY": {}, "INSULT": {}},
+                         "doNotStore": True, "languages": ["en"]}
+    assert len(arrivals) == 5  # the first answer was a 429, retried
+    gaps = np.diff(arrivals)
+    assert gaps.min() >= 0.09, gaps  # 10 requests/s at most
+
+
+def test_perspective_refused_key_stops_with_one_line_and_no_key(monkeypatch):
+    from standins import perspective
+
+    monkeypatch.setenv("PERSPECTIVE_TEST_KEY", "wrong-secret")
+    with perspective() as api, pytest.raises(RedlineError) as err:
+        DetectionWorker(perspective_config(api.url)).score(["hello"])
+    assert "refused the key in $PERSPECTIVE_TEST_KEY (HTTP 403" in str(err.value)
+    assert "wrong-secret" not in str(err.value)
+    monkeypatch.delenv("PERSPECTIVE_TEST_KEY")
+    with pytest.raises(RedlineError, match=r"set the API key in \$PERSPECTIVE_TEST_KEY"):
+        DetectionWorker(perspective_config("http://127.0.0.1:9"))
+
+
+def test_perspective_quota_is_shared_by_every_actor(ray_session):
+    """Two actors at 5 requests/s between them, not 5 each."""
+    import ray
+
+    from standins import perspective
+
+    with perspective(throttle_first=0) as api:
+        worker = ray.remote(num_cpus=0)(DetectionWorker).options(
+            runtime_env={"env_vars": {"PERSPECTIVE_TEST_KEY": "test-key"}})
+        actors = [worker.remote(perspective_config(api.url, requests_per_second=5)) for _ in range(2)]
+        results = ray.get([a.score.remote([f"text {i} from {k}" for i in range(4)]) for k, a in enumerate(actors)])
+        arrivals = sorted(api.httpd.arrivals)
+    assert all(list(r[3]) == ["ok"] * 4 for r in results)
+    assert len(arrivals) == 8 and np.diff(arrivals).min() >= 0.17, np.diff(arrivals)
+
+
+DETOXIFY_CLASSES = ["toxic", "severe_toxic", "obscene", "identity_hate", "insult", "threat", "sexual_explicit",
+                    "male", "female", "muslim"]
+
+
+class NotAWeight:  # a checkpoint holding this needs code to load: refused
+    pass
+
+
+def detoxify_checkpoint(tmp_path, extra: dict | None = None):
+    """A tiny model in Detoxify's own checkpoint format (the `unbiased` model's classes): identity
+    classes sure, toxicity classes unsure-to-no."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from redline.actors.tiny_models import train_wordpiece_tokenizer
+
+    base = tmp_path / "base"
+    tok = train_wordpiece_tokenizer(["you are an idiot", "have a lovely day", "muslim men and women"] * 20,
+                                    vocab_size=120, model_max_length=64)
+    tok.save_pretrained(base)
+    cfg = BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=32, num_labels=len(DETOXIFY_CLASSES))
+    cfg.save_pretrained(base)
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(cfg)
+    with torch.no_grad():
+        model.classifier.weight.mul_(0.05)
+        model.classifier.bias.copy_(torch.tensor([-3.0] * 7 + [4.0, 4.0, 4.0]))
+    path = tmp_path / "detoxify.ckpt"
+    torch.save({"config": {"arch": {"args": {"model_type": str(base), "model_name": "BertForSequenceClassification",
+                                             "tokenizer_name": "BertTokenizerFast", "num_classes": len(DETOXIFY_CLASSES)}},
+                           "dataset": {"args": {"classes": DETOXIFY_CLASSES}}},
+                "state_dict": model.state_dict(), **(extra or {})}, path)
+    return path
+
+
+def test_detoxify_scores_as_the_package_does_and_identity_classes_never_decide(tmp_path):
+    from detoxify import Detoxify
+
+    ckpt = detoxify_checkpoint(tmp_path)
+    texts = ["you are an idiot", "muslim men and women", "have a lovely day"]
+    det = build_detector(DetectorConfig(name="dtx", kind="detoxify", model="unbiased", checkpoint=str(ckpt)))
+    probs, score, toxic = det.detect(texts)
+    theirs = Detoxify(checkpoint=str(ckpt)).predict(texts)  # the package, as its users call it
+    assert list(det.rule.labels) == list(theirs)  # Detoxify's renamed classes: toxicity, identity_attack, ...
+    assert np.allclose(probs, np.array([theirs[c] for c in det.rule.labels]).T, atol=1e-5)
+    assert probs[:, det.rule.labels.index("male")].min() > 0.9  # sure about identity ...
+    assert not toxic.any() and score.max() < 0.2  # ... which is not toxicity
+    by_identity = build_detector(DetectorConfig(name="d", kind="detoxify", checkpoint=str(ckpt), toxic_labels=["male"]))
+    assert by_identity.detect(texts)[2].all()
+
+
+def test_detoxify_checkpoints_that_need_code_to_load_are_refused(tmp_path):
+    ckpt = detoxify_checkpoint(tmp_path, {"callback": NotAWeight()})
+    with pytest.raises(RedlineError, match="cannot load the detoxify checkpoint"):
+        build_detector(DetectorConfig(name="d", kind="detoxify", checkpoint=str(ckpt)))
+    from redline.actors.detectors import preflight_detector
+
+    with pytest.raises(RedlineError, match="detoxify checkpoint not found"):
+        preflight_detector(DetectorConfig(name="d", kind="detoxify", checkpoint=str(tmp_path / "nope.ckpt")))

@@ -1,8 +1,9 @@
 """The attacker: runs many (seed, recipe) attempts at once and batches all their victim queries.
 
-Every attempt is a search generator. Each round, the attacker collects the texts every attempt in
-flight asks for, deduplicates them, scores the ones the victim cache has not seen in one batched
-call, and sends each attempt its answers. The victim, constraint models and recipe components are
+Every attempt is a search generator. Each round, the attacker collects the texts every attempt of a
+cohort asks for, deduplicates them, scores the ones the victim cache has not seen in one batched
+call, and sends each attempt its answers. Cohorts take turns: the victim scores one on its own
+thread while the searches of the other advance, so neither waits on the other. The victim, constraint models and recipe components are
 loaded once per worker.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,8 +91,11 @@ class AttemptResult:
 class Attacker:
     def __init__(self, victim: Victim, recipes: dict[str, RecipeOptions], resources: AttackResources,
                  only_correct: bool = True, victim_batch: int = 4096, similarity: str = "auto",
-                 num_gpus: float = 0.0) -> None:
+                 num_gpus: float = 0.0, cohorts: int = 2) -> None:
+        """`cohorts`: groups of attempts in flight at once; while the victim scores one group's
+        candidates, the searches of the others make theirs (1: every attempt waits on every call)."""
         self.victim = victim
+        self.cohorts = cohorts
         self.options = recipes
         self.resources = resources
         self.num_gpus = num_gpus
@@ -134,13 +139,15 @@ class Attacker:
     def attack(self, attempts: list[Attempt]) -> list[AttemptResult]:
         results: list[AttemptResult | None] = [None] * len(attempts)
         started = time.monotonic()
-        running: dict[int, tuple[Any, Goal, list[str]]] = {}
+        n = max(1, min(self.cohorts, len(attempts)))
+        cohorts: list[dict[int, tuple[Any, Goal, list[str]]]] = [{} for _ in range(n)]
 
         def fail(k: int, err: BaseException) -> None:
             results[k] = AttemptResult("error", f"{type(err).__name__}: {err}"[:300], None, None, None, None, None,
                                        0, 0, len(AttackedText.from_text(attempts[k].text)), time.monotonic() - started)
 
         def advance(k: int, gen: Any, g: Goal, reply: Any) -> None:
+            running = cohorts[k % n]
             try:
                 request = gen.send(reply)
                 running[k] = (gen, g, request)
@@ -164,32 +171,57 @@ class Attacker:
                 advance(k, self._attempt(ctx, comps), g, None)
             except Exception as err:  # noqa: BLE001
                 fail(k, err)
-        while running:
-            wanted = list(dict.fromkeys(t for _, _, req in running.values() for t in req))
-            answers: dict[str, Any] = {}
-            try:
-                for start in range(0, len(wanted), self.victim_batch):
-                    chunk = wanted[start:start + self.victim_batch]
-                    answers.update(zip(chunk, self.victim.query(chunk)))
-            except RedlineError:
-                raise  # something the user must fix (an unreachable or refusing service)
-            except Exception as err:  # noqa: BLE001 - isolate: score each attempt's request alone
-                if self.victim.detector.remote:  # not one request per attempt against a failing service
-                    for k in list(running):
-                        fail(k, err)
-                        running.pop(k)
-                    break
-                log.warning("victim failed on a batch of %d texts (%s); retrying per attempt", len(wanted), err)
-                for k, (gen, g, req) in list(running.items()):
+
+        def wanted(running: dict[int, tuple[Any, Goal, list[str]]]) -> list[str]:
+            return list(dict.fromkeys(t for _, _, req in running.values() for t in req))
+
+        # The attempts run in cohorts; one thread asks the victim about one cohort while this thread
+        # advances the searches of another, so the model (a GPU's, above all) is not idle while the
+        # searches make their next candidates, and the searches do not wait on the model.
+        with ThreadPoolExecutor(1, thread_name_prefix="victim") as victim_thread:
+            asked = {c: victim_thread.submit(self._verdicts, wanted(r)) for c, r in enumerate(cohorts) if r}
+            while asked:
+                for c in list(asked):
+                    running = cohorts[c]
                     try:
-                        answers.update(zip(req, self.victim.query(req)))
-                    except Exception as row_err:  # noqa: BLE001
-                        fail(k, row_err)
-                        running.pop(k)
-            for k, (gen, g, req) in list(running.items()):
-                advance(k, gen, g, [(g.score(answers[t].toxic_score), g.success(answers[t].pred_toxic)) for t in req])
+                        answers = asked.pop(c).result()
+                    except RedlineError:
+                        raise  # something the user must fix (an unreachable or refusing service)
+                    except Exception as err:  # noqa: BLE001 - isolate: score each attempt's request alone
+                        if self.victim.detector.remote:  # not one request per attempt against a failing service
+                            for r in cohorts:
+                                for k in list(r):
+                                    fail(k, err)
+                                    r.pop(k)
+                            continue
+                        log.warning("victim failed on a batch (%s); retrying per attempt", err)
+                        answers = victim_thread.submit(self._isolate, running, fail).result()
+                    for k, (gen, g, req) in list(running.items()):
+                        advance(k, gen, g, [(g.score(answers[t].toxic_score), g.success(answers[t].pred_toxic))
+                                            for t in req])
+                    if running:
+                        asked[c] = victim_thread.submit(self._verdicts, wanted(running))
         self._similarities(attempts, results)
         return results  # type: ignore[return-value]
+
+    def _verdicts(self, texts: list[str]) -> dict[str, Any]:
+        answers: dict[str, Any] = {}
+        for start in range(0, len(texts), self.victim_batch):
+            chunk = texts[start:start + self.victim_batch]
+            answers.update(zip(chunk, self.victim.query(chunk)))
+        return answers
+
+    def _isolate(self, running: dict[int, tuple[Any, Goal, list[str]]], fail: Any) -> dict[str, Any]:
+        """After a failed batch of a local model: each attempt's request alone, so one bad text fails
+        only its attempt."""
+        answers: dict[str, Any] = {}
+        for k, (_, _, req) in list(running.items()):
+            try:
+                answers.update(zip(req, self.victim.query(req)))
+            except Exception as row_err:  # noqa: BLE001
+                fail(k, row_err)
+                running.pop(k)
+        return answers
 
     def wants_similarity(self, recipe: str) -> bool:
         """`always`, `never`, or `auto`: only for recipes whose constraints already load a

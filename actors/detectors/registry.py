@@ -18,11 +18,11 @@ if TYPE_CHECKING:
 
 @functools.cache
 def detector_kinds() -> dict[str, type["Detector"]]:
-    from redline.actors.detectors import api, http, local
+    from redline.actors.detectors import api, detoxify, http, local, perspective
 
-    classes = (local.HFDetector, local.ProfanityCheckDetector, local.KeywordDetector, http.HTTPDetector,
-               api.OpenAIModerationDetector, api.LLMJudgeDetector, api.SelfCheckDetector, api.LlamaGuardDetector,
-               api.BedrockGuardrailDetector)
+    classes = (local.HFDetector, local.ProfanityCheckDetector, local.KeywordDetector, detoxify.DetoxifyDetector,
+               http.HTTPDetector, api.OpenAIModerationDetector, api.LLMJudgeDetector, api.SelfCheckDetector,
+               api.LlamaGuardDetector, api.BedrockGuardrailDetector, perspective.PerspectiveDetector)
     return {cls.kind: cls for cls in classes}
 
 

@@ -3,7 +3,7 @@
 An adversarial example is rejected when it has more grammar errors than its seed by over
 `max_new_errors`, counting only matches whose rule category is one of `categories` (LanguageTool's
 GRAMMAR category holds agreement, plurality and similar rules). Run a server with
-`docker run -p 8010:8010 erikvl87/languagetool` or let `language_tool_python` start one.
+`docker run -p 8010:8010 erikvl87/languagetool` or LanguageTool's own `HTTPServer` class.
 """
 
 from __future__ import annotations
