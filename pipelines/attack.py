@@ -175,6 +175,8 @@ def summarize(attempts: pa.Table, wall_s: float | None) -> list[dict[str, Any]]:
             "recipe": rec, "goal": goal, "victim": victim, "attempts": len(g), "success": len(succ),
             "failed": int((g.status == "failed").sum()), "skipped": int((g.status == "skipped").sum()),
             "error": int((g.status == "error").sum()),
+            "examples": len(succ) + int(sum(len(m) for m in succ.more_examples if m is not None))
+            if "more_examples" in succ else len(succ),
             "asr": len(succ) / len(tried) if len(tried) else None,
             "mean_queries": float(tried.queries.mean()) if len(tried) else None,
             "mean_pct_perturbed": float(succ.perturbed_pct.mean()) if len(succ) else None,
@@ -227,6 +229,7 @@ ATTACK_COLUMNS: list[tuple[str, str, str]] = [
     ("failed", "failed", "d"),
     ("skipped", "skipped", "d"),
     ("error", "error", "d"),
+    ("examples", "examples", "d"),
     ("asr", "ASR", ".3f"),
     ("mean_queries", "mean queries", ".1f"),
     ("mean_pct_perturbed", "% words perturbed", ".1f"),

@@ -107,7 +107,14 @@ def load_raw(config: TaebenchConfig) -> pa.Table:
     label = pc.if_else(pc.equal(raw.column("goal"), "tae"), 1, 0).cast(pa.int8())
     cols = {"id": raw.column("id"), "text": raw.column("perturbed_text"), "label": label}
     cols.update({c: raw.column(c) for c in PROVENANCE})
-    return pa.table(cols)
+    table = pa.table(cols)
+    if "more_examples" not in raw.column_names or pc.sum(pc.list_value_length(raw.column("more_examples"))).as_py() in (None, 0):
+        return table
+    # a seed's further examples (examples_per_seed > 1): rows of their own, `<attempt id>~<n>`
+    extra = []
+    for row, more in zip(table.to_pylist(), raw.column("more_examples").to_pylist()):
+        extra.extend({**row, "id": f"{row['id']}~{n}", "text": text} for n, text in enumerate(more or [], start=2))
+    return pa.concat_tables([table, pa.Table.from_pylist(extra, schema=table.schema)])
 
 
 def _normalise(text: str, on: bool) -> str:

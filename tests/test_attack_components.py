@@ -232,6 +232,33 @@ def test_gradient_ranking_needs_and_uses_a_white_box_victim(tiny_binary_model):
         Victim(PlantedVictim()).word_importance_by_gradient(text.text, list(text.spans), GOALS["tae"])
 
 
+@pytest.mark.parametrize("search", [GreedyWIR("delete"), Beam(2)], ids=lambda s: s.label)
+def test_several_examples_per_seed_are_distinct_and_the_first_is_unchanged(search):
+    victim = Victim(PlantedVictim())
+    text = "honestly you are a total idiot mate"
+    one = drive(search.run(ctx_for(text, CharEdits(), pre=[C.Stopwords()]), (0.0, False)), victim)
+    ctx = ctx_for(text, CharEdits(), pre=[C.Stopwords()])
+    ctx.wanted = 3
+    three = drive(search.run(ctx, (0.0, False)), victim)
+    texts = [three.text.text] + [t.text for t, _ in three.more]
+    assert three.success and three.text.text == one.text.text and not one.more
+    assert len(set(texts)) == 3 and all("idiot" not in t.split() for t in texts)
+    assert all(victim.query([t])[0].pred_toxic is False for t in texts)
+
+
+def test_an_attempt_stops_at_its_time_limit():
+    class Slow(PlantedVictim):
+        def predict_proba(self, texts):
+            import time
+
+            time.sleep(0.3)
+            return super().predict_proba(texts)
+
+    a = attacker(Slow(), ["deepwordbug"], time_limit_s=0.5)
+    [r] = a.attack([Attempt("x", "idiot idiot idiot idiot idiot idiot idiot idiot", "deepwordbug", "tae")])
+    assert r.status == "failed" and r.reason == "time limit reached" and r.seconds < 2.5
+
+
 def test_query_budget_is_respected():
     victim = Victim(PlantedVictim())
     ctx = ctx_for("idiot idiot idiot idiot idiot", CharEdits(), budget=7)
@@ -271,6 +298,13 @@ def test_cohorts_overlap_the_victim_without_changing_any_result():
     assert [strip(r) for r in overlapped] == [strip(r) for r in lockstep]
     assert {r.status for r in lockstep} == {"success", "skipped", "error"}
     assert two.calls <= 2 * one.calls + 2
+
+
+def test_attacker_returns_several_examples_per_seed():
+    a = attacker(PlantedVictim(), ["deepwordbug"], examples_per_seed=4)
+    [r] = a.attack([Attempt("x", "honestly you are an idiot", "deepwordbug", "tae")])
+    assert r.status == "success" and len(r.more) == 3
+    assert len({r.perturbed, *r.more}) == 4 and all("idiot" not in t.split() for t in r.more)
 
 
 def test_attacker_outcomes_skipped_no_words_and_row_errors():

@@ -52,6 +52,23 @@ def test_attack_rows_follow_the_schema_with_provenance(attack_run):
     assert table[table.status != "success"].reason.notna().all()
 
 
+def test_several_examples_per_seed_reach_taebench(ray_session, davidson, tmp_path):
+    from redline.pipelines.taebench import TaebenchConfig, load_raw
+
+    cfg = attack_config({"path": str(davidson), "preset": "davidson"}, str(tmp_path), max_seeds=6,
+                        recipes=[{"name": "deepwordbug", "examples_per_seed": 3}])
+    result = run_attack(cfg)
+    [row] = result.summary
+    attempts = sharded.read_outputs(RunDir(result.run_uri), "attempts").to_pylist()
+    wins = [a for a in attempts if a["status"] == "success"]
+    assert wins and all(len(a["more_examples"]) == 2 and a["perturbed_text"] not in a["more_examples"] for a in wins)
+    assert row["examples"] == 3 * row["success"]
+    raw = load_raw(validate_config(TaebenchConfig, {"attacks": result.run_uri, "grammar": None,
+                                                      "classifier": {"name": "p", "kind": "profanity-check"}})).to_pylist()
+    assert len(raw) == 3 * len(wins) and {r["seed_id"] for r in raw} == {a["seed_id"] for a in wins}
+    assert sorted(r["id"] for r in raw if "~" in r["id"]) == sorted(f"{a['id']}~{n}" for a in wins for n in (2, 3))
+
+
 def test_counts_add_up_and_report_is_written(attack_run):
     _, result = attack_run
     counts = result.manifest["counts"]

@@ -55,6 +55,7 @@ ATTEMPT_FIELDS = [
     pa.field("perturbed_pct", pa.float64()),
     pa.field("similarity", pa.float64()),  # sentence-encoder cosine, seed vs perturbed
     pa.field("seconds", pa.float64()),
+    pa.field("more_examples", pa.list_(pa.string())),  # further distinct successes (examples_per_seed > 1)
 ]
 
 
@@ -86,6 +87,7 @@ class AttemptResult:
     words_total: int
     seconds: float
     similarity: float | None = None
+    more: list[str] | None = None  # further distinct successful texts
 
 
 class Attacker:
@@ -124,8 +126,10 @@ class Attacker:
         outcome: Outcome = yield from comps.search.run(ctx, start)
         after = ctx.goal.verdict(*ctx.memo[outcome.text.text]) if outcome.text.text in ctx.memo else before
         changed = len(outcome.text.modified)
+        more = None
         if outcome.success:
             status, reason = "success", None
+            more = [t.text for t, _ in outcome.more] or None
         elif outcome.nothing_to_modify:
             status, reason = "skipped", "no modifiable words (after pre-transformation constraints)"
         else:
@@ -134,7 +138,7 @@ class Attacker:
                 "time limit reached" if time.monotonic() > ctx.deadline else "search exhausted"
         return AttemptResult(status, reason, outcome.text.text if changed else None, score_after=after.toxic_score,
                              pred_after=after.pred_toxic, queries=ctx.queries, words_changed=changed,
-                             seconds=time.monotonic() - started, **common)
+                             seconds=time.monotonic() - started, more=more, **common)
 
     def attack(self, attempts: list[Attempt]) -> list[AttemptResult]:
         results: list[AttemptResult | None] = [None] * len(attempts)
@@ -167,7 +171,7 @@ class Attacker:
                 ctx = SearchContext(AttackedText.from_text(a.text), g, comps.transformation, comps.pre, comps.post,
                                     opts.query_budget, time.monotonic() + opts.time_limit_s,
                                     gradient=(lambda text, spans, g=g: self.victim.word_importance_by_gradient(text, spans, g))
-                                    if comps.search.needs_gradient else None)
+                                    if comps.search.needs_gradient else None, wanted=opts.examples_per_seed)
                 advance(k, self._attempt(ctx, comps), g, None)
             except Exception as err:  # noqa: BLE001
                 fail(k, err)
@@ -289,6 +293,6 @@ class AttackWorker:
                 "score_after": r.score_after, "pred_before": r.pred_before, "pred_after": r.pred_after,
                 "queries": r.queries, "words_changed": r.words_changed, "words_total": r.words_total,
                 "perturbed_pct": pct, "similarity": r.similarity, "attack_status": r.status,
-                "attack_reason": r.reason, "seconds": r.seconds,
+                "attack_reason": r.reason, "seconds": r.seconds, "more_examples": r.more,
             })
         return pa.Table.from_pylist(rows, schema=ATTACK_RESULT_SCHEMA)

@@ -51,6 +51,9 @@ class RecipeOptions(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
     query_budget: int = Field(2000, gt=0, description="Victim queries per example.")
     time_limit_s: float = Field(60.0, gt=0, description="Wall seconds per example.")
+    examples_per_seed: int = Field(1, ge=1, le=100, description="Distinct adversarial examples to find per seed: "
+                                                                "after the first, the search goes on editing other "
+                                                                "words (within the same budgets).")
     beam_width: int | None = Field(None, gt=0)
     pos_match: bool | None = Field(None, description="Force the part-of-speech constraint on or off.")
     min_similarity: float | None = Field(None, ge=-1, le=1)

@@ -42,6 +42,7 @@ class SearchContext:
     query_budget: int
     deadline: float
     gradient: Any = None  # callable(text, spans) -> importance, for white-box victims
+    wanted: int = 1  # distinct successful examples to find
     queries: int = 0
     memo: dict[str, Scored] = field(default_factory=dict)
 
@@ -75,6 +76,28 @@ class Outcome:
     score: float
     success: bool
     nothing_to_modify: bool = False
+    more: list[tuple[AttackedText, float]] = field(default_factory=list)  # further distinct successes
+
+
+class Successes:
+    """Distinct successful texts in the order found; the first step's best is the example, the
+    rest are the seed's further examples (`examples_per_seed`)."""
+
+    def __init__(self, wanted: int) -> None:
+        self.wanted, self.found = wanted, {}
+
+    def add(self, cands: list[AttackedText], results: list[Scored | None]) -> bool:
+        """Adds this step's successes, best first; True once enough were found."""
+        wins = sorted(((c, r[0]) for c, r in zip(cands, results) if r is not None and r[1]), key=lambda cr: -cr[1])
+        for c, s in wins:
+            self.found.setdefault(c.text, (c, s))
+        return len(self.found) >= self.wanted
+
+    def outcome(self) -> Outcome | None:
+        if not self.found:
+            return None
+        (text, score), *more = list(self.found.values())[: self.wanted]
+        return Outcome(text, score, True, more=more)
 
 
 def _best(cands: list[AttackedText], results: list[Scored | None]) -> tuple[int, bool] | None:
@@ -159,6 +182,7 @@ class GreedyWIR(Search):
             return Outcome(orig, cur_score, False, nothing_to_modify=True)
         importance = yield from self.importance(ctx, idx, start)
         order = [idx[k] for k in np.argsort(-np.asarray(importance), kind="stable")]
+        successes = Successes(ctx.wanted)
         for i in order:
             if ctx.exhausted:
                 break
@@ -175,10 +199,12 @@ class GreedyWIR(Search):
                 continue
             k, won = best
             if won:
-                return Outcome(cands[k], results[k][0], True)
+                if successes.add(cands, results):
+                    break
+                continue  # more examples wanted: keep `current` and edit the next words instead
             if results[k][0] > cur_score:
                 current, cur_score = cands[k], results[k][0]
-        return Outcome(current, cur_score, False)
+        return successes.outcome() or Outcome(current, cur_score, False)
 
 
 @register
@@ -204,6 +230,7 @@ class Beam(Search):
             return Outcome(orig, start[0], False, nothing_to_modify=True)
         beam = [(orig, start[0])]
         best_text, best_score = orig, start[0]
+        successes = Successes(ctx.wanted)
         while not ctx.exhausted:
             cands: list[AttackedText] = []
             for text, _ in beam:
@@ -217,11 +244,12 @@ class Beam(Search):
             if best is None:
                 break
             k, won = best
-            if won:
-                return Outcome(cands[k], results[k][0], True)
-            ranked = sorted(((c, r[0]) for c, r in zip(cands, results) if r is not None), key=lambda cr: -cr[1])
+            if won and successes.add(cands, results):
+                break
+            ranked = sorted(((c, r[0]) for c, r in zip(cands, results) if r is not None and not r[1]),
+                            key=lambda cr: -cr[1])
             beam = ranked[: self.width]
-            if beam[0][1] <= best_score:
+            if not beam or beam[0][1] <= best_score:
                 break  # no step improved: the search has converged
             best_text, best_score = beam[0]
-        return Outcome(best_text, best_score, False)
+        return successes.outcome() or Outcome(best_text, best_score, False)
