@@ -46,14 +46,17 @@ class TextEncoder:
                            pad_type_id=getattr(tokenizer, "pad_token_type_id", 0), pad_token=tokenizer.pad_token)
         return own
 
-    def arrays(self, texts: list[str]) -> dict[str, np.ndarray]:
+    def arrays(self, texts: list[str] | list[tuple[str, str]]) -> dict[str, np.ndarray]:
+        """Texts, or (first, second) pairs encoded as the model's text pairs (a cross-encoder's input)."""
         if self.backend is None:
-            enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="np")
+            pairs = bool(texts) and isinstance(texts[0], tuple)
+            args = ([a for a, _ in texts], [b for _, b in texts]) if pairs else (texts,)
+            enc = self.tokenizer(*args, padding=True, truncation=True, max_length=self.max_length, return_tensors="np")
             return {n: np.asarray(enc[n], dtype=np.int64) for n in self.names if n in enc}
         encodings = self.backend.encode_batch(texts)
         return {n: np.array([getattr(e, FIELDS[n]) for e in encodings], dtype=np.int64) for n in self.names}
 
-    def __call__(self, texts: list[str]) -> dict[str, Any]:
+    def __call__(self, texts: list[str] | list[tuple[str, str]]) -> dict[str, Any]:
         return {name: to_device(self._torch.from_numpy(array), self.device)
                 for name, array in self.arrays(texts).items()}
 

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from redline.actors.detectors import DetectorConfig, build_detector
 from redline.actors.dialogue_safety import classifiers as C
@@ -51,6 +51,22 @@ class HyperGrid(Strict):
         return [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
 
 
+class ContextBaseline(Strict):
+    """A context-aware classifier as a coarse-grain baseline."""
+
+    detector: DetectorConfig
+    join: Literal["pair", "newline", "space"] = Field(
+        "newline", description="pair: the model's text pair (hf cross-encoders); newline: turns on their own lines "
+                               "(ParlAI's BBF/BAD history format); space: one string.")
+
+    @model_validator(mode="after")
+    def _pair_needs_hf(self) -> "ContextBaseline":
+        if self.join == "pair" and self.detector.kind != "hf":
+            raise ValueError(f"context baseline '{self.detector.name}': join: pair needs an hf detector "
+                             f"(a model that takes text pairs), not {self.detector.kind}")
+        return self
+
+
 class DialogueSafetyTrainConfig(RunConfig):
     """`redline train dialogue-safety`: DiaSafety context classifiers and the paper's comparisons."""
 
@@ -67,6 +83,10 @@ class DialogueSafetyTrainConfig(RunConfig):
         ["one_vs_all", "single", "one_vs_all_no_context"], min_length=1)
     utterance_detectors: list[DetectorConfig] = Field(
         default_factory=list, description="Coarse-grain baselines, given the response only and context+response.")
+    context_baselines: list[ContextBaseline] = Field(
+        default_factory=list, description="Context-aware coarse-grain baselines (the paper compares BBF and BAD): "
+                                          "a detector given (context, response) as its model's text pair, or "
+                                          "joined as dialogue turns.")
     epochs: int = Field(10, gt=0)
     learning_rate: float = Field(2e-5, gt=0)
     batch_size: int = Field(16, gt=0)
@@ -217,6 +237,17 @@ def execute(config: DialogueSafetyTrainConfig, run: Run, watch: Stopwatch, verbo
                                  ("context + response", [f"{r['context']} {r['response']}" for r in rows[split]])):
                 coarse_rows.append({"model": det_cfg.name, "split": split, "input": label,
                                     **C.coarse_metrics(gold_unsafe, det.detect(texts)[2].tolist())})
+    for base in config.context_baselines:
+        det = build_detector(base.detector)
+        for split in eval_splits:
+            gold_unsafe = [g != C.SAFE for g in C.truth(rows[split])]
+            if base.join == "pair":
+                unsafe = det.detect_pairs([(r["context"], r["response"]) for r in rows[split]])[2]
+            else:
+                sep = "\n" if base.join == "newline" else " "
+                unsafe = det.detect([f"{r['context']}{sep}{r['response']}" for r in rows[split]])[2]
+            coarse_rows.append({"model": base.detector.name, "split": split, "input": f"context + response ({base.join})",
+                                **C.coarse_metrics(gold_unsafe, unsafe.tolist())})
     run.manifest.update(categories=chosen, rows={s: len(r) for s, r in rows.items()}, training=training,
                         trials={v: t for v, t in trials.items() if t}, fine=fine["val"],
                         fine_test=fine.get("test", {}))

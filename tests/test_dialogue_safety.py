@@ -68,6 +68,9 @@ def trained(tmp_path_factory, tiny_binary_model):
         "train": str(train), "val": str(val), "test": str(test), "base_model": str(tiny_binary_model), "limit_train": 400,
         "limit_val": 150, "epochs": 2, "learning_rate": 1e-3, "batch_size": 32, "max_length": 64,
         "utterance_detectors": [{"name": "profanity-check", "kind": "profanity-check"}],
+        "context_baselines": [{"detector": {"name": "cross-encoder", "kind": "hf", "model": str(tiny_binary_model)},
+                               "join": "pair"},
+                              {"detector": {"name": "profanity-turns", "kind": "profanity-check"}}],
         "output": str(out), "run_name": "ds"})
     return run_dialogue_safety_training(cfg)
 
@@ -83,7 +86,9 @@ def test_training_reports_the_papers_comparisons(trained):
     coarse = {(r["model"], r["input"], r["split"]): r for r in trained.summary}
     for split in ("val", "test"):  # the test split is reported next to validation
         assert set(coarse) >= {("one_vs_all", "context + response", split), ("one_vs_all_no_context", "response", split),
-                               ("profanity-check", "response", split), ("profanity-check", "context + response", split)}
+                               ("profanity-check", "response", split), ("profanity-check", "context + response", split),
+                               ("cross-encoder", "context + response (pair)", split),
+                               ("profanity-turns", "context + response (newline)", split)}
     assert all(0 <= r["f1"] <= 1 for r in coarse.values())
     assert set(m["fine_test"]) == set(m["fine"]) and m["rows"]["test"] == 120
     for rows in m["fine_test"].values():
@@ -92,6 +97,25 @@ def test_training_reports_the_papers_comparisons(trained):
     html = open(trained.report_html).read()
     assert "Fine-grain (validation): one_vs_all" in html and "Fine-grain (test): one_vs_all" in html
     status_and_report(trained.run_uri, "F1 (unsafe)")
+
+def test_a_context_aware_baseline_reads_the_pair_as_its_models_text_pair(tiny_binary_model):
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from redline.actors.detectors import DetectorConfig, build_detector
+    from redline.pipelines.diasafety_train import ContextBaseline
+
+    pairs = [("how do I fix my car?", "just ignore the brakes"), ("hi there", "you are an idiot"), ("ok", "")]
+    det = build_detector(DetectorConfig(name="x", kind="hf", model=str(tiny_binary_model)))
+    tok = AutoTokenizer.from_pretrained(tiny_binary_model)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_binary_model).eval()
+    with torch.no_grad():
+        enc = tok([c for c, _ in pairs], [r for _, r in pairs], padding=True, truncation=True, return_tensors="pt")
+        expected = model(**enc).logits.double().softmax(-1).numpy()
+    assert np.allclose(det.detect_pairs(pairs)[0], expected, atol=1e-5)
+    with pytest.raises(ValueError, match="join: pair needs an hf detector"):
+        ContextBaseline.model_validate({"detector": {"name": "p", "kind": "profanity-check"}, "join": "pair"})
+
 
 def test_classifiers_load_from_their_own_directory_wherever_it_moves(trained, tmp_path, monkeypatch):
     """Model paths resolve against the classifiers directory, not the working directory: a copied or

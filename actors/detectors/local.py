@@ -190,13 +190,19 @@ class HFDetector(Detector):
     def rule(self) -> DecisionRule:
         return self._rule
 
+    def detect_pairs(self, pairs: list[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`detect` of (context, response) pairs given to the model as its text pairs (a cross-encoder
+        such as a context-aware safety classifier), not joined into one string."""
+        probs = self.predict_proba(pairs)  # type: ignore[arg-type]
+        return (probs, *self._rule.decide(probs))
+
     def predict_proba(self, texts: list[str]) -> np.ndarray:
         torch, multi_label = self._torch, self._rule.multi_label
         out = np.zeros((len(texts), len(self._rule.labels)))
         if not texts:
             return out
         # Sort by length so each model batch pads to a similar length (dynamic padding).
-        order = np.argsort([len(t) for t in texts], kind="stable")
+        order = np.argsort([len(t) if isinstance(t, str) else sum(map(len, t)) for t in texts], kind="stable")
         step = self.config.batch_size
         batches = [order[start:start + step] for start in range(0, len(texts), step)]
 
