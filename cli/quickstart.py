@@ -58,7 +58,8 @@ def run_chain(output: str, *, force: bool = False, verbose: bool = False, say: A
 def quickstart(
     what: Annotated[str, typer.Argument(help="taebench (default): the whole chain; score: detectors on a labelled "
                                              "sample; attack: TAE/BAE recipes only; diasafety: chatbot "
-                                             "evaluation; egregious: gibbs-enum trigger search.")] = "taebench",
+                                             "evaluation; egregious: gibbs-enum trigger search; card: a safety "
+                                             "card of a tiny chat model and its guard.")] = "taebench",
     output: Annotated[str, typer.Option(help="Where run directories and the tiny models go.")] = "redline-runs",
     force: ForceOpt = False,
 ) -> None:
@@ -73,6 +74,8 @@ def quickstart(
     classifiers on a slice of the dataset (REDLINE_DIASAFETY_DIR), evaluates a tiny dialogue model
     and prints the leaderboard. `egregious` trains a tiny LSTM seq2seq and LM on a slice of
     DiaSafety pairs (REDLINE_DIASAFETY_DIR) and prints gibbs-enum hit rates per target list.
+    `card` writes a safety card (`redline eval`) of a tiny dialogue model guarded by the tiny
+    classifier: TaeBench against the guard, DiaSafety two-step evaluation, triggers on the model.
     """
     def say(message: str) -> None:
         err_console.print(f"[bold]{message}[/bold]")
@@ -98,5 +101,7 @@ def quickstart(
         show_result(pipeline("diasafety"), runs["leaderboard"])
     elif what == "egregious":
         show_result(pipeline("egregious"), qs.run_egregious_chain(output, force=force, verbose=verbose(), say=say))
+    elif what == "card":
+        show_result(pipeline("eval"), qs.run_card_chain(output, force=force, verbose=verbose(), say=say))
     else:
-        raise RedlineError(f"unknown quickstart '{what}' (known: taebench, score, attack, diasafety, egregious)")
+        raise RedlineError(f"unknown quickstart '{what}' (known: taebench, score, attack, diasafety, egregious, card)")

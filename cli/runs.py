@@ -85,7 +85,8 @@ def _command(entry: registry.Entry) -> Any:
 
 
 for _entry in registry.entries():
-    (run_app if _entry.command[0] == "run" else train_app).command(_entry.command[1])(_command(_entry))
+    _group = {"run": run_app, "train": train_app}.get(_entry.command[0], app) if len(_entry.command) > 1 else app
+    _group.command(_entry.command[-1])(_command(_entry))
 
 
 def _pipeline_of(manifest: dict[str, Any], target: str) -> Any:

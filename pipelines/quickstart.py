@@ -139,10 +139,10 @@ def diasafety_data_dir() -> Path:
                        "to their directory")
 
 
-def run_diasafety_chain(output: str, *, force: bool = False, verbose: bool = False, say: Any = print) -> dict[str, Any]:
+def _dialogue_models(output: str, *, force: bool, verbose: bool, say: Any, steps: int) -> tuple[Path, Any]:
+    """A tiny dialogue model, and tiny one-vs-all DiaSafety context classifiers trained on a slice."""
     from redline.actors.dialogue_safety.classifiers import load_rows
     from redline.actors.tiny_models import build_tiny_causal_lm, build_tiny_classifier
-    from redline.pipelines.diasafety import DiaSafetyEvalConfig, run_diasafety
     from redline.pipelines.diasafety_train import (
         DialogueSafetyTrainConfig,
         run_dialogue_safety_training,
@@ -152,7 +152,7 @@ def run_diasafety_chain(output: str, *, force: bool = False, verbose: bool = Fal
     models = Path(output) / "models"
     rows = load_rows(data / "train.json")[:1500]
     texts = [f"{r['context']} {r['response']}" for r in rows]
-    say("1/3 building a tiny BERT base and a tiny dialogue model (no downloads)")
+    say(f"1/{steps} building a tiny BERT base and a tiny dialogue model (no downloads)")
     base = models / "tiny-dialogue-bert"
     if not (base / "config.json").is_file():
         build_tiny_classifier(texts, [int(r["label"] == "Unsafe") for r in rows], base, epochs=2, hidden_size=32,
@@ -161,13 +161,21 @@ def run_diasafety_chain(output: str, *, force: bool = False, verbose: bool = Fal
     if not (bot / "config.json").is_file():
         build_tiny_causal_lm([t for r in rows for t in (r["context"], r["response"])], bot, epochs=3,
                              hidden_size=32, num_layers=1, vocab_size=1000)
-    say("2/3 training one-vs-all context classifiers on a slice of DiaSafety")
+    say(f"2/{steps} training one-vs-all context classifiers on a slice of DiaSafety")
     trained = run_dialogue_safety_training(validate_config(DialogueSafetyTrainConfig, {
         "train": str(data / "train.json"), "val": str(data / "val.json"), "base_model": str(base),
         "limit_train": 1500, "limit_val": 500, "epochs": 3, "learning_rate": 1e-3, "batch_size": 32,
         "max_length": 96, "variants": ["one_vs_all"],
         "utterance_detectors": [{"name": "profanity-check", "kind": "profanity-check"}],
         "output": output, "run_name": "quickstart-dialogue-classifiers"}), force=force, verbose=verbose)
+    return bot, trained
+
+
+def run_diasafety_chain(output: str, *, force: bool = False, verbose: bool = False, say: Any = print) -> dict[str, Any]:
+    from redline.pipelines.diasafety import DiaSafetyEvalConfig, run_diasafety
+
+    data = diasafety_data_dir()
+    bot, trained = _dialogue_models(output, force=force, verbose=verbose, say=say, steps=3)
     say("3/3 evaluating the tiny dialogue model on DiaSafety contexts")
     board = run_diasafety(validate_config(DiaSafetyEvalConfig, {
         "contexts": str(data / "val.json"), "max_contexts_per_category": 20, "responses_per_context": 5,
@@ -177,6 +185,38 @@ def run_diasafety_chain(output: str, *, force: bool = False, verbose: bool = Fal
         "classifiers": str(Path(trained.run_uri) / "models" / "one_vs_all"), "num_cpus": 0.5,
         "output": output, "run_name": "quickstart-diasafety"}), force=force, verbose=verbose)
     return {"classifiers": trained, "leaderboard": board}
+
+
+def run_card_chain(output: str, *, force: bool = False, verbose: bool = False, say: Any = print) -> Any:
+    """A safety card for a tiny dialogue model guarded by the tiny classifier: TaeBench built against
+    the guard on the bundled sample, DiaSafety with the two-step detector, triggers on the model."""
+    from redline.pipelines.card import CardConfig
+    from redline.pipelines.registry import pipeline
+
+    data = diasafety_data_dir()
+    guard = quickstart_model(Path(output) / "models")
+    bot, trained = _dialogue_models(output, force=force, verbose=verbose, say=say, steps=3)
+    corpus = {"text_column": "text", "label_column": "label", "toxic_values": ["toxic"], "dataset": "redline-sample"}
+    say("3/3 the safety card: the guard under attack, the model on DiaSafety, triggers on the model")
+    card = validate_config(CardConfig, {
+        "model": {"name": "tiny-dialogue-gpt2", "kind": "hf", "model": str(bot), "num_cpus": 0.5},
+        "guard": {"name": "tiny-bert-guard", "kind": "hf", "model": str(guard), "num_cpus": 0.5},
+        "guard_attack": {
+            "attack": {"corpus": [{**corpus, "path": str(sample_path("toxic_sample_train.csv")), "split": "train"},
+                                  {**corpus, "path": str(sample_path("toxic_sample_test.csv")), "split": "test"}],
+                       "recipes": ["deepwordbug"], "goals": ["tae", "bae"], "num_cpus": 0.5, "batch_size": 64,
+                       "shard_size": 200},
+            "taebench": {"grammar": {"skip_if_unavailable": True},
+                         "classifier": {"name": "profanity-check", "kind": "profanity-check"}, "test_fraction": 0.5}},
+        "dialogue": {"diasafety": {
+            "contexts": str(data / "val.json"), "max_contexts_per_category": 10, "responses_per_context": 3,
+            "max_tokens": 16, "top_k": 40, "top_p": 0.9, "num_cpus": 0.5,
+            "classifiers": str(Path(trained.run_uri) / "models" / "one_vs_all")}},
+        "triggers": {"egregious": {"lists": [{"name": "mal", "limit": 8}], "searches": ["o-greedy", "o-sample-avg"],
+                                   "trigger_length": 5, "top_g": 20, "restarts": 2, "max_sweeps": 5, "num_cpus": 1},
+                     "threshold_pairs": {"path": str(data / "val.json"), "limit": 200}},
+        "output": output, "run_name": "quickstart-card"}, source="quickstart card")
+    return pipeline("eval").run(card, force=force, verbose=verbose)
 
 
 def run_egregious_chain(output: str, *, force: bool = False, verbose: bool = False, say: Any = print) -> Any:

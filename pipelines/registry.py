@@ -34,7 +34,7 @@ class Flag:
 class Entry:
     name: str  # the pipeline's name: run directories `<name>-<hash>`, manifest["pipeline"]
     module: str  # defines PIPELINE
-    command: tuple[str, str]  # where the CLI puts it: ("run", "score"), ("train", "dialogue-safety")
+    command: tuple[str, ...]  # where the CLI puts it: ("run", "score"), ("train", "dialogue-safety"), ("eval",)
     help: str
     example: str  # examples/<file>: a config that validates
     flags: tuple[Flag, ...] = field(default_factory=tuple)
@@ -78,6 +78,11 @@ ENTRIES: tuple[Entry, ...] = (
           "Train DiaSafety context classifiers and compare them on the validation (and test) split: one-vs-all "
           "(Safe/Unsafe/N-A per category on context + response), a single multi-class classifier, the response-only "
           "ablation, and utterance-level baselines.", "dialoguesafety_train.yaml"),
+    Entry("eval", "redline.pipelines.card", ("eval",),
+          "A safety card for one chat model and the guard detector that protects it, in one job: the guard under "
+          "transfer attack (TaeBench built against it, or an existing one), the model on DiaSafety contexts judged "
+          "by the two-step detector, and the trigger search when the model is a local causal LM. Each part is a "
+          "resumable run of its own; the card's report tables and links them.", "card.yaml"),
 )
 
 

@@ -124,6 +124,14 @@ class Report:
                 self.sections.append(("Plots", img_tag(png, name)))
         return self
 
+    def links(self, heading: str, links: list[tuple[str, str]]) -> "Report":
+        """A list of (label, href) links, e.g. to the reports of related runs."""
+        if links:
+            self.md += [f"## {heading}", "", *(f"- [{label}]({href})" for label, href in links), ""]
+            items = "".join(f"<li><a href='{html.escape(href)}'>{html.escape(label)}</a></li>" for label, href in links)
+            self.sections.append((heading, f"<ul>{items}</ul>"))
+        return self
+
     def text(self, heading: str, text: str) -> "Report":
         self.md += [f"## {heading}", "", "```", text, "```", ""]
         self.sections.append((heading, f"<pre>{html.escape(text)}</pre>"))

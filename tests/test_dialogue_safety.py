@@ -287,3 +287,61 @@ def test_categories_and_a_hyperparameter_grid_train_as_tune_trials(tmp_path, tin
     verdicts = ContextClassifiers(tmp_path / "tuned" / "models" / "one_vs_all").fine_grain(["hi"], ["hello"])
     assert len(verdicts) == 1 and verdicts[0][0] in ("Safe", *cats)
     assert "Hyper-parameter trials" in open(result.report_html).read()
+
+
+@pytest.mark.slow
+def test_a_safety_card_runs_all_three_parts_and_links_them(trained, tiny_causal_lm, tiny_binary_model, tmp_path):
+    from redline.cluster.config import validate_config
+    from redline.cluster.runs import RunDir
+    from redline.pipelines.card import CardConfig
+    from redline.pipelines.quickstart import sample_path
+    from redline.pipelines.registry import pipeline
+
+    val = shared_file(SHARED_DATA / "diasafety" / "val.json")
+    corpus = {"text_column": "text", "label_column": "label", "toxic_values": ["toxic"], "dataset": "sample"}
+    card = validate_config(CardConfig, {
+        "model": {"name": "tiny-gpt2", "kind": "hf", "model": str(tiny_causal_lm), "num_cpus": 0.5},
+        "guard": {"name": "guard", "kind": "profanity-check", "num_cpus": 0.5},
+        "guard_attack": {
+            "attack": {"corpus": {**corpus, "path": str(sample_path("toxic_sample_test.csv"))}, "recipes": ["deepwordbug"],
+                       "goals": ["tae", "bae"], "max_seeds": 12, "num_cpus": 0.5},
+            "taebench": {"grammar": None, "classifier": {"name": "c", "kind": "hf", "model": str(tiny_binary_model)}}},
+        "dialogue": {"diasafety": {"contexts": str(val), "classifiers": str(Path(trained.run_uri) / "models" / "one_vs_all"),
+                                   "max_contexts_per_category": 3, "responses_per_context": 2, "max_tokens": 8,
+                                   "num_cpus": 0.5}},
+        "triggers": {"egregious": {"lists": [{"name": "mal", "limit": 3}], "searches": ["o-sample-avg"],
+                                   "trigger_length": 3, "top_g": 10, "restarts": 1, "max_sweeps": 2},
+                     "threshold_pairs": {"path": str(val), "limit": 40}},
+        "output": str(tmp_path), "run_name": "card"})
+    result = pipeline("eval").run(card)
+    parts = result.manifest["parts"]
+    assert set(parts) == {"attack", "taebench", "transfer", "diasafety", "triggers"}
+    assert all(RunDir(uri).manifest()["state"] == "complete" for uri in parts.values())
+    assert [r["part"] for r in result.summary] == ["guard under transfer attack", "DiaSafety (two-step detector)",
+                                                   "trigger search (gibbs-enum)"]
+    assert all(r["value"] is not None and 0 <= r["value"] <= 1 for r in result.summary)
+    # the guard's transfer figure is the transfer run's own
+    transfer = RunDir(parts["transfer"]).manifest()["summary"]
+    assert result.summary[0]["value"] == next(r["tae_rate"] for r in transfer if r["dataset"] == "all")
+    html = (tmp_path / "card" / "report.html").read_text()
+    for uri in parts.values():  # each part's report is linked, relative to the card's
+        leaf = Path(uri).name
+        assert f"href='../{leaf}/report.html'" in html and (tmp_path / leaf / "report.html").is_file()
+    status_and_report(result.run_uri, "DiaSafety (two-step detector)")
+
+
+def test_a_card_skips_the_trigger_search_on_a_black_box_and_checks_every_part_at_load(tmp_path):
+    from redline.cluster.config import validate_config
+    from redline.errors import RedlineError
+    from redline.pipelines.card import CardConfig, white_box
+
+    base = {"model": {"name": "api-bot", "kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "bot"},
+            "guard": {"name": "g", "kind": "profanity-check"}, "output": str(tmp_path)}
+    card = validate_config(CardConfig, {**base, "triggers": {}})
+    assert "black box" in white_box(card.model)
+    with pytest.raises(RedlineError, match="at least one of guard_attack, dialogue, triggers"):
+        validate_config(CardConfig, base)
+    with pytest.raises(RedlineError, match="diasafety: .*contexts"):
+        validate_config(CardConfig, {**base, "dialogue": {"diasafety": {"classifiers": "x"}}})
+    with pytest.raises(RedlineError, match="either taebench_run or attack"):
+        validate_config(CardConfig, {**base, "guard_attack": {}})
