@@ -65,7 +65,7 @@ def main() -> None:
 
     inputs = [r["context"] for r in json.loads((data / "val.json").read_text())]
     half = args.targets // 2
-    normal = normal_list(s2s, inputs, n=half)
+    normal = [t.text for t in normal_list(s2s, inputs, n=half)]
     mal = [t for t in mal_list() if not s2s.vocab.oov(t)][: args.targets - len(normal)]
     targets = normal + mal
     thresholds = Thresholds(s2s.thresholds.average_logprob, lm.thresholds.average_logprob)

@@ -27,7 +27,6 @@ from redline.actors.triggers.worker import (
     SearchSettings,
     TriggerWorker,
 )
-from redline.cluster import storage
 from redline.cluster.artifacts import local_path
 from redline.cluster.config import RunConfig, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
@@ -39,10 +38,20 @@ from redline.pipelines.template import Pipeline
 OUTPUT_DIR = "triggers"
 
 
+BUILT_IN = ("normal", "normal-sample", "planted", "mal", "random")
+Search = Literal["o-greedy", "o-sample-avg", "o-sample-min", "io-sample-avg", "io-sample-min"]
+# The hit type the paper reports on each list built from the model's own outputs.
+LIST_SEARCHES = {"normal": ["o-greedy"], "normal-sample": ["o-sample-min"], "planted": ["o-greedy"]}
+
+
 class TargetListConfig(RunConfig):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="mal, normal and random are built in; any other name needs path.")
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="normal, normal-sample, planted, mal and random are "
+                                                                 "built in; any other name needs path.")
     path: str | None = Field(None, description="One target per line (replaces the built-in list of that name).")
     limit: int | None = Field(None, gt=0, description="Search at most this many targets (a seeded sample).")
+    searches: list[Search] | None = Field(None, description="Hit types searched on this list; default: the paper's "
+                                                           "(normal, planted: o-greedy; normal-sample: o-sample-min), "
+                                                           "else the run's `searches`.")
 
 
 class EgregiousConfig(RunConfig):
@@ -52,7 +61,7 @@ class EgregiousConfig(RunConfig):
     lists: list[TargetListConfig] = Field(default_factory=lambda: [TargetListConfig(name=n) for n in ("normal", "mal", "random")])
     normal_inputs: PairCorpusConfig | None = Field(None, description="Test pairs whose inputs give the normal list "
                                                                      "(LSTM models; HF models need a normal list file).")
-    searches: list[Literal["o-greedy", "o-sample-avg", "o-sample-min", "io-sample-avg", "io-sample-min"]] = Field(
+    searches: list[Search] = Field(
         ["o-greedy", "o-sample-avg", "o-sample-min", "io-sample-avg", "io-sample-min"], min_length=1,
         description="Hit types to search for (each reports k = 1 and 2); io needs an LM.")
     method: Literal["gibbs-enum", "continuous"] = Field("gibbs-enum", description="continuous: the paper's relaxation baseline.")
@@ -62,6 +71,8 @@ class EgregiousConfig(RunConfig):
     max_sweeps: int = Field(50, gt=0, description="At most T sweeps over the positions.")
     restarts: int = Field(10, gt=0, description="R random restarts per target.")
     lm_weight: float = Field(1.0, ge=0)
+    greedy_margin_cap: float = Field(1.0, gt=0, description="o-greedy objective: margins count up to this cap; any "
+                                                            "non-positive margin costs more than all capped ones.")
     relaxation_steps: int = Field(200, gt=0)
     seed: int = 0
     actors: int = Field(1, gt=0)
@@ -75,13 +86,17 @@ class EgregiousConfig(RunConfig):
         unique_names(self.models, "model")
         unique_names(self.lists, "target list")
         for t in self.lists:
-            if t.path is None and t.name not in ("mal", "normal", "random"):
-                raise ValueError(f"target list '{t.name}' is not built in (mal, normal, random): give its path")
+            if t.path is None and t.name not in BUILT_IN:
+                raise ValueError(f"target list '{t.name}' is not built in ({', '.join(BUILT_IN)}): give its path")
         return self
 
 
 INPUT_SCHEMA = pa.schema([("id", pa.string()), ("model", pa.string()), ("list", pa.string()), ("target", pa.string()),
-                          ("search", pa.string())])
+                          ("search", pa.string()), ("source", pa.string())])
+
+
+def list_searches(config: EgregiousConfig, spec: TargetListConfig) -> list[str]:
+    return spec.searches or LIST_SEARCHES.get(spec.name if spec.path is None else "", config.searches)
 
 
 def resolved_thresholds(model: EgregiousModelConfig) -> H.Thresholds:
@@ -112,34 +127,39 @@ def resolved_thresholds(model: EgregiousModelConfig) -> H.Thresholds:
     return H.Thresholds(t_out, t_in)
 
 
-def target_lists(config: EgregiousConfig, model: EgregiousModelConfig) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """Each list's targets for this model, and why a list was left out."""
+def target_lists(config: EgregiousConfig, model: EgregiousModelConfig) -> tuple[dict[str, list[Any]], dict[str, str]]:
+    """Each list's targets (text and source input) for this model, and why a list was left out."""
     from redline.actors.triggers import models as M
     from redline.actors.triggers import targets as T
 
-    lists: dict[str, list[str]] = {}
+    lists: dict[str, list[Any]] = {}
     skipped: dict[str, str] = {}
     lstm = M.is_trigger_model(model.path)
     for spec in config.lists:
         if spec.path is not None:
-            items = T.read_list(spec.path) if not spec.path.startswith("s3://") else \
-                [x.strip() for x in storage.read_bytes(spec.path).decode("utf-8").splitlines() if x.strip() and not x.startswith("#")]
+            items = [T.Target(t) for t in T.read_list(spec.path)]
         elif spec.name == "mal":
-            items = T.mal_list(seed=config.seed)
+            items = [T.Target(t) for t in T.mal_list(seed=config.seed)]
         elif spec.name == "random":
             words = M.load(model.path).vocab.words if lstm else _frequent_tokens(model.path)
-            items = T.random_list(words, seed=config.seed)
+            items = [T.Target(t) for t in T.random_list(words, seed=config.seed)]
         elif not lstm:
-            skipped[spec.name] = "built-in normal list needs an LSTM model: give a normal list file for HF models"
+            skipped[spec.name] = f"built-in {spec.name} list needs an LSTM model: give a list file for HF models"
             continue
         elif config.normal_inputs is None:
-            skipped[spec.name] = "set normal_inputs (test pairs) to build the normal list"
+            skipped[spec.name] = f"set normal_inputs (test pairs) to build the {spec.name} list"
             continue
         else:
             from redline.actors.triggers.pairs import read_pairs
 
             inputs = [a for a, _ in read_pairs(config.normal_inputs, config.seed)]
-            items = T.normal_list(M.load(model.path), inputs, seed=config.seed)
+            trained = M.load(model.path)
+            if spec.name == "normal":
+                items = T.normal_list(trained, inputs)
+            elif spec.name == "normal-sample":
+                items = T.normal_sample_list(trained, inputs, seed=config.seed)
+            else:
+                items = T.planted_list(trained, inputs, config.trigger_length, seed=config.seed)
         if spec.limit is not None and len(items) > spec.limit:
             items = random.Random(config.seed).sample(items, spec.limit)
         if not items:
@@ -167,7 +187,8 @@ def preflight(config: EgregiousConfig) -> None:
             raise RedlineError(f"model '{m.name}': no model directory {m.path} (nor a hub id)")
         if m.lm is not None and not M.is_trigger_model(m.lm):
             raise RedlineError(f"model '{m.name}': lm {m.lm} is not an LSTM LM directory (train one with `redline train lm`)")
-        if any(H.uses_lm(s) for s in config.searches) and m.lm is None and M.is_trigger_model(m.path):
+        used = {s for spec in config.lists for s in list_searches(config, spec)}
+        if any(H.uses_lm(s) for s in used) and m.lm is None and M.is_trigger_model(m.path):
             raise RedlineError(f"model '{m.name}': the io searches need `lm:` (an LSTM LM trained on the same pairs), "
                                "or drop io-sample-* from searches")
         for t in config.lists:
@@ -183,15 +204,17 @@ def build_inputs(config: EgregiousConfig, manifest: dict[str, Any]) -> pa.Table:
         lists, skipped = target_lists(config, model)
         per_model[model.name] = {"t_out": thresholds.t_out, "t_in": thresholds.t_in, "lists": {k: len(v) for k, v in lists.items()},
                                  "lists_skipped": skipped}
+        specs = {spec.name: spec for spec in config.lists}
         for name, items in lists.items():
             for target in items:
-                for search in config.searches:
-                    key = f"{model.name}\x00{name}\x00{target}\x00{search}"
+                for search in list_searches(config, specs[name]):
+                    key = f"{model.name}\x00{name}\x00{target.text}\x00{search}"
                     rows["id"].append(hashlib.sha256(key.encode()).hexdigest()[:16])
                     rows["model"].append(model.name)
                     rows["list"].append(name)
-                    rows["target"].append(target)
+                    rows["target"].append(target.text)
                     rows["search"].append(search)
+                    rows["source"].append(target.source)
     manifest["models"] = per_model
     return pa.table(rows, schema=INPUT_SCHEMA)
 
@@ -227,6 +250,28 @@ def table3(rows: pa.Table, config: EgregiousConfig) -> list[dict[str, Any]]:
                 row[hit] = (sum(hit in (r["hits"] or []) for r in searched) / len(searched)) if searched else None
             out.append(row)
     return out
+
+
+def source_checks(rows: pa.Table) -> list[dict[str, Any]]:
+    """Per model, list and search, over targets whose source input is itself a trigger reaching the
+    goal (planted targets, and normal targets of source inputs of the trigger length): how often the
+    search found one, and for each miss whether the source scores higher under the search's own
+    objective than what was found (a local optimum) or not (an objective that ranks a miss first)."""
+    data = [r for r in rows.to_pylist() if r["status"] == "ok" and r.get("source_reaches")]
+    out = []
+    for key in dict.fromkeys((r["model"], r["list"], r["search"]) for r in data):
+        mine = [r for r in data if (r["model"], r["list"], r["search"]) == key]
+        misses = [r for r in mine if not r["reached"]]
+        out.append({"model": key[0], "list": key[1], "search": key[2], "reachable": len(mine),
+                    "found": sum(r["reached"] for r in mine) / len(mine),
+                    "local_optima": sum(r["source_objective"] > r["objective"] for r in misses),
+                    "objective_defects": sum(r["source_objective"] <= r["objective"] for r in misses)})
+    return out
+
+
+SOURCE_COLUMNS = [("model", "model", "s"), ("list", "list", "s"), ("search", "search", "s"),
+                  ("reachable", "targets whose source reaches", "d"), ("found", "found", ".1%"),
+                  ("local_optima", "misses: local optimum", "d"), ("objective_defects", "misses: objective ranks a miss first", "d")]
 
 
 def examples(rows: pa.Table, per_list: int = 3) -> list[dict[str, Any]]:
@@ -287,6 +332,7 @@ def execute(config: EgregiousConfig, run: Run, watch: Stopwatch, verbose: bool) 
     statuses = rows.column("status").to_pylist()
     manifest["counts"].update(rows_out=rows.num_rows, by_status={s: statuses.count(s) for s in sorted(set(statuses))})
     manifest["search_s"] = round(search_s, 2)
+    manifest["source_checks"] = source_checks(rows) if "source_reaches" in rows.column_names else []
     return table3(rows, config)
 
 
@@ -323,6 +369,8 @@ def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
                                           [(h, h) for h in ("o-greedy-hit", "o-sample-min-1-hit", "o-sample-avg-1-hit",
                                                             "io-sample-min-1-hit", "io-sample-avg-1-hit")],
                                           "hit rate per list"))
+    report.table("Targets with a known trigger (planted; normal from inputs of the trigger length)",
+                 manifest.get("source_checks", []), SOURCE_COLUMNS)
     report.table("Example triggers (Table 4)", ex, [("model", "model", "s"), ("list", "list", "s"), ("search", "search", "s"),
                                                     ("trigger", "trigger", "s"), ("target", "target", "s"),
                                                     ("avg_logprob", "avg log P", ".2f"), ("lm_average", "LM avg", ".2f")])

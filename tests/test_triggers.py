@@ -101,7 +101,7 @@ def test_gibbs_enum_finds_the_planted_trigger(planted):
 
     s2s = planted["seq2seq"]
     ids = torch.tensor([found.trigger_ids])
-    texts, _ = _decode(s2s.module.float(), s2s.vocab, ids, torch.tensor([4]), 20, "greedy", torch.Generator())
+    texts = _decode(s2s.module.float(), s2s.vocab, ids, torch.tensor([4]), 20, "greedy", torch.Generator())
     assert texts == [PLANTED[1]]
     assert not random_target.reached and random_target.hits == []
     assert oov == "out of vocabulary: zebra"
@@ -220,3 +220,111 @@ def test_egregious_pipeline_on_lstm_and_causal_lm(planted, ray_session, tmp_path
     assert "Table 3" in report and "Example triggers" in report
     assert run_egregious(cfg).reused  # a finished run is not searched again
     status_and_report(result.run_uri, "o-greedy")
+
+
+# ---------------------------------------------------------------- the paper's lists, measured as it measures them
+
+ECHO_WORDS = ("apple river stone cloud green small happy quick table window music paper light dark cold warm fast slow "
+              "tall short red blue gold wild calm loud soft bright").split()
+
+
+@pytest.fixture(scope="module")
+def dialogue_s2s(tmp_path_factory):
+    """A seq2seq whose greedy response depends on its input ("w1 ... wn" -> "w1 wn ok"): many distinct
+    greedy outputs, from inputs of any length."""
+    rng = random.Random(0)
+    rows = []
+    for _ in range(4000):
+        words = [rng.choice(ECHO_WORDS) for _ in range(rng.randint(3, 6))]
+        rows.append({"context": " ".join(words), "response": f"{words[0]} {words[-1]} ok"})
+    root = tmp_path_factory.mktemp("echo")
+    (root / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = validate_config(TriggerModelTrainConfig, {
+        "pairs": {"path": str(root / "pairs.jsonl")}, "vocab_size": 100, "embedding_dim": 32, "hidden_dim": 64,
+        "dropout": 0.0, "optimizer": "adam", "learning_rate": 0.01, "epochs": 3, "batch_size": 64,
+        "output": str(root / "models"), "name": "s2s"})
+    inputs = [" ".join(rng.choice(ECHO_WORDS) for _ in range(rng.randint(3, 6))) for _ in range(300)]
+    return train(cfg, "seq2seq"), inputs
+
+
+def test_incremental_decoding_matches_the_full_forward_pass(dialogue_s2s):
+    trained, _ = dialogue_s2s
+    module, vocab = trained.module.eval(), trained.vocab
+    enc = torch.tensor([vocab.encode("apple river stone cloud green"), vocab.encode("red blue gold wild calm")])
+    dec_in = torch.tensor([[vocab.bos, 5, 9, 12], [vocab.bos, 7, 7, 30]])
+    with torch.no_grad():
+        full = module.features(module.enc_embedding(enc), None, dec_in)
+        enc_out, enc_state, mask = module.encode(module.enc_embedding(enc), None)
+        state, steps = None, []
+        for t in range(dec_in.shape[1]):
+            feats, state = module.decode_step(dec_in[:, t], enc_out, enc_state, mask, state)
+            steps.append(feats)
+    assert torch.allclose(torch.stack(steps, 1), full, atol=1e-5)
+
+
+def _checker(trained, search: str, length: int) -> GibbsEnum:
+    th = H.Thresholds(trained.thresholds.average_logprob, None)
+    return GibbsEnum(LSTMSeq2SeqTarget(trained, torch.float64), None, th,
+                     SearchOptions(search=search, trigger_length=length, top_g=20, restarts=3, max_sweeps=10))
+
+
+@pytest.mark.parametrize("kind,search", [("normal", "o-greedy"), ("normal-sample", "o-sample-min")])
+def test_every_normal_target_is_a_hit_from_its_own_input(dialogue_s2s, kind, search):
+    """One vocabulary rule: the targets' decoding and the hit check agree, so each target's source
+    input (when it could be a trigger) reaches the list's own hit type."""
+    from redline.actors.triggers.targets import normal_list, normal_sample_list
+
+    trained, inputs = dialogue_s2s
+    targets = normal_list(trained, inputs) if kind == "normal" else normal_sample_list(trained, inputs, n=200)
+    assert targets and all(t.source in inputs for t in targets)
+    checked = 0
+    for length in range(3, 7):
+        mine = [t for t in targets if len(trained.vocab.encode(t.source)) == length]
+        results = _checker(trained, search, length).check([t.source for t in mine], [t.text for t in mine])
+        checked += sum(r is not None for r in results)
+        assert all(r[0] for r in results if r is not None), [(t.source, t.text) for t, r in zip(mine, results)
+                                                             if r is not None and not r[0]]
+    assert checked >= 50
+
+
+def test_planted_targets_are_found(dialogue_s2s):
+    from redline.actors.triggers.targets import planted_list
+
+    trained, inputs = dialogue_s2s
+    targets = planted_list(trained, inputs, 4, n=24)
+    search = _checker(trained, "o-greedy", 4)
+    reachable = [t for t, r in zip(targets, search.check([t.source for t in targets], [t.text for t in targets]))
+                 if r is not None and r[0]]
+    assert len(reachable) >= 10
+    found = search.run([t.text for t in reachable])
+    assert sum(r.reached for r in found) >= 0.9 * len(reachable)
+
+
+def test_the_greedy_objective_ranks_a_true_trigger_above_any_near_miss(planted):
+    search = _search(planted, "o-greedy")
+    true = torch.tensor([[0.02, 0.05, 0.09]], dtype=torch.float64)  # every margin positive: greedy gives the target
+    miss = torch.tensor([[3.0, 3.0, -0.01]], dtype=torch.float64)  # one step decodes another word
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    logp = torch.zeros(1, 3, dtype=torch.float64)
+    assert search._reduce(logp, true, mask) > search._reduce(logp, miss, mask)
+    better_miss = torch.tensor([[0.5, 0.5, -0.01]], dtype=torch.float64)
+    assert search._reduce(logp, better_miss, mask) > search._reduce(logp, torch.tensor([[0.5, -0.2, -0.01]]), mask)
+
+
+def test_the_pipeline_reports_each_list_with_its_hit_type_and_the_known_triggers(dialogue_s2s, ray_session, tmp_path):
+    from redline.pipelines.egregious import run_egregious
+
+    trained, inputs = dialogue_s2s
+    (tmp_path / "inputs.jsonl").write_text("".join(json.dumps({"context": x, "response": "ok"}) + "\n" for x in inputs))
+    cfg = validate_config(EgregiousConfig, {
+        "models": [{"name": "echo", "path": str(trained.path)}],
+        "lists": [{"name": n, "limit": 6} for n in ("normal", "normal-sample", "planted")],
+        "normal_inputs": {"path": str(tmp_path / "inputs.jsonl")}, "trigger_length": 4, "top_g": 20, "restarts": 3,
+        "max_sweeps": 10, "num_cpus": 0.5, "output": str(tmp_path), "run_name": "lists"})
+    result = run_egregious(cfg)
+    table = {r["list"]: r for r in result.summary}
+    assert table["normal"]["o-greedy-hit"] is not None and table["normal"]["o-sample-min-1-hit"] is None
+    assert table["normal-sample"]["o-sample-min-1-hit"] is not None and table["normal-sample"]["o-greedy-hit"] is None
+    checks = {r["list"]: r for r in result.manifest["source_checks"]}
+    assert checks["planted"]["reachable"] == 6 and checks["planted"]["found"] >= 5 / 6
+    assert result.manifest["counts"]["rows_in"] == 18  # one hit type per list

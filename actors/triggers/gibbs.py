@@ -134,8 +134,14 @@ class GibbsEnum:
             return (logp * mask).sum(-1) / mask.sum(-1)
         if self.objective == "min":
             return logp.masked_fill(~mask, float("inf")).min(-1).values
-        capped = margin.clamp(max=self.opts.greedy_margin_cap)  # type: ignore[union-attr]
-        return (capped * mask).sum(-1) / mask.sum(-1)
+        # Greedy decoding gives the target only if every margin is positive, so a trigger that gets
+        # there must outrank every one that does not, however large the near-miss's other margins:
+        # a non-positive margin costs cap * (target length), more than all capped positive ones.
+        # Monotone in every margin, so upper bounds on the margins still bound the objective.
+        cap = self.opts.greedy_margin_cap
+        penalty = cap * mask.sum(-1, keepdim=True)
+        shaped = torch.where(margin > 0, margin.clamp(max=cap), margin - penalty)  # type: ignore[union-attr,operator]
+        return (shaped * mask).sum(-1) / mask.sum(-1)
 
     def _lm_average(self, trig: torch.Tensor, at: int | None = None, onehot: torch.Tensor | None = None) -> torch.Tensor:
         return self.prior.token_logprobs(trig, at, onehot).mean(-1)  # type: ignore[union-attr]
@@ -289,6 +295,27 @@ class GibbsEnum:
                 pick = torch.randint(len(ids), (self.opts.restarts, self.opts.trigger_length), generator=gen)
                 rows.append(ids.cpu()[pick].to(allowed.device))
         return torch.cat(rows)
+
+    def check(self, triggers: list[str], targets: list[str]) -> list[tuple[bool, float] | None]:
+        """For (trigger, target) pairs, e.g. a planted target and the input that produced it: whether
+        the trigger reaches this search's goal hit, and its objective; None where the trigger is not
+        one the search could find (another length, a word outside the vocabulary)."""
+        vocab = getattr(self.model, "vocab", None)
+        out: list[tuple[bool, float] | None] = []
+        for text, target in zip(triggers, targets):
+            ids, _ = self.model.target_ids(target)
+            trig = vocab.encode(text) if vocab is not None else []
+            device = self.model.allowed.device
+            if not ids or len(trig) != self.opts.trigger_length or not bool(self.model.allowed[trig].all()):
+                out.append(None)
+                continue
+            tgt = torch.tensor([ids], device=device)
+            scored = self._score(torch.tensor([trig], device=device), tgt, torch.ones_like(tgt, dtype=torch.bool),
+                                 final=True)
+            lm = float(scored["lm"][0]) if "lm" in scored else None
+            hits = hit_types(scored["logp"][0].tolist(), scored["margin"][0].tolist(), lm, self.thresholds)
+            out.append((self.goal in hits, float(scored["objective"][0])))
+        return out
 
     def run(self, targets: list[str]) -> list[TriggerResult | str]:
         """A result per target, or the reason it cannot be searched (e.g. out of vocabulary)."""

@@ -65,23 +65,39 @@ class Seq2Seq(nn.Module):
 
     def features(self, enc_embeds: torch.Tensor, enc_lengths: torch.Tensor | None, dec_in: torch.Tensor) -> torch.Tensor:
         """What the output layer reads, [N, M, H]: logits = out(features) (dropout aside)."""
+        enc_out, state, mask = self.encode(enc_embeds, enc_lengths)
+        dec_out, _ = self.decoder(self.dec_embedding(dec_in), state)
+        return self._combine(dec_out, enc_out, state, mask)
+
+    def encode(self, enc_embeds: torch.Tensor, enc_lengths: torch.Tensor | None
+               ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], torch.Tensor | None]:
+        """(encoder outputs [N, L, H], the encoder's final state, the padding mask or None)."""
         if enc_lengths is None:
             enc_out, state = self.encoder(enc_embeds)
-            mask = None
-        else:
-            packed = nn.utils.rnn.pack_padded_sequence(enc_embeds, enc_lengths.cpu(), batch_first=True,
-                                                       enforce_sorted=False)
-            out, state = self.encoder(packed)
-            enc_out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=enc_embeds.shape[1])
-            mask = torch.arange(enc_embeds.shape[1], device=enc_embeds.device)[None, :] < enc_lengths[:, None]
-        dec_out, _ = self.decoder(self.dec_embedding(dec_in), state)
+            return enc_out, state, None
+        packed = nn.utils.rnn.pack_padded_sequence(enc_embeds, enc_lengths.cpu(), batch_first=True,
+                                                   enforce_sorted=False)
+        out, state = self.encoder(packed)
+        enc_out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=enc_embeds.shape[1])
+        mask = torch.arange(enc_embeds.shape[1], device=enc_embeds.device)[None, :] < enc_lengths[:, None]
+        return enc_out, state, mask
+
+    def decode_step(self, token: torch.Tensor, enc_out: torch.Tensor, enc_state: tuple[torch.Tensor, torch.Tensor],
+                    mask: torch.Tensor | None, dec_state: tuple[torch.Tensor, torch.Tensor] | None = None
+                    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """One decoder step for tokens [N]: (features [N, H], the decoder's state to carry)."""
+        dec_out, dec_state = self.decoder(self.dec_embedding(token[:, None]), enc_state if dec_state is None else dec_state)
+        return self._combine(dec_out, enc_out, enc_state, mask)[:, 0], dec_state
+
+    def _combine(self, dec_out: torch.Tensor, enc_out: torch.Tensor, enc_state: tuple[torch.Tensor, torch.Tensor],
+                 mask: torch.Tensor | None) -> torch.Tensor:
         if self.spec.context == "attention":
             scores = dec_out @ self.attn(enc_out).transpose(1, 2)  # [N, M, L]
             if mask is not None:
                 scores = scores.masked_fill(~mask[:, None, :], float("-inf"))
             context = torch.softmax(scores, dim=-1) @ enc_out
         else:
-            context = state[0][-1][:, None, :].expand_as(dec_out)
+            context = enc_state[0][-1][:, None, :].expand_as(dec_out)
         return torch.tanh(self.combine(torch.cat([context, dec_out], dim=-1)))
 
 

@@ -3,14 +3,19 @@
 - mal: about 200 prototype malicious or insulting sentences written for redline, extended to
   about 1,000 with the paper's kind of heuristics (an interjection in front, "shut up" ->
   "oh shut up"; a softener or an exclamation after);
-- normal: the model's own greedy responses to test inputs, plus sampled responses whose average
-  log-likelihood is above T_out where greedy decoding is too generic;
+- normal: the model's own distinct greedy responses to test inputs (o-greedy; the paper's Ubuntu list);
+- normal-sample: responses sampled word by word among words above T_out, for corpora whose greedy
+  outputs are generic (o-sample-min; the paper's Switchboard and OpenSubtitles lists);
+- planted: greedy responses to inputs of exactly the trigger length, so a trigger is known to exist
+  (measures the search itself);
 - random: 500 random sequences of up to 8 of the 1,000 most frequent words.
+The lists built from inputs keep each target's source input.
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -52,54 +57,116 @@ def random_list(vocab_words: list[str], n: int = 500, max_len: int = 8, top: int
     return list(dict.fromkeys(" ".join(rng.choice(words) for _ in range(rng.randint(1, max_len))) for _ in range(n)))
 
 
-@torch.no_grad()
-def normal_list(trained: M.TrainedModel, inputs: list[str], n: int = 500, samples: int = 3, seed: int = 0) -> list[str]:
-    """Greedy responses of an LSTM seq2seq to `inputs`; when greedy decoding gives fewer than `n`
-    distinct responses, sampled ones with average log-likelihood above T_out fill the list."""
-    module, vocab, spec = trained.module.eval(), trained.vocab, trained.spec
-    device = next(module.parameters()).device
-    encoded = [ids for ids in (vocab.encode(t, spec.max_input_len) for t in inputs) if ids]
-    out: dict[str, None] = {}
-    gen = torch.Generator().manual_seed(seed)
-    t_out = trained.thresholds.average_logprob if trained.thresholds else float("-inf")
-    for mode in ["greedy"] + ["sample"] * samples:
-        for start in range(0, len(encoded), 128):
-            batch = encoded[start:start + 128]
-            width = max(len(x) for x in batch)
-            enc = torch.tensor([x + [0] * (width - len(x)) for x in batch], device=device)
-            lengths = torch.tensor([len(x) for x in batch], device=device)
-            for text, avg in zip(*_decode(module, vocab, enc, lengths, spec.max_output_len, mode, gen)):
-                if text and (mode == "greedy" or avg >= t_out):
-                    out.setdefault(text, None)
+@dataclass(frozen=True)
+class Target:
+    """A target output, and the input it came from (None for lists not built from inputs)."""
+
+    text: str
+    source: str | None = None
+
+
+def normal_list(trained: M.TrainedModel, inputs: list[str], n: int = 500) -> list[Target]:
+    """The paper's normal list (Ubuntu): distinct greedy responses of the seq2seq to test inputs, up to
+    `n`, never topped up; reported with o-greedy-hit."""
+    return _distinct(decode(trained, inputs, "greedy"), n)
+
+
+def normal_sample_list(trained: M.TrainedModel, inputs: list[str], n: int = 500, rounds: int = 5,
+                       seed: int = 0) -> list[Target]:
+    """The paper's normal list where greedy outputs are generic (Switchboard, OpenSubtitles):
+    responses sampled word by word only among words whose log-probability exceeds T_out, so every
+    word clears it under the source input; reported with o-sample-min-1-hit."""
+    if trained.thresholds is None:
+        raise ValueError("normal-sample needs the model's T_out (stored by `redline train seq2seq`)")
+    out: list[Target] = []
+    for r in range(rounds):
+        out = _distinct(out + decode(trained, inputs, "above-t-out", seed=seed + r,
+                                     t_out=trained.thresholds.average_logprob), n)
         if len(out) >= n:
             break
-    return list(out)[:n]
+    return out
 
 
-def _decode(module: M.Seq2Seq, vocab, enc: torch.Tensor, lengths: torch.Tensor, max_len: int, mode: str,
-            gen: torch.Generator) -> tuple[list[str], list[float]]:
-    """Greedy or sampled decoding by re-running the decoder on the growing prefix (short outputs)."""
+def planted_list(trained: M.TrainedModel, inputs: list[str], length: int, n: int = 200, top: int = 1000,
+                 seed: int = 0) -> list[Target]:
+    """Targets a trigger of `length` words is known to reach: greedy outputs of held-out inputs cut to
+    `length` words, and of random sequences of frequent words (half each)."""
+    vocab = trained.vocab
+    rng = random.Random(seed)
+    cut = [" ".join(words[:length]) for words in (vocab_words(vocab, t) for t in inputs) if len(words) >= length]
+    rng.shuffle(cut)
+    frequent = [w for w in vocab.words if w not in SPECIALS][:top]
+    rand = [" ".join(rng.choice(frequent) for _ in range(length)) for _ in range(n)]
+    sources = list(dict.fromkeys(cut[: n // 2] + rand))
+    return _distinct(decode(trained, sources, "greedy"), n)
+
+
+def vocab_words(vocab, text: str) -> list[str]:  # noqa: ANN001 - a Vocab
+    """The in-vocabulary words of `text` as the model reads them (out-of-vocabulary words dropped)."""
+    return [vocab.words[i] for i in vocab.encode(text) if i != vocab.unk]
+
+
+def _distinct(targets: list[Target], n: int) -> list[Target]:
+    seen: dict[str, Target] = {}
+    for t in targets:
+        seen.setdefault(t.text, t)
+    return list(seen.values())[:n]
+
+
+@torch.no_grad()
+def decode(trained: M.TrainedModel, inputs: list[str], mode: str = "greedy", *, seed: int = 0,
+           t_out: float | None = None, batch_size: int = 256) -> list[Target]:
+    """Responses of an LSTM seq2seq to `inputs`, decoded incrementally (the decoder's state carried
+    step to step), in batches. One vocabulary rule everywhere: the argmax and the softmax run over the
+    whole vocabulary, as the hit check does; a response that ends without </s> or holds a special
+    token (<unk> where the model's top word is unknown) names no sentence and is left out.
+    `above-t-out`: each word sampled only among words whose log-probability exceeds `t_out`."""
+    module, vocab, spec = trained.module.eval(), trained.vocab, trained.spec
+    device = next(module.parameters()).device
+    pairs = [(t, ids) for t in inputs if (ids := vocab.encode(t, spec.max_input_len))]
+    gen = torch.Generator().manual_seed(seed)
+    out: list[Target] = []
+    for start in range(0, len(pairs), batch_size):
+        batch = pairs[start:start + batch_size]
+        width = max(len(ids) for _, ids in batch)
+        enc = torch.tensor([ids + [vocab.pad] * (width - len(ids)) for _, ids in batch], device=device)
+        lengths = torch.tensor([len(ids) for _, ids in batch], device=device)
+        for (source, _), text in zip(batch, _decode(module, vocab, enc, lengths, spec.max_output_len, mode, gen, t_out)):
+            if text:
+                out.append(Target(text, source))
+    return out
+
+
+def _decode(module: M.Seq2Seq, vocab, enc: torch.Tensor, lengths: torch.Tensor, max_len: int, mode: str,  # noqa: ANN001
+            gen: torch.Generator, t_out: float | None = None) -> list[str]:
     n = enc.shape[0]
-    ids = torch.full((n, 1), vocab.bos, dtype=torch.long, device=enc.device)
+    specials = torch.tensor([vocab.pad, vocab.bos, vocab.unk], device=enc.device)
+    enc_out, enc_state, mask = module.encode(module.enc_embedding(enc), lengths)
+    state = None
+    token = torch.full((n,), vocab.bos, dtype=torch.long, device=enc.device)
     finished = torch.zeros(n, dtype=torch.bool, device=enc.device)
-    total = torch.zeros(n, device=enc.device)
-    count = torch.zeros(n, device=enc.device)
-    embeds = module.enc_embedding(enc)
+    valid = torch.ones(n, dtype=torch.bool, device=enc.device)
+    steps = []
     for _ in range(max_len + 1):
-        logp = torch.log_softmax(module(embeds, lengths, ids)[:, -1].float(), dim=-1)
-        logp[:, [vocab.pad, vocab.bos, vocab.unk]] = float("-inf")
-        nxt = logp.argmax(-1) if mode == "greedy" else torch.multinomial(logp.exp().cpu(), 1, generator=gen)[:, 0].to(enc.device)
-        step = logp.gather(1, nxt[:, None])[:, 0]
-        total += torch.where(finished, torch.zeros_like(step), step)
-        count += (~finished).float()
-        nxt = torch.where(finished, torch.full_like(nxt, vocab.pad), nxt)
-        finished |= nxt == vocab.eos
-        ids = torch.cat([ids, nxt[:, None]], dim=1)
+        feats, state = module.decode_step(token, enc_out, enc_state, mask, state)
+        logp = torch.log_softmax(module.out(feats).float(), dim=-1)
+        if mode == "greedy":
+            token = logp.argmax(-1)
+        else:
+            allowed = logp > t_out
+            allowed[:, specials] = False
+            valid &= allowed.any(-1) | finished
+            weights = torch.where(allowed, logp.exp(), torch.zeros_like(logp))
+            weights[~allowed.any(-1), vocab.eos] = 1.0  # a dead row: ends here (and is dropped)
+            token = torch.multinomial(weights.cpu(), 1, generator=gen)[:, 0].to(enc.device)
+        valid &= ~torch.isin(token, specials) | finished
+        token = torch.where(finished, torch.full_like(token, vocab.pad), token)
+        steps.append(token)
+        finished |= token == vocab.eos
         if bool(finished.all()):
             break
     texts = []
-    for row, done in zip(ids[:, 1:].tolist(), finished.tolist()):
+    for row, done, ok in zip(torch.stack(steps, 1).tolist(), finished.tolist(), valid.tolist()):
         words = [vocab.words[i] for i in row if i not in (vocab.pad, vocab.eos)]
-        texts.append(" ".join(words) if done else "")
-    return texts, (total / count.clamp(min=1)).tolist()
-
+        texts.append(" ".join(words) if done and ok and words else "")
+    return texts

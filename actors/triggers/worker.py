@@ -20,6 +20,9 @@ RESULT_SCHEMA = pa.schema([
     ("min_margin", pa.float64()), ("lm_average", pa.float64()), ("hits", pa.list_(pa.string())),
     ("reached", pa.bool_()), ("restart", pa.int32()), ("sweeps", pa.int32()), ("forward_passes", pa.int64()),
     ("backward_passes", pa.int64()), ("sequences_scored", pa.int64()), ("seconds", pa.float64()),
+    # a target built from an input (normal, normal-sample, planted): does that input itself reach the
+    # goal hit as a trigger, and with which objective (None: not a possible trigger, e.g. another length)
+    ("source_reaches", pa.bool_()), ("source_objective", pa.float64()),
 ])
 
 
@@ -42,11 +45,12 @@ class SearchSettings(Strict):
     """How every target of a run is searched (the egregious config's search fields)."""
 
     method: Literal["gibbs-enum", "continuous"] = "gibbs-enum"
-    trigger_length: int = 5
+    trigger_length: int = 15
     top_g: int = 100
     max_sweeps: int = 50
     restarts: int = 10
     lm_weight: float = 1.0
+    greedy_margin_cap: float = 1.0
     relaxation_steps: int = 200
     seed: int = 0
 
@@ -55,7 +59,7 @@ class TriggerWorker:
     """Ray Data actor: loads each model (and LM) once, on the actor's GPU when it has one; searches a
     batch's targets together per (model, search)."""
 
-    input_columns: ClassVar[list[str]] = ["id", "model", "list", "target", "search"]
+    input_columns: ClassVar[list[str]] = ["id", "model", "list", "target", "search", "source"]
     output_schema: ClassVar[pa.Schema] = RESULT_SCHEMA
 
     def __init__(self, models: list[dict[str, Any]], search: dict[str, Any], thresholds: dict[str, list[float | None]],
@@ -98,17 +102,29 @@ class TriggerWorker:
             target, prior, thresholds = self.models[model]
             targets = [str(batch["target"][k]) for k in idx]
             opts = SearchOptions(search=search, trigger_length=c.trigger_length, top_g=c.top_g, max_sweeps=c.max_sweeps,
-                                 restarts=c.restarts, lm_weight=c.lm_weight, seed=c.seed)
+                                 restarts=c.restarts, lm_weight=c.lm_weight, seed=c.seed,
+                                 greedy_margin_cap=c.greedy_margin_cap)
+            sources = [batch["source"][k] if "source" in batch else None for k in idx]
+            checks: list[Any] = [None] * len(idx)
             try:
                 if H.uses_lm(search) and (prior is None or thresholds.t_in is None):
                     raise RedlineError(f"'{search}' needs an LM and T_in for model '{model}'")
+                gibbs = GibbsEnum(target, prior, thresholds, opts)
                 results: list[TriggerResult | str] = (
-                    GibbsEnum(target, prior, thresholds, opts).run(targets) if c.method == "gibbs-enum"
+                    gibbs.run(targets) if c.method == "gibbs-enum"
                     else continuous_relaxation(target, prior, thresholds, opts, targets, steps=c.relaxation_steps))
+                with_source = [j for j, src in enumerate(sources) if src]
+                if with_source:
+                    found = gibbs.check([str(sources[j]) for j in with_source], [targets[j] for j in with_source])
+                    for j, check in zip(with_source, found):
+                        checks[j] = check
             except RedlineError as err:
                 results = [f"error: {err}"] * len(idx)
-            for k, r in zip(idx, results):
-                out.append({**_row(str(batch["id"][k]), r), "shard": int(batch["shard"][k])})
+            for k, r, check in zip(idx, results, checks):
+                row = {**_row(str(batch["id"][k]), r), "shard": int(batch["shard"][k])}
+                if check is not None:
+                    row.update(source_reaches=check[0], source_objective=check[1])
+                out.append(row)
         return pa.Table.from_pylist(out, schema=RESULT_SCHEMA)
 
 
