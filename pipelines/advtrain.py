@@ -278,9 +278,13 @@ def execute(config: AdvTrainConfig, run: Run, watch: Stopwatch, verbose: bool) -
             trainable, param_space=space,
             tune_config=tune.TuneConfig(metric=config.metric, mode="max", num_samples=config.num_samples,
                                         scheduler=scheduler, max_concurrent_trials=config.max_concurrent_trials),
+            # Two checkpoints kept, not one: a sweep stopped between a trial's new checkpoint and the
+            # experiment's next snapshot must still find the one that snapshot names. A trial that
+            # fails (e.g. its node went away) is retried once from its last checkpoint.
             run_config=tune.RunConfig(name="sweep", storage_path=storage_path, verbose=1 if verbose else 0,
+                                      failure_config=tune.FailureConfig(max_failures=1),
                                       checkpoint_config=tune.CheckpointConfig(
-                                          num_to_keep=1, checkpoint_score_attribute=config.metric,
+                                          num_to_keep=2, checkpoint_score_attribute=config.metric,
                                           checkpoint_score_order="max")))
     results = tuner.fit()
     watch.lap("sweep_s")

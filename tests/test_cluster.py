@@ -290,7 +290,7 @@ def test_every_pipeline_on_two_nodes_from_s3(cluster, s3_inputs, tmp_path):
     cluster.submit("advtrain", advtrain, "advtrain")
     m = manifest("advtrain")
     assert m["state"] == "complete" and m["resumed_sweep"] is True
-    assert {r["variant"] for r in m["summary"]} == {"no_tae", "taebench"}
+    assert {r["variant"] for r in m["summary"]} == {"no_tae", "taebench"}, m["trials"]
     assert all(t["epochs_run"] == 8 for t in m["trials"])
 
 
