@@ -160,7 +160,8 @@ def trial(params: dict[str, Any]) -> None:
     adv = storage.read_parquet(paths[f"adv_{params['variant']}"]).to_pylist()
     rng = random.Random(params["seed"])
     rng.shuffle(adv)
-    rows = base + adv[: int(params["augment_ratio"] * len(base))]
+    adv = adv[: int(params["augment_ratio"] * len(base))]
+    rows = base + adv
     train_idx, val_idx = split_held_out(len(rows), 0.1, params["seed"])
     texts = [rows[i]["text"] for i in train_idx]
     labels = [int(rows[i]["label"]) for i in train_idx]
@@ -182,7 +183,10 @@ def trial(params: dict[str, Any]) -> None:
         loss = trainer.train_epoch(texts, labels)
         val_p = trainer.predict(val_texts)
         val, val_metrics = _rates(val_y, val_p), binary_metrics(val_y, val_p)
+        # what this variant really trained on: its adversarial rows, and the benign-labelled (BAE) ones
         metrics: dict[str, Any] = {"epoch": epoch, "train_loss": loss, "train_rows": len(texts),
+                                   "train_adv_rows": sum(i >= len(base) for i in train_idx),
+                                   "train_bae_rows": sum(i >= len(base) and int(rows[i]["label"]) == 0 for i in train_idx),
                                    "val_f1": val_metrics["f1"], "val_balanced_accuracy": val["balanced_accuracy"]}
         for name, data in evals.items():
             if not data:
@@ -211,7 +215,8 @@ def trial(params: dict[str, Any]) -> None:
             break
 
 
-TABLE_COLUMNS = [("variant", "variant", "s"), ("train_rows", "train rows", "d"), ("learning_rate", "lr", ".0e"),
+TABLE_COLUMNS = [("variant", "variant", "s"), ("train_rows", "train rows", "d"), ("train_adv_rows", "of them adversarial", "d"),
+                 ("train_bae_rows", "of them BAE", "d"), ("learning_rate", "lr", ".0e"),
                  ("epoch", "best epoch", "d"), ("seed_f1", "seed F1", ".3f"), ("seed_roc_auc", "seed ROC-AUC", ".3f"),
                  ("tae_asr", "TaeBench ASR (FNR)", ".3f"), ("bae_asr", "TaeBench+ benign ASR (FPR)", ".3f"),
                  ("plus_balanced_accuracy", "TaeBench+ bal. acc.", ".3f"),
@@ -234,7 +239,8 @@ def summarize(results: Any, config: AdvTrainConfig) -> tuple[list[dict[str, Any]
         for key, *_ in TABLE_COLUMNS:
             if key in best and key not in row:
                 value = best[key]
-                row[key] = None if value != value else (int(value) if key in ("epoch", "train_rows") else float(value))
+                row[key] = None if value != value else (int(value) if key in ("epoch", "train_rows", "train_adv_rows",
+                                                                             "train_bae_rows") else float(value))
         row[config.metric] = float(best[config.metric])
         trials.append(row)
     table = []

@@ -461,10 +461,31 @@ def test_advtrain_sweep_produces_table5(taebench_run, tmp_path, tiny_binary_mode
         assert row["checkpoint"] and (tmp_path / "runs" / "adv").as_posix() in row["checkpoint"]
     # more training rows for the adversarial variants: base + their adversarial rows
     assert table[2]["train_rows"] > table[0]["train_rows"]
+    # every variant trains on its own data (balanced TaeBench+: BAE rows oversampled), and is measured on
+    # every Table-5 column
+    import pyarrow.parquet as pq
+
+    by = {r["variant"]: r for r in table}
+    assert by["no_tae"]["train_adv_rows"] == 0 and by["taebench"]["train_bae_rows"] == 0
+    for variant, row in by.items():  # ~90% of the variant's own adversarial rows (10% validate), BAE included
+        adv = pq.read_table(tmp_path / "runs" / "adv" / "data" / f"adv_{variant}.parquet").column("label").to_pylist()
+        held = lambda n: max(2, 0.2 * n)  # noqa: E731 - a few rows land in the validation split
+        assert 0 <= len(adv) - row["train_adv_rows"] <= held(len(adv)), variant
+        assert 0 <= adv.count(0) - row["train_bae_rows"] <= held(adv.count(0)), variant
+    assert by["taebench"]["train_adv_rows"] > 0
+    for row in table:
+        for key in ("bae_asr", "plus_balanced_accuracy", "unseen_tae_asr"):
+            assert row[key] is not None and 0 <= row[key] <= 1, (row["variant"], key)
     from redline.actors.detectors import DetectorConfig, build_detector
 
     det = build_detector(DetectorConfig(name="adv", kind="hf", model=table[3]["checkpoint"]))
     assert det.detect(["you are an idiot"])[0].shape == (1, 2)  # a checkpoint is a usable detector
+    # models trained on different data are different models, even where (as here, a saturated tiny model)
+    # no decision flips and so ASR and balanced accuracy come out the same
+    probe = ["you are an idiot", "have a lovely day", "shut up you moron", "what a nice idea"]
+    plain = build_detector(DetectorConfig(name="a", kind="hf", model=by["no_tae"]["checkpoint"])).detect(probe)[0]
+    balanced = build_detector(DetectorConfig(name="b", kind="hf", model=by["balanced_taebench_plus"]["checkpoint"]))
+    assert not np.array_equal(plain, balanced.detect(probe)[0])
     html = (tmp_path / "runs" / "adv" / "report.html").read_text()
     assert "TaeBench ASR (FNR)" in html and "data:image/png;base64" in html
     status_and_report(result.run_uri, "TaeBench ASR")
