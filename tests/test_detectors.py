@@ -189,8 +189,8 @@ def test_perspective_speaks_comments_analyze_within_its_quota(monkeypatch):
     assert bodies[0] == {"comment": {"text": "you idiot"}, "requestedAttributes": {"TOXICITY": {}, "INSULT": {}},
                          "doNotStore": True, "languages": ["en"]}
     assert len(arrivals) == 5  # the first answer was a 429, retried
-    gaps = np.diff(arrivals)
-    assert gaps.min() >= 0.09, gaps  # 10 requests/s at most
+    gaps = np.diff(arrivals)  # 10 requests/s at most (arrival times jitter a little on a busy machine)
+    assert arrivals[-1] - arrivals[0] >= 0.9 * 0.1 * (len(arrivals) - 1) and np.median(gaps) >= 0.08, gaps
 
 
 def test_perspective_refused_key_stops_with_one_line_and_no_key(monkeypatch):
@@ -219,7 +219,9 @@ def test_perspective_quota_is_shared_by_every_actor(ray_session):
         results = ray.get([a.score.remote([f"text {i} from {k}" for i in range(4)]) for k, a in enumerate(actors)])
         arrivals = sorted(api.httpd.arrivals)
     assert all(list(r[3]) == ["ok"] * 4 for r in results)
-    assert len(arrivals) == 8 and np.diff(arrivals).min() >= 0.17, np.diff(arrivals)
+    # not shared, the two actors would send 10 a second between them: pairs at once, 0.7 s in all
+    gaps = np.diff(arrivals)
+    assert len(arrivals) == 8 and arrivals[-1] - arrivals[0] >= 0.9 * 0.2 * 7 and np.median(gaps) >= 0.15, gaps
 
 
 DETOXIFY_CLASSES = ["toxic", "severe_toxic", "obscene", "identity_hate", "insult", "threat", "sexual_explicit",

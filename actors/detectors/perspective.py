@@ -126,7 +126,7 @@ class PerspectiveDetector(Detector):
             if resp.status_code == 429 or resp.status_code >= 500:
                 cause, wait = f"HTTP {resp.status_code}", retry_after_s(resp.headers)
                 continue
-            if resp.status_code in (401, 403):
+            if resp.status_code in (401, 403) or (resp.status_code == 400 and "api key" in _message(resp).lower()):
                 raise RedlineError(f"the Perspective API at {o.base_url} refused the key in ${o.api_key_env} "
                                    f"(HTTP {resp.status_code}: {_message(resp)})")
             if resp.status_code >= 400:  # this text: an unsupported language, an empty or too long comment
