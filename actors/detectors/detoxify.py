@@ -17,7 +17,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from redline.actors.detectors.base import DecisionRule
 from redline.actors.detectors.config import DetectorConfig
 from redline.actors.detectors.local import HFDetector
-from redline.actors.encoding import TextEncoder
 from redline.cluster.artifacts import local_path
 from redline.cluster.devices import PRECISION_HELP, Precision, placement
 from redline.errors import RedlineError, first_line
@@ -93,18 +92,13 @@ class DetoxifyDetector(HFDetector):
     uses_gpu = True
 
     def __init__(self, config: DetectorConfig) -> None:  # noqa: D107 - HFDetector's scoring, Detoxify's loading
-        import torch
-
         self.config, self.options = config, config.options()
         opts: DetoxifyOptions = self.options  # type: ignore[assignment]
         self.placement = placement(config.num_gpus, opts.precision)
         self.device = self.placement.torch_device
         model, self.tokenizer, classes = _load(opts, "cpu")
         self._rule = detoxify_rule(classes, config, opts)
-        self.model = model.to(self.device, dtype=self.placement.torch_dtype).eval()
-        self.max_length = min(opts.max_length, getattr(self.tokenizer, "model_max_length", opts.max_length) or opts.max_length)
-        self.encoder = TextEncoder(self.tokenizer, self.max_length, self.device)
-        self._torch = torch
+        self._ready(model, opts.max_length)
 
     @classmethod
     def preflight(cls, config: DetectorConfig) -> None:

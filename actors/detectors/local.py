@@ -164,7 +164,6 @@ class HFDetector(Detector):
 
     def __init__(self, config: DetectorConfig) -> None:
         super().__init__(config)
-        import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         opts: HFOptions = self.options  # type: ignore[assignment]
@@ -174,10 +173,16 @@ class HFDetector(Detector):
         self.device = self.placement.torch_device
         model = local_path(opts.model)  # an s3:// model comes to this node's cache first
         self.tokenizer = AutoTokenizer.from_pretrained(model, revision=opts.revision)
-        self.model = AutoModelForSequenceClassification.from_pretrained(
-            model, revision=opts.revision, dtype=self.placement.torch_dtype
-        ).to(self.device).eval()
-        self.max_length = min(opts.max_length, getattr(self.tokenizer, "model_max_length", opts.max_length) or opts.max_length)
+        self._ready(AutoModelForSequenceClassification.from_pretrained(
+            model, revision=opts.revision, dtype=self.placement.torch_dtype), opts.max_length)
+
+    def _ready(self, model: Any, max_length: int) -> None:
+        """The loaded model on this actor's device, in eval mode, and its batch encoder (subclasses
+        that load their models another way, e.g. Detoxify, share this and `predict_proba`)."""
+        import torch
+
+        self.model = model.to(self.device, dtype=self.placement.torch_dtype).eval()
+        self.max_length = min(max_length, getattr(self.tokenizer, "model_max_length", max_length) or max_length)
         self.encoder = TextEncoder(self.tokenizer, self.max_length, self.device)
         self._torch = torch
 
