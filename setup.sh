@@ -33,6 +33,17 @@ if [ ! -f /usr/share/wordnet/data.noun ]; then
   fi
 fi
 
+# Headless Chromium and its driver for the viewer's browser tests (`--test` only), from Debian's packages.
+if [ -n "$extras" ] && ! command -v chromedriver >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup.sh: installing headless Chromium for the browser tests (apt: chromium chromium-driver)" >&2
+    apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 \
+      || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium chromium-driver >/dev/null; }
+  else
+    echo "setup.sh: the viewer's browser tests need: sudo apt-get install chromium chromium-driver" >&2
+  fi
+fi
+
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 stamp=".venv/.redline-setup-$(sha256sum < pyproject.toml | cut -c1-16)"
 if [ -f "$stamp-test" ] || { [ -z "$extras" ] && [ -f "$stamp" ]; }; then

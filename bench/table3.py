@@ -1,12 +1,13 @@
 """gibbs-enum's Table 3 on a pair corpus, measured as the paper measures it, with the planted check.
 
     .venv/bin/python bench/table3.py [--context attention] [--vocab 5000] [--hidden 256] [--embedding 128]
-        [--epochs 8] [--targets 60] [--trigger-length 5]
+        [--epochs 8] [--optimizer adam|sgd] [--targets 60] [--trigger-length 5]
 
-Trains an LSTM seq2seq (Adam) on DiaSafety train pairs (REDLINE_DIASAFETY_DIR or
+The paper's sizes: --vocab 10000 --embedding 300 --hidden 600 --epochs 20 --optimizer sgd.
+Trains an LSTM seq2seq on DiaSafety train pairs (REDLINE_DIASAFETY_DIR or
 ../shared/data/diasafety), builds the lists from validation inputs — planted (greedy outputs of inputs
 of exactly the trigger length), normal (distinct greedy outputs, o-greedy), normal-sample (words above
-T_out, o-sample-min), random (o-greedy and o-sample-min: the paper's 0%) — and runs gibbs-enum
+T_out, o-sample-min), random (o-greedy and o-sample-min: the paper's 0%), mal (o-sample-avg) — and runs gibbs-enum
 (G = 100, R = 10, T <= 50) on `--targets` of each. Prints one JSON object per list: its size, the hit
 rate of its hit type, seconds per target; for planted also the share of reachable targets found and
 how the misses split (a local optimum vs. an objective that ranks a miss first).
@@ -35,6 +36,8 @@ def main() -> None:
     parser.add_argument("--embedding", type=int, default=128)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--optimizer", default="adam", choices=["adam", "sgd"],
+                        help="sgd: the paper's schedule (lr 1, halved when validation stops improving)")
     parser.add_argument("--targets", type=int, default=60)
     parser.add_argument("--trigger-length", type=int, default=5)
     parser.add_argument("--cap", type=float, default=1.0, help="greedy_margin_cap")
@@ -45,7 +48,14 @@ def main() -> None:
     from redline.actors.triggers import hits as H
     from redline.actors.triggers.gibbs import GibbsEnum, SearchOptions
     from redline.actors.triggers.scorers import LSTMSeq2SeqTarget
-    from redline.actors.triggers.targets import normal_list, normal_sample_list, planted_list, random_list
+    from redline.actors.triggers.targets import (
+        Target,
+        mal_list,
+        normal_list,
+        normal_sample_list,
+        planted_list,
+        random_list,
+    )
     from redline.actors.triggers.training import TriggerModelTrainConfig, train
     from redline.cluster.config import validate_config
     from redline.pipelines.quickstart import diasafety_data_dir
@@ -54,16 +64,18 @@ def main() -> None:
     started = time.perf_counter()
     trained = train(validate_config(TriggerModelTrainConfig, {
         "pairs": {"path": str(data / "train.json")}, "vocab_size": args.vocab, "embedding_dim": args.embedding,
-        "hidden_dim": args.hidden, "context": args.context, "optimizer": "adam", "learning_rate": 0.003,
+        "hidden_dim": args.hidden, "context": args.context, "optimizer": args.optimizer,
+        "learning_rate": 0.003 if args.optimizer == "adam" else 1.0,
         "epochs": args.epochs, "output": tempfile.mkdtemp(prefix="redline-table3-"), "name": "s2s"}), "seq2seq")
-    emit(measured="model trained", context=args.context, vocab=len(trained.vocab), hidden=args.hidden,
+    emit(measured="model trained", context=args.context, vocab=len(trained.vocab), embedding=args.embedding,
+         hidden=args.hidden, optimizer=args.optimizer, epochs=args.epochs,
          test_ppl=round(trained.metrics["test_ppl"], 1), t_out=round(trained.thresholds.average_logprob, 3),
          wall_s=round(time.perf_counter() - started, 1))
     inputs = [r["context"] for r in json.loads((data / "val.json").read_text())]
     L = args.trigger_length
     t = time.perf_counter()
     lists = {"planted": planted_list(trained, inputs, L, n=args.targets), "normal": normal_list(trained, inputs),
-             "normal-sample": normal_sample_list(trained, inputs)}
+             "normal-sample": normal_sample_list(trained, inputs), "mal": [Target(t) for t in mal_list()]}
     emit(measured="lists built", sizes={k: len(v) for k, v in lists.items()}, seconds=round(time.perf_counter() - t, 1))
     rng = random.Random(0)
     th = H.Thresholds(trained.thresholds.average_logprob, None)
@@ -74,7 +86,7 @@ def main() -> None:
                                                         max_sweeps=50, greedy_margin_cap=args.cap))
 
     runs = [("planted", "o-greedy"), ("normal", "o-greedy"), ("normal-sample", "o-sample-min"),
-            ("random", "o-greedy"), ("random", "o-sample-min")]
+            ("random", "o-greedy"), ("random", "o-sample-min"), ("mal", "o-sample-avg")]
     for name, kind in runs:
         items = lists.get(name)
         texts = ([x.text for x in rng.sample(items, min(args.targets, len(items)))] if items is not None

@@ -2,7 +2,7 @@
 
 User mistakes raise RedlineError anywhere below; `main()` prints them as one line and exits with 2.
 Commands live by domain: pipelines (`run`, `train`, `status`, `report`, `submit`, `logs`), models
-(`train`), serving (`serve`, `detect`), `list` and `quickstart`.
+(`train`), serving (`serve`, `detect`), `view`, `list` and `quickstart`.
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ def _global(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log p
     os.environ.setdefault("REDLINE_VERBOSE", "1" if verbose else "0")
 
 
-from redline.cli import listing, quickstart, runs, serving, train  # noqa: E402  (commands register on import)
+from redline.cli import listing, quickstart, runs, serving, train, viewing  # noqa: E402  (commands register on import)
 
-__all__ = ["app", "main", "listing", "quickstart", "runs", "serving", "train"]
+__all__ = ["app", "main", "listing", "quickstart", "runs", "serving", "train", "viewing"]
 
 
 def _stop_on_signal(signum: int, _: Any) -> None:

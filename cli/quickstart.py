@@ -76,6 +76,7 @@ def quickstart(
     DiaSafety pairs (REDLINE_DIASAFETY_DIR) and prints gibbs-enum hit rates per target list.
     `card` writes a safety card (`redline eval`) of a tiny dialogue model guarded by the tiny
     classifier: TaeBench against the guard, DiaSafety two-step evaluation, triggers on the model.
+    Every variant ends by printing the `redline view` command that opens its runs in a browser.
     """
     def say(message: str) -> None:
         err_console.print(f"[bold]{message}[/bold]")
@@ -105,3 +106,5 @@ def quickstart(
         show_result(pipeline("eval"), qs.run_card_chain(output, force=force, verbose=verbose(), say=say))
     else:
         raise RedlineError(f"unknown quickstart '{what}' (known: taebench, score, attack, diasafety, egregious, card)")
+    console.print(f"browse the runs in a web browser: [bold]redline view {output}[/bold]", highlight=False,
+                  soft_wrap=True)

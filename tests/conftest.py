@@ -203,6 +203,13 @@ def tiny_seq2seq(tmp_path_factory, sample_rows) -> Path:
                               epochs=1, hidden_size=32, num_layers=1, vocab_size=500)
 
 
+@pytest.fixture(scope="session")
+def quickstart_dir(tmp_path_factory) -> Path:
+    """Where `redline quickstart` writes in tests: the CLI test runs the chain there, and the viewer's
+    browser test shows those runs (rerunning the chain there reuses them)."""
+    return tmp_path_factory.mktemp("quickstart")
+
+
 def status_and_report(run_uri: str, expect: str) -> None:
     """`redline status` summarises a finished run of any pipeline, and `redline report` renders its
     report again from the run directory alone."""

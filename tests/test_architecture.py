@@ -10,9 +10,9 @@ import pytest
 
 from conftest import REPO
 
-# cluster (config types, storage, runtime) <- actors (workers) <- pipelines <- serve, cli
-LAYERS = {"errors": 0, "cluster": 1, "actors": 2, "pipelines": 3, "serve": 4, "cli": 5}
-PACKAGES = ("cluster", "actors", "pipelines", "serve", "cli")
+# cluster (config types, storage, runtime) <- actors (workers) <- pipelines <- serve, view <- cli
+LAYERS = {"errors": 0, "cluster": 1, "actors": 2, "pipelines": 3, "serve": 4, "view": 4, "cli": 5}
+PACKAGES = ("cluster", "actors", "pipelines", "serve", "view", "cli")
 
 
 def sources() -> list:

@@ -15,7 +15,7 @@ from redline.cli import main
 from conftest import REPO, write_csv
 
 COMMANDS = [[], ["list"], ["list", "detectors"], ["run"], ["run", "score"], ["train"], ["train", "tiny-classifier"],
-            ["quickstart"], ["submit"], ["status"], ["logs"]]
+            ["quickstart"], ["submit"], ["status"], ["logs"], ["view"], ["eval"]]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c) or "redline")
@@ -133,7 +133,8 @@ def test_run_score_with_flag_overrides_and_status(capsys, tmp_path, ray_session,
 
 
 @pytest.mark.slow
-def test_quickstart_main_job_is_the_taebench_chain(capsys, tmp_path, ray_session, wordnet_ready):
+def test_quickstart_main_job_is_the_taebench_chain(capsys, quickstart_dir, ray_session, wordnet_ready):
+    tmp_path = quickstart_dir
     # `quickstart attack` alone first: the chain then reuses that finished run
     assert main(["quickstart", "attack", "--output", str(tmp_path)]) == 0
     assert "deepwordbug" in capsys.readouterr().out
@@ -152,6 +153,7 @@ def test_quickstart_main_job_is_the_taebench_chain(capsys, tmp_path, ray_session
     assert victims["profanity-check"]["tae_rate"] == 1.0  # the attack's own victim is fooled by every TAE
     assert str(tmp_path / "quickstart-transfer" / "report.html") in out
     assert "data:image/png;base64," in (tmp_path / "quickstart-transfer" / "report.html").read_text()
+    assert f"redline view {tmp_path}" in out  # it ends with the command that opens its runs in a browser
 
 
 def test_quickstart_score(capsys, tmp_path, ray_session):

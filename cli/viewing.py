@@ -1,0 +1,62 @@
+"""`redline view`: the web viewer of run directories."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Annotated, Optional
+
+import typer
+
+from redline.cli import app
+from redline.cli.show import console
+from redline.cluster.net import is_loopback
+from redline.errors import RedlineError
+
+
+@app.command()
+def view(
+    location: Annotated[str, typer.Argument(help="A directory or s3:// prefix holding run directories (a "
+                                                 "pipeline's `output`).")] = "redline-runs",
+    host: Annotated[str, typer.Option(help="Address to bind; anything but loopback needs the key (or --insecure).")]
+    = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to serve on.", min=1, max=65535)] = 8765,
+    api_key_env: Annotated[Optional[str], typer.Option(help="Environment variable holding the key every request "
+                                                            "must carry when it is set.")] = "REDLINE_API_KEY",
+    insecure: Annotated[bool, typer.Option("--insecure", help="Serve on a non-loopback host without a key "
+                                                               "(anyone who can reach the port reads the runs).")] = False,
+) -> None:
+    """Browse runs in a web browser: a read-only viewer of every run under LOCATION.
+
+    The run list shows each run's pipeline, state (running runs update live), start, wall time,
+    counts and headline figures (ASR per recipe, transfer ASR per victim, leaderboard Overall per
+    model, hit rates per list, Table-5 rows); tick runs of one pipeline to compare them side by side
+    with a grouped bar chart. A run page shows its report and plots, manifest and config, and its
+    rows (attempts, predictions, stage verdicts, triggers) paged, filterable and sortable straight
+    from its Parquet, each adversarial example beside its seed with the changed words marked.
+
+    Serves on 127.0.0.1 by default. When the variable named by --api-key-env is set, every request
+    needs the key: open any page once with ?key=<key> (the browser keeps a cookie), or send
+    `Authorization: Bearer <key>`. Another host without a key is refused unless --insecure.
+    """
+    import uvicorn
+
+    from redline.view.app import build_app
+    from redline.view.catalog import check_location
+
+    key = os.environ.get(api_key_env) if api_key_env else None
+    if not is_loopback(host) and not key and not insecure:
+        where = f"${api_key_env}" if api_key_env else "an --api-key-env variable"
+        raise RedlineError(f"view: host {host} exposes the runs to the network without a key; set {where} to a "
+                           "secret, or pass --insecure to serve without one")
+    check_location(location)
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a port in TIME_WAIT is free
+        try:
+            probe.bind((host, port))
+        except OSError as err:
+            raise RedlineError(f"cannot serve on {host}:{port}: {err.strerror or err} (pass --port)") from None
+    shown = f"[{host}]" if ":" in host else host
+    console.print(f"viewing the runs under {location} at [bold]http://{shown}:{port}/[/bold]"
+                  + (f" (key: ${api_key_env}; open with ?key=...)" if key else "") + " — Ctrl-C stops")
+    uvicorn.run(build_app(location, key), host=host, port=port, log_level="warning", access_log=False)

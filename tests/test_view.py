@@ -1,0 +1,287 @@
+"""`redline view` over the runs `redline quickstart` writes: the HTTP app (keys, files, S3, broken
+runs) and the pages in a real headless Chromium (run list, run page, filters, compare, live state)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from conftest import VENV_BIN, free_port, wait_for_port
+
+
+@pytest.fixture(scope="module")
+def runs_root(quickstart_dir, ray_session, wordnet_ready) -> Path:
+    """The quickstart chain's runs (reused when the CLI test made them), a second transfer run of
+    two victims to compare with, and a damaged run directory."""
+    from redline.cli import main
+    from redline.pipelines.quickstart import quickstart_transfer_config
+    from redline.pipelines.transfer import run_transfer
+
+    assert main(["quickstart", "--output", str(quickstart_dir)]) == 0
+    config = quickstart_transfer_config(str(quickstart_dir), str(quickstart_dir / "quickstart-taebench"),
+                                        quickstart_dir / "models" / "unused")
+    config = config.model_copy(update={"run_name": "transfer-two-victims",
+                                       "victims": [v for v in config.victims if v.kind != "hf"]})
+    run_transfer(config)
+    broken = quickstart_dir / "half-written-run"
+    broken.mkdir(exist_ok=True)
+    (broken / "manifest.json").write_text('{"pipeline": "attack", "state": "runn')
+    return quickstart_dir
+
+
+@pytest.fixture
+def client(runs_root):
+    from starlette.testclient import TestClient
+
+    from redline.view.app import build_app
+
+    with TestClient(build_app(str(runs_root))) as c:
+        yield c
+
+
+def test_run_list_shows_every_run_with_its_state_and_headline_figures(client, runs_root):
+    listed = {r["id"]: r for r in client.get("/api/runs").json()["runs"]}
+    expected = {p.name for p in runs_root.iterdir() if (p / "manifest.json").is_file()}
+    assert set(listed) == expected
+    assert listed["half-written-run"]["state"] == "unreadable"
+    assert "not valid JSON" in listed["half-written-run"]["error"]
+    transfer = json.loads((runs_root / "quickstart-transfer" / "manifest.json").read_text())
+    figures = {(f["label"], f["heading"]): f["value"] for f in listed["quickstart-transfer"]["figures"]}
+    for row in transfer["summary"]:
+        assert figures[(f"{row['victim']} {row['dataset']}", "ASR TAE")] == row["tae_rate"]
+    assert listed["quickstart-attack"]["state"] == "complete" and listed["quickstart-attack"]["wall_s"] > 0
+    page = client.get("/")
+    assert page.status_code == 200 and "half-written-run" in page.text and "not valid JSON" in page.text
+    assert page.headers["content-security-policy"].startswith("default-src 'none'")
+
+
+def test_rows_filter_sort_and_page_straight_from_parquet(client, runs_root):
+    attempts = ds.dataset(runs_root / "quickstart-attack" / "attempts").to_table().to_pylist()
+    want = [r for r in attempts if r["recipe"] == "pwws" and r["status"] == "success"]
+    page = client.get("/run", params={"id": "quickstart-attack", "table": "attempts", "f_recipe": "pwws",
+                                      "f_status": "success", "sort": "-queries", "n": 500})
+    assert page.status_code == 200
+    assert f"{len(want)} of {len(attempts)} rows" in page.text
+    from redline.view.rows import query, read_table, tables
+
+    ref = next(t for t in tables(str(runs_root / "quickstart-attack")) if t.name == "attempts")
+    result = query(read_table(ref), {"recipe": "pwws", "status": "success"}, "-queries", 1, 10)
+    assert result.total == len(want) and result.pages == -(-len(want) // 10)
+    queries = [r["queries"] for r in result.rows]
+    assert queries == sorted(queries, reverse=True) and queries[0] == max(r["queries"] for r in want)
+    assert "<mark>" in page.text and "<del>" in page.text  # seed beside the perturbed text, changes marked
+    bad = client.get("/run", params={"id": "quickstart-attack", "f_nosuchcolumn": "x"})
+    assert bad.status_code == 200 and "no column &#39;nosuchcolumn&#39; to filter on" in bad.text
+
+
+def test_list_columns_filter_by_membership(runs_root):
+    import pyarrow as pa
+
+    from redline.view.rows import facets, query
+
+    table = pa.table({"list": ["normal", "mal", "mal"], "hits": [["o-greedy-hit"], None, ["o-sample-avg-1-hit",
+                                                                                        "o-sample-avg-2-hit"]]})
+    assert facets(table)["hits"] == ["o-greedy-hit", "o-sample-avg-1-hit", "o-sample-avg-2-hit"]
+    assert [r["list"] for r in query(table, {"hits": "o-sample-avg-2-hit"}, None, 1, 10).rows] == ["mal"]
+    assert query(table, {"list": "mal", "hits": "o-greedy-hit"}, None, 1, 10).total == 0
+
+
+def test_word_diff_marks_only_changed_words():
+    from redline.view.rows import word_diff
+
+    before, after = word_diff("you are a worthless idiot <b>", "you are a worthless idifot <b>")
+    assert before == "you are a worthless <del>idiot</del> &lt;b&gt;"
+    assert after == "you are a worthless <mark>idifot</mark> &lt;b&gt;"
+
+
+def test_files_stay_inside_the_run_and_reports_open_sandboxed(client):
+    ok = client.get("/file", params={"id": "quickstart-attack", "name": "plots/asr.png"})
+    assert ok.status_code == 200 and ok.content[:4] == b"\x89PNG"
+    html = client.get("/file", params={"id": "quickstart-attack", "name": "report.html"})
+    assert html.status_code == 200 and "sandbox" in html.headers["content-security-policy"]
+    for params in ({"id": "quickstart-attack", "name": "../quickstart-transfer/report.html"},
+                   {"id": "../quickstart-attack", "name": "report.html"}, {"id": "/etc", "name": "passwd.txt"},
+                   {"id": "quickstart-attack", "name": "attempts/part-00000.parquet"}):
+        assert client.get("/file", params=params).status_code == 400, params
+    assert client.get("/run", params={"id": "../../etc"}).status_code == 400
+    assert client.get("/run", params={"id": "no-such-run"}).status_code == 404
+
+
+def test_a_key_guards_every_page_but_health(runs_root):
+    from starlette.testclient import TestClient
+
+    from redline.view.app import build_app
+
+    with TestClient(build_app(str(runs_root), key="s3cret")) as c:
+        assert c.get("/healthz").status_code == 200
+        denied = c.get("/api/runs")
+        assert denied.status_code == 401 and "needs its key" in denied.text
+        assert c.get("/api/runs", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert c.get("/api/runs", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        opened = c.get("/run", params={"id": "quickstart-attack", "key": "s3cret"}, follow_redirects=False)
+        assert opened.status_code == 303 and "key=" not in opened.headers["location"]
+        assert "httponly" in opened.headers["set-cookie"].lower()
+        assert c.get(opened.headers["location"]).status_code == 200  # the cookie carries it from now on
+
+
+def test_cli_refuses_exposure_without_a_key_and_a_missing_location(capsys, runs_root, monkeypatch):
+    from redline.cli import main
+
+    monkeypatch.delenv("REDLINE_API_KEY", raising=False)
+    assert main(["view", str(runs_root), "--host", "0.0.0.0"]) == 2
+    assert "exposes the runs to the network without a key" in capsys.readouterr().err
+    assert main(["view", str(runs_root / "nothing-here")]) == 2
+    assert "no directory" in capsys.readouterr().err
+
+
+def test_runs_on_s3_and_a_broken_one_beside_them(s3_env, runs_root):
+    import boto3
+    from starlette.testclient import TestClient
+
+    from redline.view.app import build_app
+
+    s3 = boto3.client("s3", endpoint_url=s3_env)
+    s3.create_bucket(Bucket="redline-view")
+    for run in ("quickstart-transfer", "transfer-two-victims"):
+        for path in (runs_root / run).rglob("*"):
+            if path.is_file():
+                s3.upload_file(str(path), "redline-view", f"team/{run}/{path.relative_to(runs_root / run)}")
+    s3.put_object(Bucket="redline-view", Key="team/damaged/manifest.json", Body=b"[1, 2]")
+    with TestClient(build_app("s3://redline-view/team")) as c:
+        listed = {r["id"]: r for r in c.get("/api/runs").json()["runs"]}
+        assert set(listed) == {"quickstart-transfer", "transfer-two-victims", "damaged"}
+        assert listed["quickstart-transfer"]["state"] == "complete" and listed["quickstart-transfer"]["figures"]
+        assert "not a redline manifest" in listed["damaged"]["error"]
+        page = c.get("/run", params={"id": "quickstart-transfer", "table": "predictions", "f_detector": "keywords"})
+        assert page.status_code == 200 and "keywords" in page.text and "rows · page 1" in page.text
+        png = next((runs_root / "quickstart-transfer" / "plots").glob("*.png")).name
+        assert c.get("/file", params={"id": "quickstart-transfer", "name": f"plots/{png}"}).content[:4] == b"\x89PNG"
+        compare = c.get("/compare", params=[("id", "quickstart-transfer"), ("id", "transfer-two-victims")])
+        assert compare.status_code == 200 and "<svg" in compare.text
+
+
+# --------------------------------------------------------------------------------------------
+# In a real browser
+
+
+def browser():
+    """Headless Chromium through chromedriver (Debian's packages; `setup.sh --test` installs them)."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if not chromium or not driver:
+        message = "chromium and chromium-driver are not installed (setup.sh --test installs them as root)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(arg)
+    options.binary_location = chromium
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service(driver), options=options)
+
+
+@pytest.fixture
+def viewer(runs_root):
+    """`redline view` itself, as a user starts it."""
+    port = free_port()
+    env = {**os.environ, "REDLINE_API_KEY": ""}
+    proc = subprocess.Popen([str(VENV_BIN / "redline"), "view", str(runs_root), "--port", str(port)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for_port(port, timeout=60)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=20)
+        sys.stdout.write(out)
+
+
+def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    driver = browser()
+    errors: list[str] = []
+
+    def shot(name: str) -> None:
+        driver.save_screenshot(str(tmp_path / f"{name}.png"))
+        errors.extend(f"{name}: {e['message']}" for e in driver.get_log("browser") if e["level"] == "SEVERE")
+
+    wait = WebDriverWait(driver, 20)
+    try:
+        # the run list: every run, its state, its figures, the damaged one with its error
+        driver.get(viewer + "/")
+        rows = {r.get_attribute("data-id"): r for r in driver.find_elements(By.CSS_SELECTOR, "tr.run")}
+        assert set(rows) == {p.name for p in runs_root.iterdir() if (p / "manifest.json").is_file()}
+        assert rows["quickstart-attack"].find_element(By.CSS_SELECTOR, "[data-field=state]").text == "complete"
+        assert "not valid JSON" in rows["half-written-run"].text
+        assert "ASR TAE" in rows["transfer-two-victims"].text and "keywords all" in rows["transfer-two-victims"].text
+        shot("runs")
+
+        # a run page: the report with its plots loaded
+        rows["quickstart-attack"].find_element(By.CSS_SELECTOR, "a.run-link").click()
+        wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, ".report h1")))
+        images = driver.find_elements(By.CSS_SELECTOR, ".report img")
+        assert images and all(driver.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 0",
+                                                    img) for img in images)
+        assert "redline attack report" in driver.find_element(By.CSS_SELECTOR, ".report h1").text
+        shot("run")
+
+        # filtering attempts by recipe, then status, changes the rows shown
+        before = driver.find_element(By.ID, "row-count").text
+        Select(driver.find_element(By.NAME, "f_recipe")).select_by_visible_text("pwws")
+        wait.until(lambda d: d.find_element(By.ID, "row-count").text != before)
+        after_recipe = driver.find_element(By.ID, "row-count").text
+        Select(driver.find_element(By.NAME, "f_status")).select_by_visible_text("success")
+        wait.until(lambda d: d.find_element(By.ID, "row-count").text != after_recipe)
+        attempts = ds.dataset(runs_root / "quickstart-attack" / "attempts").to_table().to_pylist()
+        want = [r for r in attempts if r["recipe"] == "pwws" and r["status"] == "success"]
+        assert driver.find_element(By.ID, "row-count").text.startswith(f"{len(want)} of {len(attempts)} rows")
+        cells = driver.find_elements(By.CSS_SELECTOR, "#row-table td[data-col=recipe]")
+        assert cells and {c.text for c in cells} == {"pwws"}
+        assert {c.text for c in driver.find_elements(By.CSS_SELECTOR, "#row-table td[data-col=status]")} == {"success"}
+        assert driver.find_elements(By.CSS_SELECTOR, "#row-table td.diff mark")
+        shot("rows")
+
+        # compare two transfer runs: both tables and the grouped bars
+        driver.get(viewer + "/?pipeline=transfer")
+        for run in ("quickstart-transfer", "transfer-two-victims"):
+            driver.find_element(By.CSS_SELECTOR, f"input[value='{run}']").click()
+        driver.find_element(By.ID, "compare").click()
+        wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "#chart svg")))
+        compared = [s.get_attribute("data-id") for s in driver.find_elements(By.CSS_SELECTOR, "section.compared")]
+        assert sorted(compared) == ["quickstart-transfer", "transfer-two-victims"]
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#chart svg rect[fill]")) >= 5  # 3 + 2 bars, legend
+        shot("compare")
+
+        # a running run's state follows its manifest live
+        live = runs_root / "attack-in-flight"
+        shutil.copytree(runs_root / "quickstart-attack", live, dirs_exist_ok=True)
+        manifest = json.loads((live / "manifest.json").read_text())
+        manifest.update(run_name="attack-in-flight", state="running", run_uri=str(live))
+        (live / "manifest.json").write_text(json.dumps(manifest))
+        driver.get(viewer + "/")
+        badge = (By.CSS_SELECTOR, "tr[data-id='attack-in-flight'] [data-field=state]")
+        assert driver.find_element(*badge).text == "running"
+        manifest["state"] = "complete"
+        (live / "manifest.json").write_text(json.dumps(manifest))
+        WebDriverWait(driver, 30).until(lambda d: d.find_element(*badge).text == "complete")
+        shot("live")
+    finally:
+        driver.quit()
+        shutil.rmtree(runs_root / "attack-in-flight", ignore_errors=True)
+    assert not errors, errors
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["compare.png", "live.png", "rows.png", "run.png",
+                                                               "runs.png"]  # kept for a person to look at

@@ -1,0 +1,281 @@
+"""`redline view`: a read-only web app over the runs under one location (local or s3://).
+
+Pages: the run list (state, wall time, counts, headline figures; live while runs are running), a run
+page (report, manifest, config, rows filtered/sorted/paged from the run's Parquet, seed vs perturbed
+as a word diff), and compare (headline tables of several runs of one pipeline side by side, with a
+grouped bar chart). Plain HTML, one small script and one stylesheet served from the package: no build
+step, no CDN, works offline. Same key rules as `redline serve`: loopback needs none; any other host
+needs the key (or --insecure).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import posixpath
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from redline.cluster import storage
+from redline.errors import RedlineError
+from redline.pipelines.registry import entry
+from redline.view import catalog, charts, report, rows
+
+HERE = Path(__file__).parent
+COOKIE = "redline_view_key"
+PUBLIC = ("/healthz", "/static/", "/favicon.ico")
+PER_PAGE = 50
+MAX_FILE_BYTES = 50 << 20
+FILE_TYPES = {".html": "text/html; charset=utf-8", ".md": "text/plain; charset=utf-8", ".png": "image/png",
+              ".svg": "image/svg+xml", ".csv": "text/csv; charset=utf-8", ".json": "application/json",
+              ".txt": "text/plain; charset=utf-8"}
+# Pages load only the viewer's own script, styles and images; a run's report.html opens sandboxed.
+PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+               "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+FILE_POLICY = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; sandbox"
+
+
+def key_sha256(key: str | None) -> str | None:
+    return hashlib.sha256(key.encode()).hexdigest() if key else None
+
+
+class KeyCheck:
+    """Every request but /healthz and the static assets carries the key when one is set: as a Bearer
+    token or X-API-Key header, or the cookie a browser gets by opening any page once with ?key=."""
+
+    def __init__(self, app: ASGIApp, key_hash: str | None) -> None:
+        self.app, self.key_hash = app, key_hash
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.key_hash is None or scope["path"].startswith(PUBLIC):
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        given = request.query_params.get("key")
+        if given is not None and self._ok(given):
+            params = [(k, v) for k, v in request.query_params.multi_items() if k != "key"]
+            response = RedirectResponse(scope["path"] + ("?" + urlencode(params) if params else ""), status_code=303)
+            response.set_cookie(COOKIE, key_sha256(given) or "", httponly=True, samesite="strict")
+            await response(scope, receive, send)
+            return
+        auth = request.headers.get("authorization", "")
+        header = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+        cookie = request.cookies.get(COOKIE, "")
+        if (header and self._ok(header)) or (cookie and hmac.compare_digest(cookie, self.key_hash)):
+            await self.app(scope, receive, send)
+            return
+        wrong = given is not None or bool(header) or bool(cookie)
+        page = TEMPLATES.get_template("login.html").render(path=scope["path"], wrong=wrong)
+        await HTMLResponse(page, status_code=401, headers={"Content-Security-Policy": PAGE_POLICY})(scope, receive, send)
+
+    def _ok(self, key: str) -> bool:
+        return hmac.compare_digest(key_sha256(key) or "", self.key_hash or "")
+
+
+TEMPLATES = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
+TEMPLATES.globals.update(fmt=catalog.format_value, cell=rows.cell, urlencode=urlencode)
+
+
+def build_app(root: str, key: str | None = None) -> Starlette:
+    """The viewer of the runs under `root`; `key`: the secret every request must carry (None: none)."""
+    cache = rows.TableCache()
+
+    def page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        html = TEMPLATES.get_template(name).render(root=root, **context)
+        return HTMLResponse(html, status_code=status, headers={"Content-Security-Policy": PAGE_POLICY})
+
+    def error_page(message: str, status: int) -> HTMLResponse:
+        return page("error.html", status, title="error", message=message)
+
+    async def run_list(request: Request) -> Response:
+        import anyio.to_thread
+
+        try:
+            runs = await anyio.to_thread.run_sync(catalog.find_runs, root)
+        except RedlineError as err:
+            return error_page(str(err), 502)
+        pipeline = request.query_params.get("pipeline") or ""
+        shown = [r for r in runs if not pipeline or r.pipeline == pipeline]
+        return page("runs.html", title="runs", runs=shown, pipelines=sorted({r.pipeline for r in runs if r.pipeline}),
+                    pipeline=pipeline, total=len(runs))
+
+    async def api_runs(_: Request) -> Response:
+        import anyio.to_thread
+
+        try:
+            runs = await anyio.to_thread.run_sync(catalog.find_runs, root)
+        except RedlineError as err:
+            return JSONResponse({"error": str(err)}, status_code=502)
+        return JSONResponse({"root": root, "runs": [r.as_json() for r in runs]})
+
+    def load_run(run_id: str) -> catalog.RunInfo:
+        info = catalog.read_run(root, run_id)
+        if info is None:
+            raise LookupError(f"no run '{run_id}' under {root}")
+        return info
+
+    async def run_page(request: Request) -> Response:
+        import anyio.to_thread
+
+        params = request.query_params
+        run_id = params.get("id", "")
+        try:
+            info = await anyio.to_thread.run_sync(load_run, run_id)
+        except RedlineError as err:
+            return error_page(str(err), 400)
+        except LookupError as err:
+            return error_page(str(err), 404)
+        context: dict[str, Any] = {"title": info.name, "run": info, "manifest_json": _pretty(info.manifest),
+                                   "config_json": _pretty((info.manifest or {}).get("config")),
+                                   "report_html": None, "report_error": None, "tables": [], "rows_error": None}
+        try:
+            text = (await anyio.to_thread.run_sync(storage.read_bytes, storage.join(info.uri, "report.md"))).decode()
+            context["report_html"] = report.render(text, info.id)
+        except RedlineError as err:
+            context["report_error"] = "no report yet" if "not found" in str(err) else str(err)
+        except UnicodeDecodeError:
+            context["report_error"] = "report.md is not UTF-8 text"
+        try:
+            refs = await anyio.to_thread.run_sync(rows.tables, info.uri)
+            context["tables"] = [r.name for r in refs]
+            chosen = next((r for r in refs if r.name == params.get("table")), refs[0] if refs else None)
+            if chosen is not None:
+                context.update(await anyio.to_thread.run_sync(lambda: _rows_context(cache, chosen, params)))
+        except RedlineError as err:
+            context["rows_error"] = str(err)
+        return page("run.html", **context)
+
+    async def compare(request: Request) -> Response:
+        import anyio.to_thread
+
+        ids = list(dict.fromkeys(request.query_params.getlist("id")))
+        if len(ids) < 2:
+            return error_page("select two or more runs of the same pipeline to compare", 400)
+        try:
+            infos = [await anyio.to_thread.run_sync(load_run, i) for i in ids]
+        except RedlineError as err:
+            return error_page(str(err), 400)
+        except LookupError as err:
+            return error_page(str(err), 404)
+        broken = [i for i in infos if i.manifest is None]
+        if broken:
+            return error_page(f"run {broken[0].id} cannot be read: {broken[0].error}", 400)
+        kinds = sorted({i.pipeline for i in infos})
+        if len(kinds) > 1:
+            return error_page(f"compare runs of one pipeline (these are {', '.join(kinds)})", 400)
+        return page("compare.html", title=f"compare {len(infos)} {kinds[0]} runs", **_compare_context(infos))
+
+    async def run_file(request: Request) -> Response:
+        import anyio.to_thread
+
+        run_id, name = request.query_params.get("id", ""), request.query_params.get("name", "")
+        try:
+            uri = storage.join(catalog.run_uri(root, run_id), *_file_parts(name))
+            data = await anyio.to_thread.run_sync(_read_small, uri)
+        except RedlineError as err:
+            status = 404 if "not found" in str(err) else 400
+            return Response(str(err), status_code=status, media_type="text/plain")
+        headers = {"Content-Security-Policy": FILE_POLICY, "X-Content-Type-Options": "nosniff"}
+        return Response(data, media_type=FILE_TYPES[posixpath.splitext(name)[1]], headers=headers)
+
+    async def healthz(_: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    async def favicon(_: Request) -> Response:
+        return RedirectResponse("/static/favicon.svg", status_code=301)
+
+    routes = [Route("/", run_list), Route("/api/runs", api_runs), Route("/run", run_page), Route("/compare", compare),
+              Route("/file", run_file), Route("/healthz", healthz), Route("/favicon.ico", favicon),
+              Mount("/static", StaticFiles(directory=HERE / "static"), name="static")]
+    app = Starlette(routes=routes)
+    app.add_middleware(KeyCheck, key_hash=key_sha256(key))
+    return app
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, default=str) if value is not None else ""
+
+
+def _file_parts(name: str) -> list[str]:
+    parts = name.split("/")
+    if (not name or len(parts) > 2 or not all(catalog.SEGMENT.match(p) for p in parts)
+            or posixpath.splitext(name)[1] not in FILE_TYPES):
+        raise RedlineError(f"not a report file: {name!r}")
+    return parts
+
+
+def _read_small(uri: str) -> bytes:
+    fs, path = storage.resolve(uri)
+    try:
+        size = fs.get_file_info(path).size
+    except OSError:
+        size = None
+    if size is not None and size > MAX_FILE_BYTES:
+        raise RedlineError(f"{uri} is {size:,} bytes, over the viewer's {MAX_FILE_BYTES:,}")
+    return storage.read_bytes(uri)
+
+
+FILTER = re.compile(r"^f_(.+)$")
+
+
+def _rows_context(cache: rows.TableCache, ref: rows.TableRef, params: Any) -> dict[str, Any]:
+    table = cache.get(ref)
+    facets = rows.facets(table)
+    filters = {m.group(1): v for k, v in params.items() if (m := FILTER.match(k)) and v != ""}
+    try:
+        page_no = int(params.get("page", "1"))
+        per_page = min(500, max(1, int(params.get("n", str(PER_PAGE)))))
+    except ValueError:
+        raise RedlineError("page and n must be whole numbers") from None
+    result = rows.query(table, filters, params.get("sort") or None, page_no, per_page, params.get("q") or None)
+    shown = [c for c in result.columns if not (result.pair and c in result.pair)]
+    diffs = [rows.word_diff(r.get(result.pair[0]), r.get(result.pair[1])) for r in result.rows] if result.pair else []
+    base = list(params.multi_items())
+
+    def link(changes: dict[str, Any], drop: tuple[str, ...] = ()) -> str:
+        """This page's URL with `changes` made and `drop` left out."""
+        kept = [(k, v) for k, v in base if k not in changes and k not in drop]
+        return "/run?" + urlencode(kept + sorted((k, str(v)) for k, v in changes.items()))
+
+    return {"link": link, "table": ref.name, "facets": facets, "filters": filters, "result": result, "shown": shown, "diffs": diffs,
+            "sort": params.get("sort") or "", "q": params.get("q") or ""}
+
+
+def _compare_context(infos: list[catalog.RunInfo]) -> dict[str, Any]:
+    pipeline = infos[0].pipeline
+    e = entry(pipeline)
+    from redline.pipelines.registry import pipeline as load_pipeline
+
+    spec = load_pipeline(pipeline)
+    tables = [(i, (i.manifest or {}).get("summary") or [], spec.columns(i.manifest or {})) for i in infos]
+    chart = None
+    if e.headline is not None:
+        groups: list[str] = []
+        series = []
+        heading = ""
+        for info, summary, _ in tables:
+            values: dict[str, float] = {}
+            for row in summary:
+                picked = catalog.primary(e.headline, row)
+                if picked is not None:
+                    label = catalog.row_label(row, e.headline.keys)
+                    heading = heading or picked[0]
+                    values[label] = picked[1]
+                    if label not in groups:
+                        groups.append(label)
+            series.append((info.name, values))
+        if groups:
+            chart = charts.grouped_bars(groups, [(name, [v.get(g) for g in groups]) for name, v in series],
+                                        f"{heading} by run", heading)
+    return {"runs": infos, "tables": tables, "chart": chart, "pipeline": pipeline}

@@ -1,0 +1,218 @@
+"""The runs under a location (a local directory or an s3:// prefix), read from their manifests.
+
+A run is a directory holding `manifest.json`; runs sit directly under the location or one level
+deeper (a folder of outputs). A run whose manifest cannot be read is listed with its error rather
+than hidden, so a half-written or damaged directory shows up where the user looks for it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from redline.cluster import storage
+from redline.cluster.runs import RunDir
+from redline.errors import RedlineError, first_line
+from redline.pipelines.registry import Entry, Headline, entries
+
+SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+MAX_DEPTH = 2
+
+
+@dataclass
+class Figure:
+    label: str  # the summary row's name, e.g. "deepwordbug tae"
+    heading: str  # the figure's name, e.g. "ASR"
+    value: Any
+    fmt: str
+
+    @property
+    def text(self) -> str:
+        return format_value(self.value, self.fmt)
+
+
+@dataclass
+class RunInfo:
+    """One row of the run list."""
+
+    id: str  # the run's path below the location, '/'-separated
+    uri: str
+    pipeline: str = ""
+    name: str = ""
+    state: str = "unreadable"
+    started: str | None = None
+    updated: str | None = None
+    wall_s: float | None = None
+    counts: dict[str, Any] = field(default_factory=dict)
+    figures: list[Figure] = field(default_factory=list)
+    error: str | None = None
+    manifest: dict[str, Any] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"id": self.id, "uri": self.uri, "pipeline": self.pipeline, "name": self.name, "state": self.state,
+                "started": self.started, "updated": self.updated, "wall_s": self.wall_s, "counts": self.counts,
+                "figures": [{"label": f.label, "heading": f.heading, "value": f.value, "text": f.text}
+                            for f in self.figures], "error": self.error}
+
+
+def format_value(value: Any, fmt: str) -> str:
+    import math
+
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    try:
+        return format(value, fmt)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def check_location(root: str) -> None:
+    """The location exists and is a directory (or an S3 prefix that can be listed)."""
+    fs, path = storage.resolve(root)
+    try:
+        kind = fs.get_file_info(path).type
+    except OSError as err:
+        raise RedlineError(f"cannot reach {root}: {first_line(err)}") from None
+    if kind == pafs.FileType.File:
+        raise RedlineError(f"{root} is a file; give the directory (or s3:// prefix) that holds run directories")
+    if kind == pafs.FileType.NotFound and not storage.is_s3(root):
+        raise RedlineError(f"no directory {root} (run a pipeline first, e.g. `redline quickstart`)")
+
+
+def _children(root: str, rel: str) -> list[str]:
+    fs, path = storage.resolve(storage.join(root, rel) if rel else root)
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    except OSError as err:
+        raise RedlineError(f"cannot list {root}: {first_line(err)}") from None
+    return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory and SEGMENT.match(i.base_name))
+
+
+def run_uri(root: str, run_id: str) -> str:
+    """The directory of run `run_id` under `root`; an id that is not a plain relative path is refused."""
+    parts = run_id.split("/")
+    if not run_id or len(parts) > MAX_DEPTH or not all(SEGMENT.match(p) for p in parts):
+        raise RedlineError(f"not a run id: {run_id!r}")
+    return storage.join(root, *parts)
+
+
+def find_runs(root: str, workers: int | None = None) -> list[RunInfo]:
+    """Every run under `root`, newest first. On S3 manifests are read 16 at a time (round trips
+    dominate there); local reads are faster one after another than through threads."""
+    workers = workers or (16 if storage.is_s3(root) else 1)
+    candidates = _children(root, "")
+    runs: list[RunInfo] = []
+    with ThreadPoolExecutor(workers) as pool:
+        for depth in range(1, MAX_DEPTH + 1):
+            infos = list(pool.map(lambda rel: read_run(root, rel), candidates))
+            runs += [i for i in infos if i is not None]
+            if depth == MAX_DEPTH:
+                break
+            # directories without a manifest may hold runs one level down (a folder of outputs)
+            missing = [rel for rel, info in zip(candidates, infos) if info is None]
+            candidates = [f"{rel}/{c}" for rels in pool.map(lambda r: [(r, c) for c in _children(root, r)], missing)
+                          for rel, c in rels]
+    runs.sort(key=lambda r: (r.started or "", r.id), reverse=True)
+    return runs
+
+
+def read_run(root: str, rel: str) -> RunInfo | None:
+    """The run at `rel`, None when the directory holds no manifest (not a run)."""
+    uri = run_uri(root, rel)
+    info = RunInfo(id=rel, uri=uri, name=rel.rsplit("/", 1)[-1])
+    manifest_uri = RunDir(uri).manifest_uri
+    fs, path = storage.resolve(manifest_uri)
+    try:  # one request: open it, and a missing manifest means "not a run" (no existence check first)
+        with fs.open_input_stream(path) as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        if "not found" in str(err).lower() or "is a directory" in str(err).lower():
+            return None
+        info.error = f"cannot read {manifest_uri}: {first_line(err)}"
+        return info
+    try:
+        manifest = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        info.error = f"{manifest_uri} is not valid JSON (a damaged or half-written run directory)"
+        return info
+    if not isinstance(manifest, dict):
+        info.error = f"{manifest_uri} is not a redline manifest"
+        return info
+    return describe(info, manifest)
+
+
+def describe(info: RunInfo, manifest: dict[str, Any]) -> RunInfo:
+    info.manifest = manifest
+    info.pipeline = str(manifest.get("pipeline") or "")
+    info.name = str(manifest.get("run_name") or info.name)
+    info.state = str(manifest.get("state") or "unknown")
+    info.started, info.updated = manifest.get("started_at"), manifest.get("updated_at")
+    info.counts = {k: v for k, v in (manifest.get("counts") or {}).items() if isinstance(v, (int, float))}
+    info.error = manifest.get("error")
+    info.wall_s = wall_seconds(manifest)
+    entry = entry_of(info.pipeline)
+    if entry is None:
+        info.error = info.error or f"unknown pipeline '{info.pipeline}' (written by another redline version?)"
+    elif entry.headline is not None:
+        summary = manifest.get("summary")
+        info.figures = figures(entry.headline, summary if isinstance(summary, list) else [])
+    return info
+
+
+def entry_of(pipeline: str) -> Entry | None:
+    return next((e for e in entries() if e.name == pipeline), None)
+
+
+def wall_seconds(manifest: dict[str, Any]) -> float | None:
+    """Time the run's work took: its recorded timings, else finished (or now, while running) minus started."""
+    timings = manifest.get("timings")
+    if isinstance(timings, dict) and timings:
+        return round(sum(v for v in timings.values() if isinstance(v, (int, float))), 1)
+    start = _parse_time(manifest.get("started_at"))
+    if start is None:
+        return None
+    end = _parse_time(manifest.get("finished_at") or manifest.get("updated_at"))
+    if manifest.get("state") == "running":
+        end = datetime.now(timezone.utc)
+    return round((end - start).total_seconds(), 1) if end else None
+
+
+def _parse_time(value: Any) -> datetime | None:
+    try:
+        parsed = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def row_label(row: dict[str, Any], keys: tuple[str, ...]) -> str:
+    return " ".join(str(row[k]) for k in keys if row.get(k) not in (None, ""))
+
+
+def figures(headline: Headline, summary: list[dict[str, Any]]) -> list[Figure]:
+    out = []
+    for row in summary:
+        if not isinstance(row, dict):
+            continue
+        label = row_label(row, headline.keys)
+        present = [(k, h, f) for k, h, f in headline.values if row.get(k) is not None]
+        for key, heading, fmt in present[:1] if headline.first_only else present:
+            out.append(Figure(label, heading, row[key], fmt))
+    return out
+
+
+def primary(headline: Headline, row: dict[str, Any]) -> tuple[str, float] | None:
+    """The figure a compare chart draws for one summary row: (its heading, value)."""
+    for key, heading, _ in headline.values:
+        value = row.get(key)
+        if isinstance(value, (int, float)):
+            return heading, float(value)
+    return None

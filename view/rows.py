@@ -1,0 +1,211 @@
+"""A run's row tables (attempts, predictions, stages, verdicts, triggers), read straight from its
+Parquet with pyarrow: filtered, sorted and paged in memory, never copied into another store.
+
+A directory of `part-*.parquet` shards is one table; any other Parquet file is a table of its own.
+Columns with a few distinct short values (recipe, goal, status, victim, category, model, list, hit
+types) become filters; a seed beside its perturbed text is shown as a word diff.
+"""
+
+from __future__ import annotations
+
+import difflib
+import html
+import io
+import math
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from redline.cluster import storage
+from redline.errors import RedlineError, first_line
+
+PAIRS = (("seed_text", "perturbed_text"), ("seed_text", "text"))  # (before, after) shown as a diff
+FACET_MAX_VALUES = 40
+FACET_MAX_CHARS = 64
+HIDDEN_LAST = ("input",)  # planned work, not results: listed after the results
+
+
+@dataclass(frozen=True)
+class TableRef:
+    name: str  # e.g. "attempts", "stages/4-label", "taebench"
+    files: tuple[tuple[str, int, float], ...]  # (uri, size, mtime): the cache key, so new shards show up
+
+
+def tables(run_uri: str) -> list[TableRef]:
+    """The row tables of a run directory, results first."""
+    fs, path = storage.resolve(run_uri)
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+    except OSError as err:
+        raise RedlineError(f"cannot list {run_uri}: {first_line(err)}") from None
+    groups: dict[str, list[pafs.FileInfo]] = {}
+    for info in infos:
+        rel = info.path[len(path):].lstrip("/")
+        if info.type != pafs.FileType.File or not rel.endswith(".parquet") or "/." in f"/{rel}":
+            continue
+        folder, _, base = rel.rpartition("/")
+        name = folder if folder and base.startswith("part-") else rel.removesuffix(".parquet")
+        groups.setdefault(name, []).append(info)
+    refs = [TableRef(n, tuple((storage.join(run_uri, i.path[len(path):].lstrip("/")), i.size or 0,
+                              i.mtime.timestamp() if i.mtime else 0.0) for i in sorted(g, key=lambda i: i.path)))
+            for n, g in groups.items()]
+    return sorted(refs, key=lambda r: (r.name.split("/")[0] in HIDDEN_LAST, r.name))
+
+
+class TableCache:
+    """The last few tables read, keyed by their files (size and mtime), so paging does not re-read."""
+
+    def __init__(self, size: int = 8) -> None:
+        self.size, self._items, self._lock = size, OrderedDict[TableRef, pa.Table](), threading.Lock()
+
+    def get(self, ref: TableRef) -> pa.Table:
+        with self._lock:
+            if ref in self._items:
+                self._items.move_to_end(ref)
+                return self._items[ref]
+        table = read_table(ref)
+        with self._lock:
+            self._items[ref] = table
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return table
+
+
+def read_table(ref: TableRef) -> pa.Table:
+    parts = []
+    for uri, _, _ in ref.files:
+        try:
+            parts.append(pq.read_table(io.BytesIO(storage.read_bytes(uri))))
+        except pa.ArrowInvalid as err:
+            raise RedlineError(f"{uri} is not a readable Parquet file ({first_line(err)})") from None
+    if not parts:
+        raise RedlineError(f"table {ref.name} has no files")
+    try:
+        return pa.concat_tables(parts, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise RedlineError(f"the shards of {ref.name} disagree on their columns ({first_line(err)})") from None
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _is_text_list(t: pa.DataType) -> bool:
+    return (pa.types.is_list(t) or pa.types.is_large_list(t)) and _is_text(t.value_type)
+
+
+def facets(table: pa.Table) -> dict[str, list[str]]:
+    """Filterable columns and their values: booleans, and text (or lists of text) with a few short values."""
+    out: dict[str, list[str]] = {}
+    for name in table.column_names:
+        column = table.column(name)
+        if pa.types.is_boolean(column.type):
+            out[name] = ["true", "false"]
+            continue
+        if _is_text_list(column.type):
+            column = pc.list_flatten(column)
+        elif not _is_text(column.type):
+            continue
+        values = pc.unique(column.drop_null() if hasattr(column, "drop_null") else column)
+        if 1 <= len(values) <= FACET_MAX_VALUES:
+            texts = [v for v in values.to_pylist() if v is not None]
+            if texts and max(len(v) for v in texts) <= FACET_MAX_CHARS and (len(texts) > 1 or table.num_rows <= 1
+                                                                           or _is_text_list(table.column(name).type)):
+                out[name] = sorted(texts)
+    return out
+
+
+def pair_of(table: pa.Table) -> tuple[str, str] | None:
+    return next((p for p in PAIRS if all(c in table.column_names for c in p)), None)
+
+
+@dataclass
+class Page:
+    columns: list[str]
+    rows: list[dict[str, Any]]
+    total: int  # rows after filtering
+    all_rows: int
+    page: int
+    pages: int
+    pair: tuple[str, str] | None
+
+
+def query(table: pa.Table, filters: dict[str, str], sort: str | None, page: int, per_page: int,
+          search: str | None = None) -> Page:
+    """Rows of `table` where every filter holds (a value of a list column: the list contains it), the
+    text search (any text column contains it, case-insensitive), sorted by `sort` ("col" or "-col")."""
+    mask = None
+    for name, value in filters.items():
+        if name not in table.column_names:
+            raise RedlineError(f"no column '{name}' to filter on")
+        column = table.column(name)
+        if pa.types.is_boolean(column.type):
+            cond = pc.equal(column, value == "true")
+        elif _is_text_list(column.type):
+            flat = pc.list_flatten(column)
+            parents = pc.list_parent_indices(column)
+            hit_rows = pc.unique(pc.filter(parents, pc.equal(flat, value)))
+            cond = pc.is_in(pa.array(range(table.num_rows), pa.int64()), value_set=hit_rows.cast(pa.int64()))
+        else:
+            cond = pc.equal(column.cast(pa.string()), value)
+        cond = pc.fill_null(cond, False)
+        mask = cond if mask is None else pc.and_(mask, cond)
+    if search:
+        needle = None
+        for name in table.column_names:
+            if _is_text(table.column(name).type):
+                found = pc.fill_null(pc.match_substring(table.column(name), search, ignore_case=True), False)
+                needle = found if needle is None else pc.or_(needle, found)
+        if needle is not None:
+            mask = needle if mask is None else pc.and_(mask, needle)
+    view = table.filter(mask) if mask is not None else table
+    if sort:
+        key = sort.lstrip("-")
+        if key not in table.column_names:
+            raise RedlineError(f"no column '{key}' to sort by")
+        if _sortable(table.column(key).type):
+            view = view.sort_by([(key, "descending" if sort.startswith("-") else "ascending")])
+    pages = max(1, math.ceil(view.num_rows / per_page))
+    page = min(max(1, page), pages)
+    rows = view.slice((page - 1) * per_page, per_page).to_pylist()
+    return Page(table.column_names, rows, view.num_rows, table.num_rows, page, pages, pair_of(table))
+
+
+def _sortable(t: pa.DataType) -> bool:
+    return not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_struct(t) or pa.types.is_map(t))
+
+
+def cell(value: Any) -> str:
+    """A value as display text (escaped by the template)."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.4g}"
+    if isinstance(value, list):
+        return ", ".join(cell(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {cell(v)}" for k, v in value.items())
+    return str(value)
+
+
+def word_diff(before: str | None, after: str | None) -> tuple[str, str]:
+    """HTML of both texts with the words that differ marked: removed in `before`, added in `after`."""
+    a, b = (before or "").split(), (after or "").split()
+    left, right = [], []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        old, new = html.escape(" ".join(a[i1:i2])), html.escape(" ".join(b[j1:j2]))
+        if op == "equal":
+            left.append(old)
+            right.append(new)
+            continue
+        if old:
+            left.append(f"<del>{old}</del>")
+        if new:
+            right.append(f"<mark>{new}</mark>")
+    return " ".join(left), " ".join(right)

@@ -1,0 +1,32 @@
+// redline view: filters apply when a choice changes; the run list follows running runs live.
+"use strict";
+
+document.querySelectorAll("select[data-autosubmit]").forEach(function (select) {
+  select.addEventListener("change", function () { select.form.submit(); });
+});
+
+(function followRunningRuns() {
+  var table = document.getElementById("runs");
+  if (!table || !table.querySelector("tr[data-state='running']")) return;
+  function refresh() {
+    fetch("/api/runs", {credentials: "same-origin"}).then(function (r) { return r.ok ? r.json() : null; })
+      .then(function (data) {
+        if (!data || !data.runs) return;
+        var stillRunning = false;
+        data.runs.forEach(function (run) {
+          var row = table.querySelector("tr[data-id='" + CSS.escape(run.id) + "']");
+          if (!row) return;
+          if (row.dataset.state === "running" && run.state !== "running") { window.location.reload(); return; }
+          var state = row.querySelector("[data-field='state']");
+          state.textContent = run.state;
+          state.className = "badge " + run.state;
+          row.dataset.state = run.state;
+          if (run.wall_s !== null) row.querySelector("[data-field='wall']").textContent = run.wall_s.toFixed(1) + " s";
+          if (run.state === "running") stillRunning = true;
+        });
+        if (stillRunning) window.setTimeout(refresh, 3000);
+      })
+      .catch(function () { window.setTimeout(refresh, 10000); });
+  }
+  window.setTimeout(refresh, 3000);
+})();
