@@ -196,12 +196,24 @@ def preflight(config: EgregiousConfig) -> None:
                 raise RedlineError(f"target list '{t.name}': no file {t.path}")
 
 
+def model_targets(config: EgregiousConfig, model: EgregiousModelConfig
+                  ) -> tuple[H.Thresholds, dict[str, list[Any]], dict[str, str]]:
+    """One model's thresholds and target lists: a Ray task, so decoding the test inputs (the normal
+    lists) runs on the cluster with the search's resources, never on the driver."""
+    return resolved_thresholds(model), *target_lists(config, model)
+
+
 def build_inputs(config: EgregiousConfig, manifest: dict[str, Any]) -> pa.Table:
+    import ray
+
+    from redline.cluster.runtime import check_placeable
+
     rows: dict[str, list[str]] = {f.name: [] for f in INPUT_SCHEMA}
     per_model: dict[str, Any] = {}
-    for model in config.models:
-        thresholds = resolved_thresholds(model)
-        lists, skipped = target_lists(config, model)
+    check_placeable("the task building target lists", config.num_cpus, config.num_gpus)
+    task = ray.remote(num_cpus=config.num_cpus, num_gpus=config.num_gpus or 0, max_retries=1)(model_targets)
+    built = ray.get([task.remote(config, model) for model in config.models])
+    for model, (thresholds, lists, skipped) in zip(config.models, built):
         per_model[model.name] = {"t_out": thresholds.t_out, "t_in": thresholds.t_in, "lists": {k: len(v) for k, v in lists.items()},
                                  "lists_skipped": skipped}
         specs = {spec.name: spec for spec in config.lists}
