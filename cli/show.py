@@ -18,19 +18,10 @@ def verbose() -> bool:
     return os.environ.get("REDLINE_VERBOSE") == "1"
 
 
-def format_value(value: Any, fmt: str) -> str:
-    import math
-
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    try:
-        return format(value, fmt)
-    except (TypeError, ValueError):
-        return str(value)
-
-
 def print_table(title: str, rows: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> None:
     """Rows as a table: columns are (key, heading, format); text columns left, numbers right."""
+    from redline.pipelines.report import format_value  # numpy and pyarrow: only when a table prints
+
     table = Table(title=title)
     for _, heading, fmt in columns:
         table.add_column(heading, justify="left" if fmt == "s" else "right", overflow="fold")

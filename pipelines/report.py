@@ -17,9 +17,13 @@ from redline.cluster.runs import RunDir
 
 
 def format_value(value: Any, fmt: str) -> str:
+    """A table cell: "–" for missing values, the value as text when the format does not fit it."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
-    return format(value, fmt)
+    try:
+        return format(value, fmt)
+    except (TypeError, ValueError):
+        return str(value)
 
 
 def markdown_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> str:

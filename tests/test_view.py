@@ -81,7 +81,7 @@ def test_rows_filter_sort_and_page_straight_from_parquet(client, runs_root):
     assert bad.status_code == 200 and "no column &#39;nosuchcolumn&#39; to filter on" in bad.text
 
 
-def test_list_columns_filter_by_membership(runs_root):
+def test_list_columns_filter_by_membership():
     import pyarrow as pa
 
     from redline.view.rows import facets, query

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+import pyarrow as pa
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -28,7 +29,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from redline.cluster import storage
-from redline.errors import RedlineError
+from redline.errors import RedlineError, first_line
 from redline.pipelines.registry import entry
 from redline.view import catalog, charts, report, rows
 
@@ -154,6 +155,8 @@ def build_app(root: str, key: str | None = None) -> Starlette:
                 context.update(await anyio.to_thread.run_sync(lambda: _rows_context(cache, chosen, params)))
         except RedlineError as err:
             context["rows_error"] = str(err)
+        except pa.ArrowException as err:  # a column type the filters or sort cannot handle
+            context["rows_error"] = f"cannot show these rows: {first_line(err)}"
         return page("run.html", **context)
 
     async def compare(request: Request) -> Response:

@@ -20,6 +20,7 @@ from redline.cluster import storage
 from redline.cluster.runs import RunDir
 from redline.errors import RedlineError, first_line
 from redline.pipelines.registry import Entry, Headline, entries
+from redline.pipelines.report import format_value
 
 SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 MAX_DEPTH = 2
@@ -61,27 +62,10 @@ class RunInfo:
                             for f in self.figures], "error": self.error}
 
 
-def format_value(value: Any, fmt: str) -> str:
-    import math
-
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    try:
-        return format(value, fmt)
-    except (TypeError, ValueError):
-        return str(value)
-
-
 def check_location(root: str) -> None:
-    """The location exists and is a directory (or an S3 prefix that can be listed)."""
-    fs, path = storage.resolve(root)
-    try:
-        kind = fs.get_file_info(path).type
-    except OSError as err:
-        raise RedlineError(f"cannot reach {root}: {first_line(err)}") from None
-    if kind == pafs.FileType.File:
-        raise RedlineError(f"{root} is a file; give the directory (or s3:// prefix) that holds run directories")
-    if kind == pafs.FileType.NotFound and not storage.is_s3(root):
+    """The location is a directory (or an S3 prefix, which may still be empty)."""
+    storage.check_directory(root, "runs location")
+    if not storage.is_s3(root) and not storage.exists(root):
         raise RedlineError(f"no directory {root} (run a pipeline first, e.g. `redline quickstart`)")
 
 
@@ -174,14 +158,13 @@ def entry_of(pipeline: str) -> Entry | None:
 def wall_seconds(manifest: dict[str, Any]) -> float | None:
     """Time the run's work took: its recorded timings, else finished (or now, while running) minus started."""
     timings = manifest.get("timings")
-    if isinstance(timings, dict) and timings:
+    running = manifest.get("state") == "running"
+    if isinstance(timings, dict) and timings and not running:
         return round(sum(v for v in timings.values() if isinstance(v, (int, float))), 1)
     start = _parse_time(manifest.get("started_at"))
     if start is None:
         return None
-    end = _parse_time(manifest.get("finished_at") or manifest.get("updated_at"))
-    if manifest.get("state") == "running":
-        end = datetime.now(timezone.utc)
+    end = datetime.now(timezone.utc) if running else _parse_time(manifest.get("finished_at") or manifest.get("updated_at"))
     return round((end - start).total_seconds(), 1) if end else None
 
 

@@ -28,6 +28,7 @@ from redline.errors import RedlineError, first_line
 PAIRS = (("seed_text", "perturbed_text"), ("seed_text", "text"))  # (before, after) shown as a diff
 FACET_MAX_VALUES = 40
 FACET_MAX_CHARS = 64
+FIRST = ("attempts", "predictions", "triggers", "scored", "taebench", "taebench_plus")  # each pipeline's main rows
 HIDDEN_LAST = ("input",)  # planned work, not results: listed after the results
 
 
@@ -55,7 +56,7 @@ def tables(run_uri: str) -> list[TableRef]:
     refs = [TableRef(n, tuple((storage.join(run_uri, i.path[len(path):].lstrip("/")), i.size or 0,
                               i.mtime.timestamp() if i.mtime else 0.0) for i in sorted(g, key=lambda i: i.path)))
             for n, g in groups.items()]
-    return sorted(refs, key=lambda r: (r.name.split("/")[0] in HIDDEN_LAST, r.name))
+    return sorted(refs, key=lambda r: (r.name.split("/")[0] in HIDDEN_LAST, r.name not in FIRST, r.name))
 
 
 class TableCache:
@@ -113,6 +114,8 @@ def facets(table: pa.Table) -> dict[str, list[str]]:
         elif not _is_text(column.type):
             continue
         values = pc.unique(column.drop_null() if hasattr(column, "drop_null") else column)
+        if name == "id" or name.endswith("_id") or (len(values) == table.num_rows > 3):
+            continue  # a key, unique per row: nothing to group by
         if 1 <= len(values) <= FACET_MAX_VALUES:
             texts = [v for v in values.to_pylist() if v is not None]
             if texts and max(len(v) for v in texts) <= FACET_MAX_CHARS and (len(texts) > 1 or table.num_rows <= 1
