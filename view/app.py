@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pyarrow as pa
+from anyio import to_thread
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -100,10 +101,8 @@ def build_app(root: str, key: str | None = None) -> Starlette:
         return page("error.html", status, title="error", message=message)
 
     async def run_list(request: Request) -> Response:
-        import anyio.to_thread
-
         try:
-            runs = await anyio.to_thread.run_sync(catalog.find_runs, root)
+            runs = await to_thread.run_sync(catalog.find_runs, root)
         except RedlineError as err:
             return error_page(str(err), 502)
         pipeline = request.query_params.get("pipeline") or ""
@@ -112,10 +111,8 @@ def build_app(root: str, key: str | None = None) -> Starlette:
                     pipeline=pipeline, total=len(runs))
 
     async def api_runs(_: Request) -> Response:
-        import anyio.to_thread
-
         try:
-            runs = await anyio.to_thread.run_sync(catalog.find_runs, root)
+            runs = await to_thread.run_sync(catalog.find_runs, root)
         except RedlineError as err:
             return JSONResponse({"error": str(err)}, status_code=502)
         return JSONResponse({"root": root, "runs": [r.as_json() for r in runs]})
@@ -127,12 +124,10 @@ def build_app(root: str, key: str | None = None) -> Starlette:
         return info
 
     async def run_page(request: Request) -> Response:
-        import anyio.to_thread
-
         params = request.query_params
         run_id = params.get("id", "")
         try:
-            info = await anyio.to_thread.run_sync(load_run, run_id)
+            info = await to_thread.run_sync(load_run, run_id)
         except RedlineError as err:
             return error_page(str(err), 400)
         except LookupError as err:
@@ -141,18 +136,18 @@ def build_app(root: str, key: str | None = None) -> Starlette:
                                    "config_json": _pretty((info.manifest or {}).get("config")),
                                    "report_html": None, "report_error": None, "tables": [], "rows_error": None}
         try:
-            text = (await anyio.to_thread.run_sync(storage.read_bytes, storage.join(info.uri, "report.md"))).decode()
+            text = (await to_thread.run_sync(storage.read_bytes, storage.join(info.uri, "report.md"))).decode()
             context["report_html"] = report.render(text, info.id)
         except RedlineError as err:
             context["report_error"] = "no report yet" if "not found" in str(err) else str(err)
         except UnicodeDecodeError:
             context["report_error"] = "report.md is not UTF-8 text"
         try:
-            refs = await anyio.to_thread.run_sync(rows.tables, info.uri)
+            refs = await to_thread.run_sync(rows.tables, info.uri)
             context["tables"] = [r.name for r in refs]
             chosen = next((r for r in refs if r.name == params.get("table")), refs[0] if refs else None)
             if chosen is not None:
-                context.update(await anyio.to_thread.run_sync(lambda: _rows_context(cache, chosen, params)))
+                context.update(await to_thread.run_sync(lambda: _rows_context(cache, chosen, params)))
         except RedlineError as err:
             context["rows_error"] = str(err)
         except pa.ArrowException as err:  # a column type the filters or sort cannot handle
@@ -160,13 +155,11 @@ def build_app(root: str, key: str | None = None) -> Starlette:
         return page("run.html", **context)
 
     async def compare(request: Request) -> Response:
-        import anyio.to_thread
-
         ids = list(dict.fromkeys(request.query_params.getlist("id")))
         if len(ids) < 2:
             return error_page("select two or more runs of the same pipeline to compare", 400)
         try:
-            infos = [await anyio.to_thread.run_sync(load_run, i) for i in ids]
+            infos = [await to_thread.run_sync(load_run, i) for i in ids]
         except RedlineError as err:
             return error_page(str(err), 400)
         except LookupError as err:
@@ -180,12 +173,10 @@ def build_app(root: str, key: str | None = None) -> Starlette:
         return page("compare.html", title=f"compare {len(infos)} {kinds[0]} runs", **_compare_context(infos))
 
     async def run_file(request: Request) -> Response:
-        import anyio.to_thread
-
         run_id, name = request.query_params.get("id", ""), request.query_params.get("name", "")
         try:
             uri = storage.join(catalog.run_uri(root, run_id), *_file_parts(name))
-            data = await anyio.to_thread.run_sync(_read_small, uri)
+            data = await to_thread.run_sync(_read_small, uri)
         except RedlineError as err:
             status = 404 if "not found" in str(err) else 400
             return Response(str(err), status_code=status, media_type="text/plain")
