@@ -41,6 +41,8 @@ def main() -> None:
     parser.add_argument("--targets", type=int, default=60)
     parser.add_argument("--trigger-length", type=int, default=5)
     parser.add_argument("--cap", type=float, default=1.0, help="greedy_margin_cap")
+    parser.add_argument("--only", nargs="*", default=None, metavar="LIST:SEARCH",
+                        help="run only these (list, search) pairs, e.g. random:o-sample-min mal:o-sample-avg")
     args = parser.parse_args()
 
     import torch
@@ -87,6 +89,8 @@ def main() -> None:
 
     runs = [("planted", "o-greedy"), ("normal", "o-greedy"), ("normal-sample", "o-sample-min"),
             ("random", "o-greedy"), ("random", "o-sample-min"), ("mal", "o-sample-avg")]
+    if args.only:
+        runs = [tuple(pair.split(":", 1)) for pair in args.only]
     for name, kind in runs:
         items = lists.get(name)
         texts = ([x.text for x in rng.sample(items, min(args.targets, len(items)))] if items is not None
