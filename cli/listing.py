@@ -60,11 +60,18 @@ def list_recipes() -> None:
 
     table = Table(title="attack recipes (every one runs with goal tae or bae)", show_lines=False)
     table.add_column("name", no_wrap=True, style="bold")
-    for col in ("family", "transformation", "pre", "post", "search", "needs"):
-        table.add_column(col, overflow="fold")
-    for r in recipe_table():
-        table.add_row(*(r[c] for c in ("name", "family", "transformation", "pre", "post", "search", "needs")))
+    columns = ("family", "transformation", "pre", "post", "search", "needs")
+    for col in columns:
+        table.add_column(col, overflow="fold", min_width=20 if col == "needs" else None)
+    rows = recipe_table()
+    sources: dict[str, list[str]] = {}
+    for r in rows:
+        table.add_row(r["name"], *(r[c] for c in columns))
+        if r["source"] != "–":
+            sources.setdefault(r["source"], []).append(r["name"])
     console.print(table)
+    for source, names in sources.items():
+        console.print(f"settings from {source}: {', '.join(names)}", soft_wrap=True, highlight=False)
 
 
 @list_app.command("pipelines")

@@ -11,7 +11,7 @@ from redline.actors.attack import constraints as C
 from redline.actors.attack.attacker import Attacker, Attempt
 from redline.actors.attack.goals import GOALS, Victim
 from redline.actors.attack.recipes import RECIPES, AttackResources, RecipeOptions
-from redline.actors.attack.search import Beam, GreedyWIR, SearchContext
+from redline.actors.attack.search import AlzantotGenetic, Beam, GreedyWIR, SearchContext
 from redline.actors.attack.text import AttackedText
 from redline.actors.attack.transformations import (
     HOMOGLYPHS,
@@ -210,8 +210,8 @@ def test_word_embedding_distance(tmp_path):
 # ---------------------------------------------------------------- search
 
 
-@pytest.mark.parametrize("search", [GreedyWIR("delete"), GreedyWIR("unk"), GreedyWIR("wsaliency"), Beam(2)],
-                         ids=lambda s: s.label)
+@pytest.mark.parametrize("search", [GreedyWIR("delete"), GreedyWIR("unk"), GreedyWIR("wsaliency"), Beam(2),
+                                    AlzantotGenetic(population=6, iterations=4)], ids=lambda s: s.label)
 def test_searches_find_the_planted_weakness(search):
     victim = Victim(PlantedVictim())
     ctx = ctx_for("honestly you are a total idiot mate", CharEdits(), pre=[C.Stopwords()])
@@ -220,6 +220,57 @@ def test_searches_find_the_planted_weakness(search):
     assert outcome.success and "idiot" not in outcome.text.text.split()
     assert outcome.text.modified == {5}  # only the weak word needed changing
     assert 0 < ctx.queries <= 500
+
+
+class CountingVictim(PlantedVictim):
+    """Toxic while three of its six insults remain: a success needs four changed — the whole modification
+    budget — and every changed insult raises the goal score a little (what a genetic search climbs)."""
+
+    INSULTS = ("idiot", "moron", "fool", "jerk", "loser", "dummy")
+
+    def predict_proba(self, texts):
+        self.calls += 1
+        return np.array([[sum(w in self.INSULTS for w in t.lower().split()) / 6 + 0.01] for t in texts])
+
+
+def test_genetic_search_combines_parents_within_the_modification_budget():
+    text = "idiot moron fool jerk loser dummy"
+    runs = []
+    for _ in range(2):
+        victim = Victim(CountingVictim())
+        ctx = ctx_for(text, CharEdits(ops=("delete", "swap"), per_op=1), pre=[C.MaxModificationRate(0.1, 4)],
+                      budget=2000)
+        start = victim.query([text])[0]
+        runs.append((drive(AlzantotGenetic(population=8, iterations=10).run(ctx, (1 - start.toxic_score, False)),
+                           victim), ctx.queries))
+    (outcome, queries), (again, _) = runs
+    assert outcome.success and len(outcome.text.modified) == 4  # the budget: max(4, 10% of 6 words)
+    assert victim.query([outcome.text.text])[0].pred_toxic is False
+    assert again.text.text == outcome.text.text  # draws are seeded by the text: a rerun finds the same example
+    assert queries <= 2000
+    child_rate = C.MaxModificationRate(0.1, 4)
+    over = AttackedText.from_text(text)
+    for i in range(5):
+        over = over.replace(i, "x" + over.word(i))
+    assert not child_rate.within(over, AttackedText.from_text(text))
+
+
+def test_toxictrap_follows_qdata_settings():
+    """ToxicTrap as QData's TextAttack-Multilabel builds it: the composite transformation, its constraints,
+    beam width 3, the genetic search, embedding and MLM top-20; older names still resolve."""
+    from redline.actors.attack.recipes import recipe
+
+    composite = recipe("toxictrap-composite-genetic")
+    assert composite.transformation == (("char", {"ops": ("insert-space", "delete", "swap", "homoglyph"),
+                                                  "per_op": 1}), ("embedding", {"k": 20}))
+    assert composite.pre == (("no-repeat", {}), ("stopwords", {}), ("max-mod-rate", {"rate": 0.1, "min_words": 4}))
+    assert composite.post == (("pos-match", {}),) and "MultilabelACL23_recipe" in composite.source
+    assert composite.search == ("genetic", {"population": 25, "iterations": 10})
+    assert recipe("toxictrap-mlm-beam").search == ("beam", {"width": 3})
+    assert recipe("toxictrap-embedding-unk").transformation == (("embedding", {"k": 20}),)
+    assert dict(recipe("toxictrap-wordnet-delete").post)["sentence-similarity"] == {
+        "min_similarity": 0.840845057, "metric": "angular", "window": 15}
+    assert recipe("toxictrap-wordnet-wsaliency").name == "toxictrap-wordnet-weighted-saliency"
 
 
 def test_gradient_ranking_needs_and_uses_a_white_box_victim(tiny_binary_model):
@@ -338,7 +389,7 @@ def test_every_registered_recipe_runs_on_a_tiny_victim(tiny_binary_model, tiny_m
     seeds = ["you are a stupid idiot and a loser", "shut up you pathetic moron"]
     attempts = [Attempt(f"{n}-{i}", s, n, "tae") for n in RECIPES for i, s in enumerate(seeds)]
     results = a.attack(attempts)
-    assert len(RECIPES) == 25
+    assert len(RECIPES) == 35
     errors = [(att.recipe, r.reason) for att, r in zip(attempts, results) if r.status == "error"]
     assert not errors
     assert {r.status for r in results} <= {"success", "failed", "skipped"}

@@ -104,6 +104,21 @@ def test_empty_seed_set_after_filtering(ray_session, tmp_path):
         run_attack(cfg)
 
 
+def test_toxictrap_composite_with_the_genetic_search_fools_profanity_check(ray_session, davidson, tmp_path):
+    """The recipe QData ships (composite transformation, POS and modification-rate constraints, Alzantot's
+    genetic search) end to end: its examples flip the victim within the modification budget."""
+    cfg = attack_config({"path": str(davidson), "preset": "davidson"}, str(tmp_path), max_seeds=6,
+                        recipes=["toxictrap-composite-genetic"])
+    result = run_attack(cfg)
+    [row] = result.summary
+    attempts = sharded.read_outputs(RunDir(result.run_uri), "attempts").to_pylist()
+    wins = [a for a in attempts if a["status"] == "success"]
+    assert row["recipe"] == "toxictrap-composite-genetic" and row["asr"] > 0 and wins
+    assert all(a["search"] == "genetic-25x10" and not a["pred_after"] for a in wins)
+    assert all(a["words_changed"] <= max(4, -(-a["words_total"] // 10)) for a in wins)
+    assert not [a for a in attempts if a["status"] == "error"]
+
+
 def test_recipes_needing_missing_resources_fail_up_front(tmp_path):
     corpus = {"path": str(tmp_path / "x.csv"), "text_column": "t", "label_column": "l", "toxic_values": [1]}
     with pytest.raises(RedlineError, match="white-box `hf` victim"):
@@ -116,7 +131,8 @@ def test_recipes_needing_missing_resources_fail_up_front(tmp_path):
 def test_cli_lists_recipes_and_rejects_unknown_ones(capsys, tmp_path):
     assert main(["list", "recipes"]) == 0
     out = capsys.readouterr().out
-    assert "toxictrap-wordnet-wsaliency" in out and "textfooler" in out and "white-box hf victim" in out
+    assert "toxictrap-wordnet-weighted-saliency" in out and "toxictrap-composite-genetic" in out
+    assert "textfooler" in out and "white-box hf victim" in out and "MultilabelACL23_recipe" in out
     cfg = tmp_path / "a.yaml"
     cfg.write_text("corpus: {path: x.csv, preset: davidson}\nvictim: {name: p, kind: profanity-check}\nrecipes: [hotflip]\n")
     assert main(["run", "attack", "--config", str(cfg)]) == 2

@@ -27,6 +27,11 @@ class PreConstraint(Component):
     def allowed(self, current: AttackedText, original: AttackedText) -> set[int]:
         raise NotImplementedError
 
+    def within(self, current: AttackedText, original: AttackedText) -> bool:
+        """Whether a text not built one allowed edit at a time (a genetic crossover child) keeps to
+        this constraint's budget; position rules hold for it already (its words come from parents)."""
+        return True
+
 
 @register
 class Stopwords(PreConstraint):
@@ -67,6 +72,9 @@ class MaxModificationRate(PreConstraint):
     def allowed(self, current: AttackedText, original: AttackedText) -> set[int]:
         return set() if len(current.modified) >= self.limit(len(original)) else set(range(len(current)))
 
+    def within(self, current: AttackedText, original: AttackedText) -> bool:
+        return len(current.modified) <= self.limit(len(original))
+
 
 @register
 class MaxWordsPerturbed(PreConstraint):
@@ -77,6 +85,9 @@ class MaxWordsPerturbed(PreConstraint):
 
     def allowed(self, current: AttackedText, original: AttackedText) -> set[int]:
         return set() if len(current.modified) >= self.max_words else set(range(len(current)))
+
+    def within(self, current: AttackedText, original: AttackedText) -> bool:
+        return len(current.modified) <= self.max_words
 
 
 @register

@@ -127,9 +127,18 @@ CHAR_OPS = ("insert", "insert-space", "delete", "swap", "keyboard", "homoglyph")
 CHAR_DWB = ("char", {"ops": ("insert", "delete", "swap", "keyboard")})
 CHAR_BUG = ("char", {"ops": ("insert-space", "delete", "swap", "homoglyph")})
 CHAR_TT = ("char", {"ops": ("insert", "insert-space", "delete", "swap", "keyboard", "homoglyph")})
+# ToxicTrap, as QData ships it in TextAttack-Multilabel (textattack_multilabel/): the composite recipe
+# `MultilabelACL23_recipe` (multilabel_target_attack_recipe.py) and the one-transformation recipe
+# `MultilabelACL23Transform` (multilabel_transform_attack_recipe.py). Both: RepeatModification,
+# StopwordModification, PartOfSpeechTry (no verb/noun swaps), MaxModificationRate(0.1, min 4).
 TT_PRE = (("no-repeat", {}), ("stopwords", {}), ("max-mod-rate", {"rate": 0.1, "min_words": 4}))
-TT_WORD_POST = (("pos-match", {}), ("sentence-similarity", {"min_similarity": 0.84, "window": None}))
-TT_CHAR_POST = (("levenshtein", {"max_distance": 30}),)
+# MultilabelACL23Transform: PartOfSpeechTry, then the Universal Sentence Encoder (0.840845057, angular, window
+# 15); USE needs TensorFlow Hub, so redline's sentence encoder (MiniLM offline) stands in at the same settings.
+TT_WORD_POST = (("pos-match", {}),
+                ("sentence-similarity", {"min_similarity": 0.840845057, "metric": "angular", "window": 15}))
+# MultilabelACL23_recipe: PartOfSpeechTry only (its SBERT 0.75 / window 15 is opt-in: `min_similarity: 0.75`).
+TT_COMPOSITE_POST = (("pos-match", {}),)
+TT_CHAR_POST = (("levenshtein", {"max_distance": 30}),)  # redline's char-only variant (not in QData's files)
 
 ADAPTED = [
     Recipe("deepwordbug", "textattack", (CHAR_DWB,), (("no-repeat", {}), ("stopwords", {})),
@@ -152,33 +161,51 @@ ADAPTED = [
 ]
 
 
-TT_TRANSFORMS = {"char": (CHAR_TT,), "wordnet": (("wordnet", {}),), "mlm": (("mlm", {"top_k": 20}),),
-                 "embedding": (("embedding", {"k": 50}),)}
+# The composite: space insertion, character deletion, neighbour swap (one random position each, first and
+# last letters kept), homoglyph swap, and embedding top-20 (MultilabelACL23_recipe); the others: one
+# transformation each with knn = 20 (MultilabelACL23Transform: glove / mlm / wordnet), plus redline's char-only.
+TT_TRANSFORMS = {
+    "composite": (("char", {"ops": ("insert-space", "delete", "swap", "homoglyph"), "per_op": 1}),
+                  ("embedding", {"k": 20})),
+    "char": (CHAR_TT,), "wordnet": (("wordnet", {}),), "mlm": (("mlm", {"top_k": 20}),),
+    "embedding": (("embedding", {"k": 20}),),
+}
+TT_POST = {"composite": TT_COMPOSITE_POST, "char": TT_CHAR_POST}
+TT_SOURCES = {"composite": "QData/TextAttack-Multilabel MultilabelACL23_recipe",
+              "transform": "QData/TextAttack-Multilabel MultilabelACL23Transform",
+              "char": "redline: ToxicTrap's character edits with its constraints (no QData recipe)"}
 
-
+# Their `wir_method`s: GreedyWordSwapWIRTruncated(delete | unk | weighted-saliency | gradient, truncated to the
+# model's length), BeamSearch(beam_width=3), AlzantotGeneticAlgorithm(pop_size=25, max_iters=10,
+# give_up_if_no_improvement=True, post_crossover_check=False).
 TT_SEARCHES = {"delete": ("greedy-wir", {"method": "delete"}), "unk": ("greedy-wir", {"method": "unk"}),
-               "gradient": ("greedy-wir", {"method": "gradient"}), "wsaliency": ("greedy-wir", {"method": "wsaliency"}),
-               "beam": ("beam", {"width": 4})}
+               "gradient": ("greedy-wir", {"method": "gradient"}),
+               "weighted-saliency": ("greedy-wir", {"method": "wsaliency"}),
+               "beam": ("beam", {"width": 3}), "genetic": ("genetic", {"population": 25, "iterations": 10})}
 
 
 TOXICTRAP = [
-    Recipe(f"toxictrap-{t}-{s}", "toxictrap", TT_TRANSFORMS[t], TT_PRE, TT_CHAR_POST if t == "char" else TT_WORD_POST,
-           TT_SEARCHES[s], f"ToxicTrap: {t} swaps, {s} search")
+    Recipe(f"toxictrap-{t}-{s}", "toxictrap", TT_TRANSFORMS[t], TT_PRE, TT_POST.get(t, TT_WORD_POST),
+           TT_SEARCHES[s], f"ToxicTrap: {t} swaps, {s} search", TT_SOURCES.get(t, TT_SOURCES["transform"]))
     for t in TT_TRANSFORMS for s in TT_SEARCHES
 ]
 
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in ADAPTED + TOXICTRAP}
+# Names earlier redline versions used, still accepted (their runs' keys keep the name they were given).
+ALIASES = {f"toxictrap-{t}-wsaliency": f"toxictrap-{t}-weighted-saliency" for t in TT_TRANSFORMS}
 
 
 def recipe(name: str) -> Recipe:
+    name = ALIASES.get(name, name)
     if name not in RECIPES:
         raise RedlineError(f"unknown recipe '{name}' (see `redline list recipes`)")
     return RECIPES[name]
 
 
 def recipe_table() -> list[dict[str, str]]:
-    return [{"name": r.name, "family": r.family, **r.describe(), "needs": ", ".join(r.needs) or "–"}
+    return [{"name": r.name, "family": r.family, **r.describe(), "needs": ", ".join(r.needs) or "–",
+             "source": r.source or "–"}
             for r in RECIPES.values()]
 
 

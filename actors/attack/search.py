@@ -7,6 +7,7 @@ example memoises its own queries, so a text is never counted or scored twice for
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -253,3 +254,126 @@ class Beam(Search):
                 break  # no step improved: the search has converged
             best_text, best_score = beam[0]
         return successes.outcome() or Outcome(best_text, best_score, False)
+
+
+@dataclass
+class Member:
+    """One text of a genetic population and its goal result."""
+
+    text: AttackedText
+    score: float
+    success: bool
+
+
+@register
+class AlzantotGenetic(Search):
+    """Alzantot et al. 2018's genetic search, with the settings of TextAttack's
+    AlzantotGeneticAlgorithm as TextAttack-Multilabel's ToxicTrap recipes use it (population 25,
+    10 iterations, temperature 0.3, give up when an iteration does not improve, no post-crossover
+    check). A member is perturbed by drawing a word with probability proportional to its number of
+    candidate edits and taking its best edit when that improves the score (else another word);
+    parents are drawn with probability softmax(score / temperature), and a child takes each word
+    from either parent. Every member's step is scored in one victim batch; the draws are seeded by
+    the text, so a rerun finds the same example."""
+
+    kind = "genetic"
+
+    def __init__(self, population: int = 25, iterations: int = 10, temperature: float = 0.3,
+                 give_up_if_no_improvement: bool = True) -> None:
+        if population < 2 or iterations < 1 or temperature <= 0:
+            raise RedlineError("genetic search needs population >= 2, iterations >= 1 and temperature > 0")
+        self.population, self.iterations, self.temperature = population, iterations, temperature
+        self.give_up = give_up_if_no_improvement
+
+    @property
+    def label(self) -> str:
+        return f"genetic-{self.population}x{self.iterations}"
+
+    def run(self, ctx: SearchContext, start: Scored) -> Request:
+        orig = ctx.original
+        idx = modifiable(ctx.pre, orig, orig)
+        if not idx:
+            return Outcome(orig, start[0], False, nothing_to_modify=True)
+        seed = int.from_bytes(hashlib.blake2b(orig.text.encode(), digest_size=8).digest(), "big")
+        rng = np.random.default_rng(seed)
+        _, where = ctx.candidates(orig, idx)
+        weights = np.bincount(np.asarray(where, dtype=int), minlength=len(orig)).astype(float)
+        successes = Successes(ctx.wanted)
+        members = [Member(orig, start[0], False) for _ in range(self.population)]
+        members = yield from self._perturb(ctx, members, weights, rng, successes)
+        best_score = start[0]
+        for _ in range(self.iterations):
+            members.sort(key=lambda m: -m.score)
+            if len(successes.found) >= ctx.wanted or ctx.exhausted:
+                break
+            if members[0].score > best_score:
+                best_score = members[0].score
+            elif self.give_up:
+                break
+            scores = np.array([m.score for m in members])
+            probs = np.exp((scores - scores.max()) / self.temperature)
+            probs /= probs.sum()
+            n = len(members)
+            pairs = zip(rng.choice(n, n - 1, p=probs), rng.choice(n, n - 1, p=probs))
+            children = [self._crossover(ctx, members[a], members[b], rng) for a, b in pairs]
+            results = yield from ctx.score([c.text.text for c in children])
+            successes.add([c.text for c in children], results)
+            children = [Member(c.text, r[0], r[1]) if r is not None else c for c, r in zip(children, results)]
+            if len(successes.found) >= ctx.wanted:
+                break
+            children = yield from self._perturb(ctx, children, weights, rng, successes)
+            members = [members[0], *children]
+        best = max(members, key=lambda m: m.score)
+        return successes.outcome() or Outcome(best.text, best.score, False)
+
+    def _crossover(self, ctx: SearchContext, a: Member, b: Member, rng: np.random.Generator) -> Member:
+        """Each word from either parent; a child over the modification budget is the fitter parent."""
+        orig = ctx.original
+        child = orig
+        take_b = rng.uniform(size=len(orig)) < 0.5
+        for i in sorted(a.text.modified | b.text.modified):
+            word = (b.text if take_b[i] else a.text).word(i)
+            if word != orig.word(i):
+                child = child.replace(i, word)
+        if not all(c.within(child, orig) for c in ctx.pre):
+            return a if a.score >= b.score else b
+        parent = a if child.text == a.text.text else b if child.text == b.text.text else None
+        return parent or Member(child, min(a.score, b.score), False)
+
+    def _perturb(self, ctx: SearchContext, members: list[Member], weights: np.ndarray, rng: np.random.Generator,
+                 successes: Successes) -> Request:
+        """Every member's best improving one-word edit, all members' candidates scored together per step."""
+        orig = ctx.original
+        out = list(members)
+        left = {j: weights.copy() for j in range(len(out))}
+        while left and not ctx.exhausted and len(successes.found) < ctx.wanted:
+            steps: dict[int, tuple[int, list[AttackedText]]] = {}
+            for j in list(left):
+                w = np.zeros_like(left[j])
+                allowed = modifiable(ctx.pre, out[j].text, orig)
+                w[allowed] = left[j][allowed]
+                if w.sum() <= 0:
+                    del left[j]
+                    continue
+                i = int(rng.choice(len(w), p=w / w.sum()))
+                cands, _ = ctx.candidates(out[j].text, [i])
+                if cands:
+                    steps[j] = (i, cands)
+                else:
+                    left[j][i] = 0
+            if not steps:
+                continue
+            flat = [c for _, cands in steps.values() for c in cands]
+            results = yield from ctx.score([c.text for c in flat])
+            k = 0
+            for j, (i, cands) in steps.items():
+                mine = results[k:k + len(cands)]
+                k += len(cands)
+                successes.add(cands, mine)
+                best = _best(cands, mine)
+                if best is not None and mine[best[0]][0] > out[j].score:
+                    out[j] = Member(cands[best[0]], mine[best[0]][0], best[1])
+                    del left[j]
+                else:
+                    left[j][i] = 0
+        return out
