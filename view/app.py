@@ -38,6 +38,7 @@ HERE = Path(__file__).parent
 COOKIE = "redline_view_key"
 PUBLIC = ("/healthz", "/static/", "/favicon.ico")
 PER_PAGE = 50
+MAX_COMPARED = 12  # runs per compare page: each is a manifest read and a table
 MAX_FILE_BYTES = 50 << 20
 FILE_TYPES = {".html": "text/html; charset=utf-8", ".md": "text/plain; charset=utf-8", ".png": "image/png",
               ".svg": "image/svg+xml", ".csv": "text/csv; charset=utf-8", ".json": "application/json",
@@ -158,6 +159,8 @@ def build_app(root: str, key: str | None = None) -> Starlette:
         ids = list(dict.fromkeys(request.query_params.getlist("id")))
         if len(ids) < 2:
             return error_page("select two or more runs of the same pipeline to compare", 400)
+        if len(ids) > MAX_COMPARED:
+            return error_page(f"compare at most {MAX_COMPARED} runs at once ({len(ids)} selected)", 400)
         try:
             infos = [await to_thread.run_sync(load_run, i) for i in ids]
         except RedlineError as err:
