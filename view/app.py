@@ -228,7 +228,7 @@ FILTER = re.compile(r"^f_(.+)$")
 
 def _rows_context(cache: rows.TableCache, ref: rows.TableRef, params: Any) -> dict[str, Any]:
     table = cache.get(ref)
-    facets = rows.facets(table)
+    facets = cache.facets(ref)
     filters = {m.group(1): v for k, v in params.items() if (m := FILTER.match(k)) and v != ""}
     try:
         page_no = int(params.get("page", "1"))

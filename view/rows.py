@@ -64,6 +64,16 @@ class TableCache:
 
     def __init__(self, size: int = 8) -> None:
         self.size, self._items, self._lock = size, OrderedDict[TableRef, pa.Table](), threading.Lock()
+        self._facets: dict[TableRef, dict[str, list[str]]] = {}
+
+    def facets(self, ref: TableRef) -> dict[str, list[str]]:
+        """The table's filters, worked out once per version of its files (not on every page)."""
+        if ref not in self._facets:
+            table = self.get(ref)
+            with self._lock:
+                self._facets = {k: v for k, v in self._facets.items() if k in self._items}
+                self._facets[ref] = facets(table)
+        return self._facets[ref]
 
     def get(self, ref: TableRef) -> pa.Table:
         with self._lock:
