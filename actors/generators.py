@@ -27,7 +27,7 @@ from redline.actors.providers import (
     build_provider,
 )
 from redline.cluster.artifacts import local_path
-from redline.cluster.config import Strict
+from redline.cluster.config import RemoteApi
 from redline.cluster.devices import PRECISION_HELP, Precision, placement
 from redline.errors import RedlineError, first_line
 
@@ -37,7 +37,7 @@ __all__ = ["Completion", "GenerationWorker", "GeneratorConfig", "HFGenerator", "
            "build_generator"]
 
 
-class GeneratorConfig(Strict):
+class GeneratorConfig(RemoteApi):
     """A dialogue response generator: a Hugging Face model (`hf`), an OpenAI-compatible server
     (`openai`), a generator served by redline (`redline`) or a model on AWS Bedrock (`bedrock`)."""
 
@@ -60,8 +60,6 @@ class GeneratorConfig(Strict):
                                                    "http://127.0.0.1:8000/v1.")
     api_key_env: str | None = Field(None, description="openai, redline: environment variable holding the key "
                                                       "(default OPENAI_API_KEY / REDLINE_API_KEY).")
-    allow_insecure_http: bool = Field(False, description="Allow sending the key over plain http:// to a "
-                                                         "non-loopback host.")
     timeout_s: float = Field(60.0, gt=0)
     max_retries: int = Field(2, ge=0, description="Retries of a request on 429, 5xx and timeouts.")
     backoff_s: float = Field(0.5, gt=0, description="First retry delay; doubles each retry.")
@@ -230,7 +228,8 @@ class RemoteGenerator:
             raise RedlineError(f"generator '{config.name}': {err}") from None
         self.client = ChatClient(provider, requests_per_second=config.requests_per_second,
                                  max_retries=config.max_retries, backoff_s=config.backoff_s,
-                                 concurrency=config.concurrency)
+                                 concurrency=config.concurrency, max_retry_after_s=config.max_retry_after_s,
+                                 max_failed_in_row=config.max_failed_in_row)
 
     def chat_results(self, conversations: Sequence[list[dict[str, str]]],
                      params: SamplingParams) -> list[PromptResult | str]:

@@ -31,7 +31,7 @@ from redline.actors.providers import (
     build_provider,
 )
 from redline.cluster.artifacts import local_path
-from redline.cluster.config import Strict
+from redline.cluster.config import RemoteApi
 from redline.errors import RedlineError
 
 YES, NO, UNSURE = "yes", "no", "unsure"
@@ -83,7 +83,7 @@ def parse_answer(answer: str) -> tuple[str, str | None]:
     return UNSURE, "the judge answered unsure"
 
 
-class ChatModelOptions(Strict):
+class ChatModelOptions(RemoteApi):
     """How to reach a chat model: a provider and what it needs."""
 
     provider: ProviderName = Field("openai", description=f"One of {', '.join(PROVIDER_NAMES)}: an OpenAI-compatible "
@@ -93,8 +93,6 @@ class ChatModelOptions(Strict):
     base_url: str | None = Field(None, description="openai, redline: base URL, e.g. http://127.0.0.1:8000/v1.")
     api_key_env: str | None = Field(None, description="Environment variable holding the key (default "
                                                       "OPENAI_API_KEY, REDLINE_API_KEY for provider redline).")
-    allow_insecure_http: bool = Field(False, description="Allow sending the API key over plain http:// to a "
-                                                         "non-loopback host.")
     region: str | None = Field(None, description="bedrock: AWS region; default: the AWS configuration's.")
     endpoint_url: str | None = Field(None, description="bedrock: a VPC endpoint or a compatible stand-in.")
     additional_fields: dict[str, Any] = Field(default_factory=dict,
@@ -178,7 +176,9 @@ class LLMJudge:
         provider = build_provider(config.provider_settings(local))
         self.client = ChatClient(provider, requests_per_second=config.requests_per_second,
                                  max_retries=config.max_retries, backoff_s=config.backoff_s,
-                                 concurrency=config.concurrency, cache_dir=config.cache_dir)
+                                 concurrency=config.concurrency, cache_dir=config.cache_dir,
+                                 max_retry_after_s=config.max_retry_after_s,
+                                 max_failed_in_row=config.max_failed_in_row)
         self.params = SamplingParams(n=1, temperature=config.temperature, top_p=1.0, max_tokens=config.max_tokens)
 
     def prompt(self, text: str) -> str:

@@ -10,8 +10,10 @@ import typer
 
 from redline.cli import app
 from redline.cli.show import console
-from redline.cluster.net import is_loopback
+from redline.cluster.access import check_exposure
 from redline.errors import RedlineError
+
+MAX_CONNECTIONS = 64  # beyond this uvicorn answers 503 at once instead of queueing
 
 
 @app.command()
@@ -25,6 +27,9 @@ def view(
                                                             "must carry when it is set.")] = "REDLINE_API_KEY",
     insecure: Annotated[bool, typer.Option("--insecure", help="Serve on a non-loopback host without a key "
                                                                "(anyone who can reach the port reads the runs).")] = False,
+    allow_host: Annotated[Optional[list[str]], typer.Option(
+        "--allow-host", help="Another name the viewer answers to in the Host header (repeatable; e.g. the DNS name "
+                             "of a machine it serves from). Localhost names and the bound address always work.")] = None,
 ) -> None:
     """Browse runs in a web browser: a read-only viewer of every run under LOCATION.
 
@@ -37,7 +42,9 @@ def view(
 
     Serves on 127.0.0.1 by default. When the variable named by --api-key-env is set, every request
     needs the key: open any page once with ?key=<key> (the browser keeps a cookie), or send
-    `Authorization: Bearer <key>`. Another host without a key is refused unless --insecure.
+    `Authorization: Bearer <key>`. Another host without a key is refused unless --insecure. Requests
+    whose Host header names neither a localhost name, the bound address nor an --allow-host name are
+    refused (421), so a web page cannot rebind its domain to this viewer (DNS rebinding).
     """
     import uvicorn
 
@@ -45,10 +52,8 @@ def view(
     from redline.view.catalog import check_location
 
     key = os.environ.get(api_key_env) if api_key_env else None
-    if not is_loopback(host) and not key and not insecure:
-        where = f"${api_key_env}" if api_key_env else "an --api-key-env variable"
-        raise RedlineError(f"view: host {host} exposes the runs to the network without a key; set {where} to a "
-                           "secret, or pass --insecure to serve without one")
+    check_exposure(host, bool(key), insecure, f"${api_key_env}" if api_key_env else "an --api-key-env variable",
+                   "view", "the runs")
     check_location(location)
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a port in TIME_WAIT is free
@@ -59,4 +64,5 @@ def view(
     shown = f"[{host}]" if ":" in host else host
     console.print(f"viewing the runs under {location} at [bold]http://{shown}:{port}/[/bold]"
                   + (f" (key: ${api_key_env}; open with ?key=...)" if key else "") + " — Ctrl-C stops")
-    uvicorn.run(build_app(location, key), host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.run(build_app(location, key, host, tuple(allow_host or ())), host=host, port=port, log_level="warning",
+                access_log=False, limit_concurrency=MAX_CONNECTIONS, timeout_keep_alive=5)

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from redline.cluster import storage
+from redline.cluster import paths, storage
 from redline.errors import RedlineError, first_line
 
 
@@ -35,7 +35,10 @@ def _bucket_key(uri: str) -> tuple[str, str]:
 
 
 def listing(uri: str) -> list[tuple[str, int, str]]:
-    """(path below the URI, size, ETag) of the object at `uri`, or of every object under it."""
+    """(path below the URI, size, ETag) of the object at `uri`, or of every object under it. Every
+    path below the URI is checked by `paths.relative_parts`: a key that would climb out of the
+    directory it is fetched into (`..`, a leading `/`, a backslash, a NUL) is refused, naming it;
+    empty "folder" markers (keys ending in `/`) are skipped."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     bucket, key = _bucket_key(uri)
@@ -50,7 +53,11 @@ def listing(uri: str) -> list[tuple[str, int, str]]:
         out = []
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key + "/"):
             for obj in page.get("Contents", []):
-                out.append((obj["Key"][len(key) + 1:], int(obj["Size"]), obj["ETag"]))
+                rel = obj["Key"][len(key) + 1:]
+                if rel.endswith("/") and int(obj["Size"]) == 0:
+                    continue  # a console-made "folder": nothing to fetch
+                paths.relative_parts(rel, f"object key {obj['Key']!r} under {uri}")
+                out.append((rel, int(obj["Size"]), obj["ETag"]))
         return sorted(out)
     except (BotoCoreError, ClientError) as err:
         raise RedlineError(f"cannot list {uri}: {first_line(err)}") from None
@@ -69,6 +76,7 @@ def local_path(uri: str) -> str:
     if not objects:
         raise RedlineError(f"nothing at {uri} (no object, and no objects under it)")
     name = _bucket_key(uri)[1].rsplit("/", 1)[-1] or "artifact"
+    paths.relative_parts(name, f"artifact name in {uri}")
     digest = hashlib.sha256(repr([uri, objects]).encode()).hexdigest()[:24]
     home = cache_root() / digest
     if (home / ".complete").is_file():
@@ -78,10 +86,11 @@ def local_path(uri: str) -> str:
     bucket, key = _bucket_key(uri)
     client = s3_client()
     try:
+        os.mkdir(staging, 0o700)
         for rel, _, _ in objects:
-            target = staging / name / rel if rel else staging / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            client.download_file(bucket, f"{key}/{rel}" if rel else key, str(target))
+            parts = [name, *paths.relative_parts(rel, f"object key {key}/{rel!r}")] if rel else [name]
+            with paths.create_below(staging, parts, f"{uri}/{rel}" if rel else uri) as f:
+                client.download_fileobj(bucket, f"{key}/{rel}" if rel else key, f)
         (staging / ".complete").write_text(uri)
         try:
             os.rename(staging, home)  # atomic: readers see the whole artifact or none
@@ -99,10 +108,23 @@ def local_path(uri: str) -> str:
 
 
 def upload_dir(local: str | Path, uri: str) -> None:
-    """Every file under `local` to the same relative keys under `uri` (each object appears whole)."""
+    """Every file under `local` to the same relative keys under `uri` (each object appears whole).
+    Symbolic links are refused, never followed (a link could publish any file the user can read),
+    and so is a name that would not come back as a safe path."""
     root = Path(local)
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        storage.write_bytes(storage.join(uri, str(path.relative_to(root))), path.read_bytes())
+    files = []
+    for folder, dirs, names in os.walk(root, followlinks=False):
+        for entry in [*dirs, *names]:
+            path = Path(folder, entry)
+            if path.is_symlink():
+                raise RedlineError(f"refusing to upload {path}: it is a symbolic link (copy the file it points to)")
+        for entry in names:
+            path = Path(folder, entry)
+            rel = path.relative_to(root).as_posix()
+            paths.relative_parts(rel, f"file name {rel!r} in {root}")
+            files.append((rel, path))
+    for rel, path in sorted(files):
+        storage.write_bytes(storage.join(uri, rel), path.read_bytes())
 
 
 @contextmanager

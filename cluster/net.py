@@ -79,9 +79,44 @@ def retry_after_s(headers: Any) -> float | None:
     return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
 
 
+DEFAULT_MAX_RETRY_AFTER_S = 300.0
+MAX_WAITS_OVER_CAP = 3  # Retry-After over the cap this many times in a row: the service is down for us
+
+
+class WaitTooLong(RedlineError):
+    """A service keeps asking for longer waits than the run may take."""
+
+
+class Backoff:
+    """What a 429 / 503 makes every caller of one service do: wait what it asked (Retry-After), but
+    never more than `max_wait_s` at a time; a service that asks for more `MAX_WAITS_OVER_CAP` times in
+    a row fails the stage with one line. Each wait is posted to the driver's progress line."""
+
+    def __init__(self, what: str, max_wait_s: float = DEFAULT_MAX_RETRY_AFTER_S) -> None:
+        self.what, self.max_wait_s, self.over_cap = what, max_wait_s, 0
+        self.lock = threading.Lock()
+
+    def seconds(self, wanted: float, why: str) -> float:
+        """How long to pause for a wait of `wanted` seconds that `why` asked for."""
+        from redline.cluster import notices
+
+        with self.lock:
+            self.over_cap = self.over_cap + 1 if wanted > self.max_wait_s else 0
+            over = self.over_cap
+        if over >= MAX_WAITS_OVER_CAP:
+            raise WaitTooLong(f"{self.what} asked to wait {wanted:,.0f} s ({why}) {over} times in a row, over the cap "
+                              f"of {self.max_wait_s:g} s (max_retry_after_s); try again later or raise the cap")
+        pause = min(wanted, self.max_wait_s)
+        if pause >= 5:
+            capped = f", capped from {wanted:,.0f} s" if wanted > self.max_wait_s else ""
+            notices.post(self.what, f"waiting {pause:,.0f} s{capped}: {self.what} asked for it ({why})", pause)
+        return pause
+
+
 class RateLimiter:
     """At most `rate` calls per second across threads, evenly spaced; `pause(s)` holds every thread
-    back (a 429 seen by one thread is a back-off for all of them)."""
+    back (a 429 seen by one thread is a back-off for all of them), including threads already waiting
+    for their slot when the pause arrives."""
 
     def __init__(self, rate: float) -> None:
         self.interval = 1.0 / rate
@@ -98,8 +133,14 @@ class RateLimiter:
             now = time.monotonic()
             start = max(now, self.next_at, self.paused_until)
             self.next_at = start + self.interval
-        if start > now:
-            time.sleep(start - now)
+        while True:
+            now = time.monotonic()
+            if start > now:
+                time.sleep(start - now)
+            with self.lock:  # a pause that came while this thread slept holds it too
+                if self.paused_until <= time.monotonic():
+                    return
+                start = self.paused_until
 
 
 class _LimiterActor:
@@ -117,6 +158,9 @@ class _LimiterActor:
     def pause(self, seconds: float) -> None:
         self.paused_until = max(self.paused_until, time.time() + seconds)
 
+    def paused_for(self) -> float:
+        return max(0.0, self.paused_until - time.time())
+
 
 class SharedRateLimiter:
     """A `RateLimiter` shared by every actor of a Ray cluster: one named actor holds the slots, so N
@@ -133,8 +177,9 @@ class SharedRateLimiter:
         import ray
 
         wait = ray.get(self.actor.reserve.remote())
-        if wait > 0:
+        while wait > 0:
             time.sleep(wait)
+            wait = ray.get(self.actor.paused_for.remote())  # a pause that came while this one slept
 
     def pause(self, seconds: float) -> None:
         self.actor.pause.remote(seconds)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -43,7 +44,7 @@ class PlainProgress:
     def __init__(self, description: str, total: int, unit: str, interval: float,
                  write: Callable[[str], None]) -> None:
         self.description, self.total, self.unit, self.interval, self.write = description, total, unit, interval, write
-        self.done, self.note = 0, ""
+        self.done, self.note, self.notice = 0, "", ""
         self.started = self.last = time.monotonic()
 
     def line(self) -> str:
@@ -52,7 +53,9 @@ class PlainProgress:
         pct = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
         eta = f", ETA {_eta((self.total - self.done) / rate)}" if rate > 0 and self.total > self.done else ""
         note = f", {self.note}" if self.note else ""
-        return f"{self.description}: {self.done:,}/{self.total:,}{pct} {self.unit}, {rate:,.1f} {self.unit}/s{eta}{note}"
+        notice = f" [{self.notice}]" if self.notice else ""
+        return (f"{self.description}: {self.done:,}/{self.total:,}{pct} {self.unit}, {rate:,.1f} {self.unit}/s{eta}{note}"
+                f"{notice}")
 
     def advance(self, n: int = 1, note: str | None = None) -> None:
         self.done += n
@@ -63,9 +66,38 @@ class PlainProgress:
             self.last = now
             self.write(self.line())
 
+    def tick(self, notice: str) -> None:
+        """From the ticker: the workers' notices, and a line even when nothing arrived for a while."""
+        self.notice = notice
+        if time.monotonic() - self.last >= self.interval:
+            self.last = time.monotonic()
+            self.write(self.line())
+
     def finish(self) -> None:
         elapsed = time.monotonic() - self.started
         self.write(f"{self.line().split(', ETA')[0]} — done in {_eta(elapsed)}")
+
+
+@contextmanager
+def ticking(every: float, tick: Callable[[str], None]) -> Iterator[None]:
+    """Calls `tick(notices)` every `every` seconds from a thread while the block runs, with what the
+    workers posted (`cluster.notices`): a run that waits on a remote service says so."""
+    from redline.cluster import notices
+
+    notices.open_board()
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(every):
+            tick(notices.current())
+
+    thread = threading.Thread(target=loop, name="redline-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=2)
 
 
 @contextmanager
@@ -78,13 +110,23 @@ def progress_bar(description: str, total: int, unit: str = "rows") -> Iterator[A
     if mode == "lines":
         interval = float(os.environ.get("REDLINE_PROGRESS_INTERVAL", "10"))
         plain = PlainProgress(description, total, unit, interval, lambda s: print(s, file=sys.stderr, flush=True))
-        yield plain.advance
+        with ticking(min(interval, 5.0), plain.tick):
+            yield plain.advance
         plain.finish()
         return
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[note]}")]
+               TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[note]}", markup=False)]
     with Progress(*columns, console=stderr_console, transient=False) as progress:
         task = progress.add_task(description, total=total, rate="", note="")
+        notes = {"note": "", "notice": ""}
+
+        def show() -> None:
+            text = " ".join(t for t in (notes["note"], f"[{notes['notice']}]" if notes["notice"] else "") if t)
+            progress.update(task, note=text)
+
+        def tick(notice: str) -> None:
+            notes["notice"] = notice
+            show()
 
         def advance(n: int = 1, note: str | None = None) -> None:
             progress.advance(task, n)
@@ -92,6 +134,8 @@ def progress_bar(description: str, total: int, unit: str = "rows") -> Iterator[A
             if elapsed > 0:
                 progress.update(task, rate=f"{progress.tasks[task].completed / elapsed:,.0f} {unit}/s")
             if note is not None:
-                progress.update(task, note=note)
+                notes["note"] = note
+                show()
 
-        yield advance
+        with ticking(1.0, tick):
+            yield advance

@@ -7,13 +7,39 @@ Unknown fields are ignored (OpenAI clients send fields we do not use); declared 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, ValidationInfo, field_validator
+
+# Below this a temperature is no longer sampling but arithmetic overflow (logits / 1e-300 = inf);
+# 0 means greedy decoding.
+MIN_TEMPERATURE = 0.01
+
+
+def _no_lone_surrogates(value: str) -> str:
+    """JSON can carry "\\ud800" (half of a UTF-16 pair): valid JSON, but not text any tokenizer can read."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"holds a lone surrogate (U+{ord(value[err.start]):04X} at character {err.start}); "
+                         "send valid Unicode text") from None
+    return value
+
+
+Text = Annotated[StrictStr, AfterValidator(_no_lone_surrogates)]
+
+
+def check_sampling(n: int, temperature: float) -> None:
+    """What every generation request must satisfy beyond each field's own range."""
+    if 0 < temperature < MIN_TEMPERATURE:
+        raise ValueError(f"temperature {temperature:g} is too small to sample with; use 0 (greedy) or at least "
+                         f"{MIN_TEMPERATURE:g}")
+    if temperature == 0 and n > 1:
+        raise ValueError(f"n={n} needs temperature > 0: greedy decoding (temperature 0) gives one answer")
 
 
 class Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -21,7 +47,7 @@ class Body(BaseModel):
 
 
 class DetectRequest(Body):
-    texts: list[StrictStr] = Field(description="Texts to score.")
+    texts: list[Text] = Field(description="Texts to score.")
     detectors: list[StrictStr] | None = Field(None, description="Detector names; default: every served detector.")
 
 
@@ -57,13 +83,13 @@ class DetectResponse(BaseModel):
 
 
 class ModerationRequest(Body):
-    input: StrictStr | list[StrictStr]
+    input: Text | list[Text]
     model: StrictStr | None = None
 
 
 class DialoguePair(Body):
-    context: StrictStr
-    response: StrictStr
+    context: Text
+    response: Text
     category: StrictStr | None = Field(None, description="The context's category: judge with that classifier only.")
 
 
@@ -83,9 +109,15 @@ class Sampling(Body):
     top_k: int | None = Field(None, ge=0, description="Extra (not in OpenAI's API): sample from the k most likely tokens.")
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    stop: StrictStr | list[StrictStr] | None = None
+    stop: Text | list[Text] | None = None
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
     stream: bool = False
+
+    @field_validator("temperature")
+    @classmethod
+    def _sampling(cls, temperature: float, info: ValidationInfo) -> float:
+        check_sampling(info.data.get("n", 1), temperature)
+        return temperature
 
     def stops(self) -> tuple[str, ...]:
         if self.stop is None:
@@ -95,7 +127,7 @@ class Sampling(Body):
 
 class ChatMessage(Body):
     role: Literal["system", "user", "assistant", "developer"]
-    content: StrictStr
+    content: Text
 
 
 class ChatCompletionRequest(Sampling):
@@ -103,7 +135,7 @@ class ChatCompletionRequest(Sampling):
 
 
 class CompletionRequest(Sampling):
-    prompt: StrictStr | list[StrictStr]
+    prompt: Text | list[Text]
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:

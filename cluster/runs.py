@@ -7,18 +7,23 @@ refusing anything else); `lifecycle` marks it failed with a one-line error when 
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
+import traceback
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from redline.cluster import storage
 from redline.cluster.config import config_hash, input_uris
-from redline.errors import RedlineError, cause_line, unwrap_user_error
+from redline.errors import RedlineError, cause_line, first_line, unwrap_user_error
+
+ERROR_LOG = "error.log"  # a failed run's full traceback, beside its manifest
 
 
 @dataclass
@@ -74,11 +79,29 @@ class Stopwatch:
 
 
 def clear(uri: str) -> None:
+    """Remove a run directory's contents; a clear that fails (or leaves anything behind) is an error,
+    never a run that goes on with the old files."""
+    try:
+        if storage.is_s3(uri):
+            fs, path = storage.resolve(uri)
+            fs.delete_dir_contents(path, missing_dir_ok=True)
+        elif os.path.lexists(uri):
+            shutil.rmtree(uri)
+    except OSError as err:
+        raise RedlineError(f"--force could not clear {uri}: {first_line(err)}") from None
+    if storage.has_files(uri):
+        raise RedlineError(f"--force could not clear {uri}: files are still there")
+
+
+def check_not_link(uri: str) -> None:
+    """A local run directory (or its manifest) that is a symbolic link is refused: --force would clear
+    or resume whatever it points to."""
     if storage.is_s3(uri):
-        fs, path = storage.resolve(uri)
-        fs.delete_dir_contents(path, missing_dir_ok=True)
-    else:
-        shutil.rmtree(uri, ignore_errors=True)
+        return
+    for path in (Path(uri), Path(uri, "manifest.json")):
+        if path.is_symlink():
+            raise RedlineError(f"{path} is a symbolic link (to {os.readlink(path)}); redline writes runs only into "
+                               "real directories: remove the link or choose another run_name")
 
 
 @dataclass
@@ -123,6 +146,7 @@ def open_run(pipeline: str, config: BaseModel, output: str, run_name: str | None
     name = run_name or f"{pipeline}-{key}"
     storage.check_directory(output, "output")
     run = RunDir(storage.join(output, name))
+    check_not_link(run.uri)
     previous = run.manifest()
     if previous is None and storage.has_files(run.uri):
         raise RedlineError(f"{run.uri} exists and is not a redline run directory (no manifest.json); "
@@ -163,6 +187,14 @@ def lifecycle(run: Run) -> Iterator[None]:
         user = unwrap_user_error(err)
         run.manifest["state"] = "failed"
         run.manifest["error"] = stop_reason(err) or cause_line(err)
+        if user is None and isinstance(err, Exception):  # a failure, not a user mistake: keep the whole trace
+            log_uri = run.dir.path(ERROR_LOG)
+            try:
+                storage.write_text(log_uri, "".join(traceback.format_exception(err)))
+                run.manifest["error_log"] = log_uri
+                err.redline_log = log_uri  # type: ignore[attr-defined]  # the CLI names it in its one line
+            except RedlineError:
+                pass
         try:
             run.dir.write_manifest(run.manifest)
         except RedlineError:

@@ -50,7 +50,10 @@ def quiet_data_context() -> None:
     # A worker's own exception (a RedlineError naming the problem) reaches the driver as itself, not
     # as "UDF failed to process a data block" (Ray does not carry an exception's cause across processes).
     ctx.raise_original_map_exception = True
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    # A failed task is logged by Ray Data at ERROR with its whole traceback before the driver sees it;
+    # redline reports it once, as one line (the trace is in the run's error.log; -v shows Ray's logs).
+    verbose = os.environ.get("REDLINE_VERBOSE") == "1"
+    logging.getLogger("ray.data").setLevel(logging.WARNING if verbose else logging.CRITICAL)
     # It warns, once, that the bars we just turned off are off.
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
 

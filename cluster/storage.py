@@ -23,6 +23,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from redline.cluster import paths
+from redline.cluster.paths import NotFound
 from redline.errors import RedlineError, first_line
 
 
@@ -57,6 +59,29 @@ def s3_filesystem() -> pafs.S3FileSystem:
     return pafs.S3FileSystem(**kwargs)
 
 
+def read_below(root: str, parts: list[str], max_bytes: int | None = None) -> bytes:
+    """The bytes of the regular file root/parts, read without following a symbolic link anywhere
+    below `root` (each folder opened with O_NOFOLLOW relative to the one before), so a link planted
+    inside a directory never serves a file outside it. S3 has no links: a plain read."""
+    uri = join(root, *parts)
+    if is_s3(root):
+        fs, path = resolve(uri)
+        try:  # one request: open and read (at most one byte over the limit)
+            with fs.open_input_stream(path) as f:
+                data = f.read() if max_bytes is None else f.read(max_bytes + 1)
+        except FileNotFoundError:
+            raise NotFound(f"file not found: {uri}") from None
+        except OSError as err:
+            text = str(err).lower()
+            if "not found" in text or "does not exist" in text or "is a directory" in text:
+                raise NotFound(f"file not found: {uri}") from None
+            raise RedlineError(f"cannot read {uri}: {first_line(err)}") from None
+        if max_bytes is not None and len(data) > max_bytes:
+            raise RedlineError(f"{uri} is over the limit of {max_bytes:,} bytes")
+        return data
+    return paths.read_local_below(Path(root).expanduser(), parts, max_bytes)
+
+
 def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
     """A URI or local path -> (filesystem, path inside it)."""
     if is_s3(uri):
@@ -83,7 +108,7 @@ def read_bytes(uri: str) -> bytes:
     try:
         info = fs.get_file_info(path)
         if info.type == pafs.FileType.NotFound:
-            raise RedlineError(f"file not found: {uri}")
+            raise NotFound(f"file not found: {uri}")
         if info.type == pafs.FileType.Directory:
             raise RedlineError(f"expected a file but found a directory: {uri}")
         with fs.open_input_stream(path) as f:

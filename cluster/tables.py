@@ -46,6 +46,7 @@ class DataFile:
     encoding: str = "utf-8"
     encoding_errors: str = "strict"
     setting: str = "corpus"
+    max_field_mb: int = 16  # CSV: the reader's block; one value longer than this cannot be parsed
 
     def detected_format(self) -> str:
         if self.format != "auto":
@@ -82,11 +83,16 @@ class DataFile:
                 delimiter = "\t" if self.path.endswith(".tsv") else ","
                 return pacsv.read_csv(
                     io.BytesIO(text.encode("utf-8")),
+                    read_options=pacsv.ReadOptions(block_size=self.max_field_mb << 20),
                     parse_options=pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True),
                     convert_options=pacsv.ConvertOptions(strings_can_be_null=False, quoted_strings_can_be_null=False),
                 )
             return table_from_rows(self.json_rows(text, fmt))
         except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+            if "straddling" in str(err) or "block size" in str(err):
+                raise RedlineError(f"{self.path}: a CSV value is longer than {self.max_field_mb} MB, the most the reader "
+                                   f"takes in one field; set {self.setting}.max_field_mb higher (texts over "
+                                   f"{self.setting}.max_chars are then rejected with a reason)") from None
             raise RedlineError(f"cannot parse {self.path} as {fmt}: {first_line(err)}") from None
 
     def json_rows(self, text: str, fmt: str) -> list[dict[str, Any]]:
@@ -108,6 +114,9 @@ class DataFile:
         return rows
 
 
+MIXED_KEY = b"redline.mixed_columns"  # schema metadata: columns whose JSON values differ in type
+
+
 def table_from_rows(rows: list[dict[str, Any]]) -> pa.Table:
     columns: dict[str, list[Any]] = {}
     for i, row in enumerate(rows):
@@ -116,11 +125,13 @@ def table_from_rows(rows: list[dict[str, Any]]) -> pa.Table:
         for key, values in columns.items():
             values.append(row.get(key))
     # Keep mixed-type columns readable: anything not uniformly scalar becomes a string column.
-    arrays = {}
+    arrays, mixed = {}, []
     for key, values in columns.items():
         try:
             arrays[key] = pa.array(values)
         except (pa.ArrowInvalid, pa.ArrowTypeError):
+            mixed.append(key)
             arrays[key] = pa.array([None if v is None else json.dumps(v) if isinstance(v, (dict, list)) else str(v)
                                     for v in values])
-    return pa.table(arrays)
+    table = pa.table(arrays)
+    return table.replace_schema_metadata({MIXED_KEY: ",".join(mixed).encode()}) if mixed else table

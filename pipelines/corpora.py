@@ -8,14 +8,14 @@ comments and DiaSafety. Every row keeps a stable id and its provenance; rows tha
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import pyarrow as pa
 from pydantic import Field, field_validator
 
 from redline.cluster.config import LabelValue, Strict
-from redline.cluster.tables import STATUS_OK, STATUS_REJECTED, DataFile
+from redline.cluster.tables import MIXED_KEY, STATUS_OK, STATUS_REJECTED, DataFile
 from redline.errors import RedlineError
 from redline.pipelines.schema import CORPUS_SCHEMA
 
@@ -29,15 +29,15 @@ class CorpusConfig(Strict):
         None, description="Built-in column mapping for a known dataset format."
     )
     text_column: str | None = None
-    label_column: str | list[str] | None = Field(
+    label_column: str | Annotated[list[str], Field(min_length=1)] | None = Field(
         None, description="One label column, or several 0/1 columns (toxic if any is positive)."
     )
     context_column: str | None = None
     toxic_values: list[LabelValue] | None = Field(
-        None, description="Values of the label column that mean toxic."
+        None, min_length=1, description="Values of the label column that mean toxic."
     )
     benign_values: list[LabelValue] | None = Field(
-        None, description="Values that mean benign; when unset, every other value is benign."
+        None, min_length=1, description="Values that mean benign; when unset, every other value is benign."
     )
     label_names: dict[str, str] | None = Field(
         None, description="Readable names of raw label values, e.g. {0: hate, 1: offensive}."
@@ -52,6 +52,7 @@ class CorpusConfig(Strict):
         "strict", description="strict: stop at the first undecodable byte; replace: substitute U+FFFD."
     )
     max_chars: int = Field(20_000, gt=0, description="Longer texts are kept but rejected with a reason.")
+    max_field_mb: int = Field(16, gt=0, le=2048, description="CSV: the longest value (in MB) the reader takes.")
 
     @field_validator("label_names", mode="before")
     @classmethod
@@ -91,7 +92,7 @@ def effective(config: CorpusConfig) -> CorpusConfig:
 
 
 def data_file(config: CorpusConfig) -> DataFile:
-    return DataFile(config.path, config.format, config.encoding, config.encoding_errors, "corpus")
+    return DataFile(config.path, config.format, config.encoding, config.encoding_errors, "corpus", config.max_field_mb)
 
 
 def read_raw(config: CorpusConfig) -> pa.Table:
@@ -117,6 +118,48 @@ def _require_columns(raw: pa.Table, config: CorpusConfig, names: list[str]) -> N
             f"{config.path}: no column {', '.join(repr(m) for m in missing)}{hint}; "
             f"columns are: {', '.join(raw.column_names) or '(none)'}"
         )
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+def _is_scalar(t: pa.DataType) -> bool:
+    return _is_text(t) or pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+
+
+def _is_number(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+
+
+def check_column_types(raw: pa.Table, config: CorpusConfig) -> None:
+    """Every column a role reads holds the type that role needs: texts and contexts are text, a label
+    is one scalar per row (several label columns: numbers), and no column mixes types (JSON rows
+    whose values differ in type). Otherwise one line naming the column, the type found and a row."""
+    roles: list[tuple[str, str, Any, str]] = [(config.text_column, "text_column", _is_text, "text")]  # type: ignore[list-item]
+    if config.context_column:
+        roles.append((config.context_column, "context_column", _is_text, "text"))
+    if isinstance(config.label_column, list):
+        roles += [(c, "label_column", _is_number, "0/1 numbers") for c in config.label_column]
+    elif config.label_column is not None:
+        roles.append((config.label_column, "label_column", _is_scalar, "one text, number or boolean per row"))
+    mixed = set((raw.schema.metadata or {}).get(MIXED_KEY, b"").decode().split(",")) - {""}
+    for column, setting, ok, expected in roles:
+        values = raw.column(column)
+        nonnull = values.drop_null()
+        example = nonnull[0].as_py() if len(nonnull) else None
+        row = next((i for i, v in enumerate(values.to_pylist()) if v is not None), None) if len(nonnull) else None
+        if column in mixed:
+            found = "values of mixed types"
+        elif pa.types.is_null(values.type) or not len(nonnull):
+            found = "no values (every row is empty)"
+        elif not ok(values.type):
+            found = f"{values.type} values"
+        else:
+            continue
+        shown = "" if row is None else f" (row {row}: {str(example)[:60]!r})"
+        raise RedlineError(f"{config.path}: column '{column}' ({setting}) holds {found}{shown}, not {expected}; "
+                           f"point corpus.{setting} at the right column")
 
 
 def _labels(raw: pa.Table, config: CorpusConfig) -> tuple[list[int | None], list[str | None]]:
@@ -181,6 +224,7 @@ def read_corpus(config: CorpusConfig) -> pa.Table:
     _require_columns(raw, config, needed)
     if raw.num_rows == 0:
         raise RedlineError(f"{config.path}: the corpus has no rows")
+    check_column_types(raw, config)
 
     keep = sample_indices(raw.num_rows, config)
     raw = raw.take(pa.array(keep))

@@ -55,7 +55,7 @@ class DiaSafetyEvalConfig(RunConfig):
     """`redline run diasafety`: evaluate chatbots on DiaSafety contexts with the two-step detector."""
 
     contexts: str = Field(description="DiaSafety JSON (validation or test split); its contexts are the prompts.")
-    categories: list[str] | None = Field(None, description="Default: every category in the file.")
+    categories: list[str] | None = Field(None, min_length=1, description="Default: every category in the file.")
     max_contexts_per_category: int | None = Field(None, gt=0, description="A seeded sample per category.")
     generators: list[GeneratorConfig] = Field(default_factory=list, description="Models that generate responses.")
     pregenerated: list[PregeneratedResponses] = Field(default_factory=list,

@@ -76,7 +76,7 @@ class DialogueSafetyTrainConfig(RunConfig):
     test: str | None = Field(None, description="DiaSafety test JSON: scored too, next to validation (the paper "
                                                "reports test); never used to choose anything.")
     base_model: str = Field(description="Hub id or local directory (RoBERTa-base in the paper; MiniLM offline).")
-    categories: list[str] | None = Field(None, description="Default: every category with training rows.")
+    categories: list[str] | None = Field(None, min_length=1, description="Default: every category with training rows.")
     add_categories: list[dict[str, Any]] = Field(default_factory=list,
                                                  description="Extra taxonomy entries: {name, definition, personal}.")
     variants: list[Literal["one_vs_all", "single", "one_vs_all_no_context"]] = Field(

@@ -49,7 +49,7 @@ class TargetListConfig(RunConfig):
                                                                  "built in; any other name needs path.")
     path: str | None = Field(None, description="One target per line (replaces the built-in list of that name).")
     limit: int | None = Field(None, gt=0, description="Search at most this many targets (a seeded sample).")
-    searches: list[Search] | None = Field(None, description="Hit types searched on this list; default: the paper's "
+    searches: list[Search] | None = Field(None, min_length=1, description="Hit types searched on this list; default: the paper's "
                                                            "(normal, planted: o-greedy; normal-sample: o-sample-min), "
                                                            "else the run's `searches`.")
 
@@ -58,7 +58,7 @@ class EgregiousConfig(RunConfig):
     """`redline run egregious`: gibbs-enum trigger search over target lists, hit rates by hit type."""
 
     models: list[EgregiousModelConfig] = Field(min_length=1)
-    lists: list[TargetListConfig] = Field(default_factory=lambda: [TargetListConfig(name=n) for n in ("normal", "mal", "random")])
+    lists: list[TargetListConfig] = Field(default_factory=lambda: [TargetListConfig(name=n) for n in ("normal", "mal", "random")], min_length=1)
     normal_inputs: PairCorpusConfig | None = Field(None, description="Test pairs whose inputs give the normal list "
                                                                      "(LSTM models; HF models need a normal list file).")
     searches: list[Search] = Field(

@@ -11,12 +11,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from redline.cluster.progress import progress_bar
 from redline.cluster.runtime import check_placeable, ensure_ray
 from redline.pipelines.sharded import block_rows
 
 
 def map_table(table: pa.Table, worker: type, kwargs: dict[str, Any], *, actors: int = 1, num_cpus: float = 1.0,
-              num_gpus: float = 0.0, batch_size: int = 64, verbose: bool = False) -> pa.Table:
+              num_gpus: float = 0.0, batch_size: int = 64, verbose: bool = False, label: str | None = None) -> pa.Table:
     """`worker(**kwargs)` on every row's `worker.input_columns` (which include `id`), across `actors`
     actors; returns the worker's output columns aligned with `table`'s rows (rows it did not answer
     get nulls)."""
@@ -35,7 +36,12 @@ def map_table(table: pa.Table, worker: type, kwargs: dict[str, Any], *, actors: 
     out = ds.map_batches(worker, fn_constructor_kwargs=kwargs, batch_size=batch_size, batch_format="numpy",
                          compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=num_cpus,
                          num_gpus=num_gpus or None)
-    results = pa.concat_tables(list(out.iter_batches(batch_format="pyarrow", batch_size=None)))
+    parts = []
+    with progress_bar(label or worker.__name__, total=table.num_rows) as advance:
+        for batch in out.iter_batches(batch_format="pyarrow", batch_size=None):
+            parts.append(batch)
+            advance(batch.num_rows)
+    results = pa.concat_tables(parts)
     idx = pc.index_in(table.column("id"), value_set=results.column("id"))
     taken = results.take(idx)
     for name in results.column_names:

@@ -17,7 +17,7 @@ import json
 import logging
 import re
 from collections import defaultdict
-from typing import Any, Callable
+from typing import Annotated, Any, Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -68,7 +68,7 @@ class NaturalnessConfig(Strict):
 class TaebenchConfig(RunConfig):
     """`redline run taebench`: filter raw attack output into TaeBench (TAE) and TaeBench+ (+ BAE)."""
 
-    attacks: str | list[str] = Field(description="Attack run directories (local or s3://) whose successes are filtered.")
+    attacks: str | Annotated[list[str], Field(min_length=1)] = Field(description="Attack run directories (local or s3://) whose successes are filtered.")
     normalise: bool = Field(True, description="Deduplicate case- and whitespace-insensitively.")
     grammar: GrammarConfig | None = Field(default_factory=GrammarConfig,
                                           description="null turns the grammar stage off (recorded in the manifest).")

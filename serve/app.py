@@ -7,10 +7,7 @@ OpenAI-style error body naming the problem; a replica that dies mid-request give
 
 
 import asyncio
-import hashlib
-import hmac
 import logging
-import os
 import time
 import uuid
 from typing import Any
@@ -30,6 +27,8 @@ from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from redline.actors.generators import PromptResult, SamplingParams
+from redline.cluster import access
+from redline.cluster.config import telling_errors, type_tag
 from redline.cluster.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -42,26 +41,20 @@ from redline.cluster.protocol import (
     usage,
 )
 from redline.errors import first_line, unwrap_user_error
-from redline.serve.config import DeploymentSettings, ServeConfig, ServeLimits
+from redline.serve import budgets
+from redline.serve.budgets import ApiError
+from redline.serve.config import DeploymentSettings, ServeConfig
 from redline.serve.deployments import (
     DetectorDeployment,
     DialogueSafetyDeployment,
     GeneratorDeployment,
 )
+from redline.serve.gate import Guard, access_rules
 
 log = logging.getLogger(__name__)
 
-PUBLIC_PATHS = {"/healthz"}  # exact paths below the route prefix; /docs and /openapi.json need the key too
-
 api = FastAPI(title="redline", description="Toxicity detectors and dialogue models of redline, over HTTP.",
               version="1")
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", code: str | None = None,
-                 param: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.kind, self.code, self.param = status, message, kind, code, param
 
 
 @api.exception_handler(ApiError)
@@ -71,14 +64,16 @@ async def _api_error(_: Request, err: ApiError) -> JSONResponse:
 
 @api.exception_handler(RequestValidationError)
 async def _invalid_body(_: Request, err: RequestValidationError) -> JSONResponse:
-    first = err.errors()[0] if err.errors() else {"msg": "invalid request", "loc": ()}
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    errors = telling_errors(list(err.errors()))
+    first = errors[0] if errors else {"msg": "invalid request", "loc": (), "type": ""}
+    loc = [str(p) for p in first.get("loc", ()) if p != "body" and not type_tag(p)]
+    msg = str(first["msg"]).removeprefix("Value error, ")
     if first.get("type") == "json_invalid":
-        message = f"request body is not valid JSON ({first.get('ctx', {}).get('error', first['msg'])})"
+        message = f"request body is not valid JSON ({first.get('ctx', {}).get('error', msg)})"
     elif first.get("type") == "missing" and loc:
         message = f"missing field '{'.'.join(loc)}'"
     else:
-        message = f"{'.'.join(loc) + ': ' if loc else ''}{first['msg']}"
+        message = f"{'.'.join(loc) + ': ' if loc else ''}{msg}"
     param = None if first.get("type") == "json_invalid" else (".".join(loc) or None)
     return JSONResponse(error_body(message, param=param), status_code=400)
 
@@ -89,70 +84,7 @@ async def _http_error(_: Request, err: StarletteHTTPException) -> JSONResponse:
                                    "invalid_request_error"), status_code=err.status_code)
 
 
-class Guard:
-    """Pure ASGI middleware, before any route: the API key on every path but /healthz (matched exactly,
-    below the route prefix), then the body size, enforced while the body streams in, so neither a
-    false Content-Length nor a chunked upload gets a byte past the limit read or parsed."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        app = scope.get("app")  # the FastAPI app this replica serves (Starlette sets it before middleware)
-        state = app.state if app is not None else api.state
-        limits: ServeLimits | None = getattr(state, "limits", None)
-        if scope["type"] != "http" or limits is None:
-            await self.app(scope, receive, send)
-            return
-        path, root = scope.get("path", ""), scope.get("root_path", "")
-        relative = path[len(root):] if root and path.startswith(root) else path
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        key_hash = getattr(state, "api_key_sha256", None)
-        if key_hash and relative not in PUBLIC_PATHS:
-            auth = headers.get("authorization", "")
-            given = auth[7:].strip() if auth.lower().startswith("bearer ") else headers.get("x-api-key", "")
-            if not given or not hmac.compare_digest(hashlib.sha256(given.encode()).hexdigest(), key_hash):
-                await _reply(scope, receive, send, 401, "missing or invalid API key (send `Authorization: Bearer <key>`)",
-                             "authentication_error", "invalid_api_key")
-                return
-        limit = limits.max_request_bytes
-        length = headers.get("content-length", "")
-        if length.isdigit() and int(length) > limit:
-            await _reply(scope, receive, send, 413, f"request body of {length} bytes exceeds the limit of {limit}",
-                         code="request_too_large")
-            return
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                await _reply(scope, receive, send, 413, f"request body exceeds the limit of {limit} bytes",
-                             code="request_too_large")
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body, delivered = b"".join(chunks), False
-
-        async def replay() -> dict[str, Any]:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-
-async def _reply(scope: dict[str, Any], receive: Any, send: Any, status: int, message: str,
-                 kind: str = "invalid_request_error", code: str | None = None) -> None:
-    await JSONResponse(error_body(message, kind, code), status_code=status)(scope, receive, send)
-
-
-api.add_middleware(Guard)
+api.add_middleware(Guard)  # the Host rule, the key and the budgets, before any route (serve/gate.py)
 
 
 def _model_failure(err: BaseException) -> ApiError:
@@ -173,17 +105,19 @@ def _model_failure(err: BaseException) -> ApiError:
 class Ingress:
     def __init__(self, config: dict[str, Any], detectors: dict[str, DeploymentHandle],
                  generators: dict[str, DeploymentHandle], api_key_sha256: str | None = None,
-                 dialogue_safety: DeploymentHandle | None = None) -> None:
+                 dialogue_safety: DeploymentHandle | None = None,
+                 vllm: dict[str, DeploymentHandle] | None = None) -> None:
         self.config = ServeConfig.model_validate(config)
         self.dialogue_safety = dialogue_safety
         self.limits = self.config.limits
         self.detectors = detectors
-        self.generators = generators
+        # vLLM servers (ray.serve.llm) sit behind this ingress like every other model: same key, Host
+        # rule and budgets; they have no HTTP route of their own.
+        self.vllm = vllm or {}
+        self.generators = {**generators, **self.vllm}
         self.created = int(time.time())
-        if api_key_sha256 is None and self.config.api_key_env and os.environ.get(self.config.api_key_env):
-            api_key_sha256 = hashlib.sha256(os.environ[self.config.api_key_env].encode()).hexdigest()
+        api.state.keys, api.state.hosts = access_rules(self.config, api_key_sha256)
         api.state.limits = self.limits
-        api.state.api_key_sha256 = api_key_sha256
         self._infos: dict[str, dict[str, Any]] = {}
 
     async def _call(self, call: Any) -> Any:
@@ -203,36 +137,10 @@ class Ingress:
         return self._infos[name]
 
     def _check_texts(self, texts: list[str], field: str) -> None:
-        if not texts:
-            raise ApiError(400, f"{field} is empty: send at least one text", param=field)
-        if len(texts) > self.limits.max_texts:
-            raise ApiError(413, f"{len(texts)} texts in one request; the limit is {self.limits.max_texts}",
-                           code="too_many_texts", param=field)
-        for i, t in enumerate(texts):
-            if not t.strip():
-                raise ApiError(400, f"{field}[{i}] is empty", param=field)
-            if len(t) > self.limits.max_text_chars:
-                raise ApiError(413, f"{field}[{i}] has {len(t)} characters; the limit is {self.limits.max_text_chars}",
-                               code="text_too_long", param=field)
+        budgets.check_texts(texts, field, self.limits)
 
     def _detector_names(self, names: list[str] | None, texts: int) -> list[str]:
-        """The detectors a request names (each once), or every served one when it names none; the
-        request's work (texts x detectors) must fit `max_detections`."""
-        if not self.detectors:
-            raise ApiError(404, "this server hosts no detectors", "not_found_error")
-        if names is not None and not names:
-            raise ApiError(400, "detectors is empty: name at least one detector, or leave the field out for all",
-                           param="detectors")
-        chosen = list(dict.fromkeys(names)) if names else list(self.detectors)
-        unknown = [n for n in chosen if n not in self.detectors]
-        if unknown:
-            raise ApiError(404, f"unknown detector '{unknown[0]}' (served: {', '.join(self.detectors)})",
-                           "not_found_error", "model_not_found", "detectors")
-        work = texts * len(chosen)
-        if work > self.limits.max_detections:
-            raise ApiError(413, f"{texts} texts x {len(chosen)} detectors = {work} detections in one request; the "
-                                f"limit is {self.limits.max_detections}", code="too_much_work", param="detectors")
-        return chosen
+        return budgets.detector_names(names, list(self.detectors), texts, self.limits)
 
     async def _detect(self, texts: list[str], names: list[str]) -> dict[str, list[dict[str, Any]]]:
         calls = [self._call(self.detectors[n].detect.remote(texts)) for n in names]
@@ -316,25 +224,30 @@ class Ingress:
         return {"object": "list", "data": data}
 
     def _sampling(self, body: Sampling, prompts: int = 1) -> tuple[DeploymentHandle, SamplingParams]:
-        if body.stream:
-            raise ApiError(400, "streaming is not supported; send stream=false", param="stream")
-        if body.model not in self.generators:
-            served = ", ".join(self.generators) or "none"
-            raise ApiError(404, f"unknown model '{body.model}' (served generators: {served})", "not_found_error",
-                           "model_not_found", "model")
-        if body.n > self.limits.max_n:
-            raise ApiError(400, f"n={body.n} exceeds the limit of {self.limits.max_n}", param="n")
-        max_tokens = body.max_completion_tokens or body.max_tokens or self.limits.default_max_tokens
-        if max_tokens > self.limits.max_tokens:
-            raise ApiError(400, f"max_tokens={max_tokens} exceeds the limit of {self.limits.max_tokens}",
-                           param="max_tokens")
-        budget = body.n * prompts * max_tokens
-        if budget > self.limits.max_generated_tokens:
-            raise ApiError(413, f"n={body.n} x {prompts} prompt(s) x max_tokens={max_tokens} = {budget} tokens in one "
-                                f"request; the limit is {self.limits.max_generated_tokens}", code="too_much_work")
-        params = SamplingParams(n=body.n, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
-                                max_tokens=max_tokens, stop=body.stops(), seed=body.seed)
-        return self.generators[body.model], params
+        return self.generators[budgets.generator(body, list(self.generators))], \
+            budgets.sampling_params(body, prompts, self.limits)
+
+    async def _vllm(self, method: str, body: Sampling, params: SamplingParams, **fields: Any) -> dict[str, Any]:
+        """A request to a vLLM server with the sampling settings this ingress validated and bounded."""
+        from ray.serve.llm import openai_api_models as oai
+
+        request_type = oai.ChatCompletionRequest if method == "chat" else oai.CompletionRequest
+        request = request_type(model=body.model, n=params.n, temperature=params.temperature, top_p=params.top_p,
+                               max_tokens=params.max_tokens, stop=list(params.stop) or None, seed=params.seed,
+                               stream=False, **fields)
+        handle = self.vllm[body.model].options(stream=True)
+
+        async def collect() -> Any:
+            last = None
+            async for part in getattr(handle, method).remote(request):
+                last = part
+            return last
+
+        out = await self._call(collect())
+        if out is None or getattr(out, "error", None) is not None or not hasattr(out, "model_dump"):
+            cause = getattr(getattr(out, "error", None), "message", None) or "no response"
+            raise ApiError(502, f"the vLLM server for '{body.model}' failed: {cause}", "server_error")
+        return out.model_dump(exclude_none=True)
 
     @api.post("/v1/chat/completions")
     async def chat_completions(self, body: ChatCompletionRequest) -> dict[str, Any]:
@@ -344,6 +257,8 @@ class Ingress:
                 raise ApiError(413, f"messages[{i}] has {len(m.content)} characters; the limit is "
                                     f"{self.limits.max_text_chars}", code="text_too_long", param="messages")
         messages = [{"role": m.role, "content": m.content} for m in body.messages]
+        if body.model in self.vllm:
+            return await self._vllm("chat", body, params, messages=messages)
         result: PromptResult = (await self._call(handle.chat.remote(messages, params)))[0]
         choices = [{"index": j, "message": {"role": "assistant", "content": c.text}, "finish_reason": c.finish_reason,
                     "logprobs": None} for j, c in enumerate(result.completions)]
@@ -356,6 +271,8 @@ class Ingress:
         prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
         self._check_texts(prompts, "prompt")
         handle, params = self._sampling(body, len(prompts))
+        if body.model in self.vllm:
+            return await self._vllm("completions", body, params, prompt=prompts)
         results: list[PromptResult] = await self._call(handle.generate.remote(prompts, params))
         choices, prompt_tokens, completion_tokens = [], 0, 0
         for i, r in enumerate(results):
@@ -366,6 +283,37 @@ class Ingress:
                                 "logprobs": None})
         return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
                 "model": body.model, "choices": choices, "usage": usage(prompt_tokens, completion_tokens)}
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=10_000)
+class Health:
+    """`GET {route_prefix}/healthz` as an application of its own: the proxy routes it to this replica,
+    so a health check never waits behind the requests queued for the ingress (a flood of detections
+    keeps it answering in milliseconds). It follows the same Host rule; it is public, like every
+    health check."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        cfg = ServeConfig.model_validate(config)
+        self.hosts = access.HostRule(cfg.host, cfg.allowed_hosts)
+        self.body = {"status": "ok", "detectors": [d.name for d in cfg.detectors],
+                     "generators": [g.name for g in cfg.generators]}
+
+    async def __call__(self, request: Request) -> JSONResponse:
+        host = request.headers.get("host")
+        if not self.hosts.allows(host):
+            return JSONResponse(error_body(self.hosts.refusal(host), code="misdirected_request"), status_code=421)
+        if request.url.path != request.scope.get("root_path", ""):  # exact: "/healthz/" is not public
+            return JSONResponse(error_body("Not Found", "not_found_error"), status_code=404)
+        return JSONResponse(self.body)
+
+
+def health_app(config: ServeConfig) -> tuple[str, Any, str]:
+    """(application name, application, route prefix) of the health check."""
+    return f"{config.app_name}-health", Health.bind(config.model_dump(mode="json")), health_route(config)
+
+
+def health_route(config: ServeConfig) -> str:
+    return f"{config.route_prefix.rstrip('/')}/healthz"
 
 
 def deployment_options(settings: DeploymentSettings, num_cpus: float, num_gpus: float) -> dict[str, Any]:
@@ -382,7 +330,7 @@ def deployment_options(settings: DeploymentSettings, num_cpus: float, num_gpus: 
 
 
 def build_app(config: ServeConfig | dict[str, Any], api_key_sha256: str | None = None) -> Any:
-    """The Serve application for `config` (HF generators only; vLLM ones are a separate app)."""
+    """The Serve application for `config`: one ingress in front of every model (vLLM ones included)."""
     cfg = config if isinstance(config, ServeConfig) else ServeConfig.model_validate(config)
     detectors = {
         d.name: DetectorDeployment.options(name=f"detector-{d.name}", **deployment_options(d.serve, d.num_cpus, d.num_gpus))
@@ -394,13 +342,31 @@ def build_app(config: ServeConfig | dict[str, Any], api_key_sha256: str | None =
         .bind(g.model_dump(mode="json"))
         for g in cfg.generators if g.backend == "hf"
     }
+    vllm = {g.name: vllm_deployment(g) for g in cfg.generators if g.backend == "vllm"}
     dialogue = None
     if cfg.dialogue_safety is not None:
         d = cfg.dialogue_safety
         dialogue = DialogueSafetyDeployment.options(
             name="dialogue-safety", **deployment_options(d.serve, d.num_cpus, d.num_gpus)).bind(d.model_dump(mode="json"))
-    return Ingress.options(name="ingress", **deployment_options(cfg.ingress, 0.1, 0)).bind(
-        cfg.model_dump(mode="json"), detectors, generators, api_key_sha256, dialogue)
+    # The proxy queues at most max_queued_requests for the ingress and answers the rest 503 itself: a
+    # flood is refused at the door, before any request reaches Python in a replica.
+    ingress = {**deployment_options(cfg.ingress, 0.1, 0), "max_queued_requests": cfg.limits.max_queued_requests}
+    return Ingress.options(name="ingress", **ingress).bind(
+        cfg.model_dump(mode="json"), detectors, generators, api_key_sha256, dialogue, vllm)
+
+
+def vllm_deployment(generator: Any) -> Any:
+    """A `ray.serve.llm` vLLM server for one generator, bound without an HTTP route of its own."""
+    from ray.serve.llm import LLMConfig, build_llm_deployment
+
+    opts = deployment_options(generator.serve, generator.num_cpus, generator.num_gpus)
+    deployment = {k: v for k, v in opts.items() if k in ("num_replicas", "autoscaling_config", "max_ongoing_requests")}
+    if "num_replicas" in deployment:
+        n = deployment.pop("num_replicas")
+        deployment["autoscaling_config"] = {"min_replicas": n, "max_replicas": n}
+    llm = LLMConfig(model_loading_config={"model_id": generator.name, "model_source": generator.model},
+                    deployment_config=deployment)
+    return build_llm_deployment(llm, name_prefix=f"vllm-{generator.name}-")
 
 
 def app_builder(args: dict[str, Any]) -> Any:
@@ -408,3 +374,10 @@ def app_builder(args: dict[str, Any]) -> Any:
     if "config" not in args:
         raise ValueError("redline.serve.app:app_builder needs args.config (a redline serve config)")
     return build_app(args["config"])
+
+
+def health_builder(args: dict[str, Any]) -> Any:
+    """Entry point of the health application in generated `serve deploy` files."""
+    if "config" not in args:
+        raise ValueError("redline.serve.app:health_builder needs args.config (a redline serve config)")
+    return Health.bind(ServeConfig.model_validate(args["config"]).model_dump(mode="json"))

@@ -3,13 +3,15 @@ HTTP services, with their replicas, batching, host, port and per-request limits.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, StringConstraints, model_validator
 
 from redline.actors.detectors import DetectorConfig
 from redline.actors.generators import GeneratorConfig
 from redline.cluster.config import Strict, unique_names
+
+HostName = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^(\*|[A-Za-z0-9.\-:\[\]]+)$")]
 
 
 class Autoscaling(Strict):
@@ -68,7 +70,16 @@ class ServeLimits(Strict):
                                                    "/v1/dialogue-safety request, prompts per /v1/completions request).")
     max_detections: int = Field(4096, gt=0, description="Texts x detectors per /v1/detect request.")
     max_text_chars: int = Field(20_000, gt=0)
-    max_request_bytes: int = Field(8_000_000, gt=0)
+    max_request_bytes: int = Field(8_000_000, gt=0, description="Largest request body.")
+    max_concurrent_requests: int = Field(64, gt=0, description="Requests an ingress replica handles at once; more "
+                                                               "get 503 + Retry-After at once (/healthz is exempt).")
+    max_inflight_bytes: int = Field(64_000_000, gt=0, description="Request bodies an ingress replica holds at once "
+                                                                  "(declared or at most max_request_bytes each); "
+                                                                  "more get 503 + Retry-After.")
+    max_queued_requests: int = Field(256, gt=0, description="Requests the HTTP proxy holds for the ingress beyond "
+                                                              "those in progress; more get 503 from the proxy itself.")
+    body_timeout_s: float = Field(30.0, gt=0, description="The whole request body must arrive within this time "
+                                                          "(a slow client gets 408).")
     max_n: int = Field(16, gt=0, description="Completions per prompt.")
     max_tokens: int = Field(1024, gt=0, description="Largest max_tokens a request may ask for.")
     max_generated_tokens: int = Field(32_768, gt=0, description="n x prompts x max_tokens per generation request.")
@@ -91,6 +102,10 @@ class ServeConfig(Strict):
                                                                    "its value.")
     insecure: bool = Field(False, description="Allow serving on a non-loopback host without an API key (anyone who "
                                               "can reach the port can use the models).")
+    allowed_hosts: list[HostName] = Field(default_factory=list, description=(
+        "Other names the server answers to in the Host header (localhost names and the bound address always work; "
+        "on host 0.0.0.0 also IP addresses and this machine's names). '*' answers any name: only behind a proxy "
+        "that checks Host itself."), max_length=64)
     detectors: list[ServedDetectorConfig] = Field(default_factory=list)
     generators: list[ServedGeneratorConfig] = Field(default_factory=list)
     dialogue_safety: ServedDialogueSafety | None = None

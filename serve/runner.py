@@ -8,7 +8,6 @@ the server is, so `status` and `stop` find it from another shell.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -18,16 +17,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from redline.cluster import storage
+from redline.cluster import access, storage
 from redline.cluster.net import is_loopback
 from redline.cluster.runtime import ensure_ray
 from redline.errors import RedlineError
 from redline.serve.config import ServeConfig
 
 log = logging.getLogger(__name__)
-
-VLLM_ROUTE = "/vllm"
-
 
 class PortTaken(RedlineError):
     """Another process bound the port first (it was free when checked)."""
@@ -61,20 +57,36 @@ def url_of(config: ServeConfig) -> str:
 
 
 def api_key_sha256(config: ServeConfig) -> str | None:
-    key = os.environ.get(config.api_key_env) if config.api_key_env else None
-    return hashlib.sha256(key.encode()).hexdigest() if key else None
+    return access.key_sha256(os.environ.get(config.api_key_env) if config.api_key_env else None)
 
 
-def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
+def process_identity(pid: int | None) -> str | None:
+    """What tells a process apart from a later one that reuses its PID: its start time and command
+    line (from /proc on Linux, else `ps`); None when no such process runs."""
+    if not pid or pid <= 0:
+        return None
+    proc = Path(f"/proc/{pid}")
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        if proc.is_dir():
+            stat_fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            return f"{stat_fields[19]} {cmdline}"  # field 22 of stat: start time in clock ticks after boot
+        import subprocess
+
+        out = subprocess.run(["ps", "-o", "lstart=,command=", "-p", str(int(pid))], capture_output=True, text=True,
+                             timeout=5)
+        return out.stdout.strip() or None
+    except (OSError, IndexError, ValueError):
+        return None
+    except Exception:  # noqa: BLE001 - `ps` missing or too slow: unknown, so never ours
+        return None
+
+
+def _ours(state: dict[str, Any]) -> bool:
+    """Whether the server process a state file names still runs: the same PID *and* the same
+    process (a PID reused after a crash belongs to someone else and is never signalled)."""
+    identity = process_identity(state.get("pid"))
+    return identity is not None and identity == state.get("process")
 
 
 def _check_port_free(host: str, port: int) -> None:
@@ -89,10 +101,8 @@ def _check_port_free(host: str, port: int) -> None:
 
 def check_exposure(config: ServeConfig) -> None:
     """A server other machines can reach needs an API key, unless the user says otherwise."""
-    if not is_loopback(config.host) and api_key_sha256(config) is None and not config.insecure:
-        where = f"${config.api_key_env}" if config.api_key_env else "an api_key_env variable"
-        raise RedlineError(f"serve: host {config.host} exposes the models to the network without an API key; set "
-                           f"{where} to a secret, or pass --insecure (insecure: true) to serve without one")
+    access.check_exposure(config.host, api_key_sha256(config) is not None, config.insecure,
+                          f"${config.api_key_env}" if config.api_key_env else "an api_key_env variable", "serve")
 
 
 def preflight(config: ServeConfig) -> None:
@@ -125,34 +135,12 @@ def preflight(config: ServeConfig) -> None:
             raise RedlineError(f"generator '{g.name}': cannot load model '{g.model}': {first_line(err)}") from None
 
 
-def vllm_app(config: ServeConfig) -> Any:
-    """An OpenAI-compatible `ray.serve.llm` application for the generators with backend vllm."""
-    if not any(g.backend == "vllm" for g in config.generators):
-        return None
-    from ray.serve.llm import LLMConfig, build_openai_app
-
-    from redline.serve.app import deployment_options
-
-    configs = []
-    for g in config.generators:
-        if g.backend != "vllm":
-            continue
-        opts = deployment_options(g.serve, g.num_cpus, g.num_gpus)
-        deployment = {k: v for k, v in opts.items() if k in ("num_replicas", "autoscaling_config", "max_ongoing_requests")}
-        if "num_replicas" in deployment:
-            n = deployment.pop("num_replicas")
-            deployment["autoscaling_config"] = {"min_replicas": n, "max_replicas": n}
-        configs.append(LLMConfig(model_loading_config={"model_id": g.name, "model_source": g.model},
-                                 deployment_config=deployment))
-    return build_openai_app({"llm_configs": configs})
-
-
 def start(config: ServeConfig, *, config_file: str | None = None, verbose: bool = False,
           announce: Any = print) -> dict[str, Any]:
     """Deploy the applications; returns the state written for `status`/`stop`."""
     from ray import serve
 
-    from redline.serve.app import build_app
+    from redline.serve.app import build_app, health_app
 
     preflight(config)
     local = not os.environ.get("RAY_ADDRESS")
@@ -161,7 +149,7 @@ def start(config: ServeConfig, *, config_file: str | None = None, verbose: bool 
                            f"cluster (use that port with another route_prefix, or runner.shutdown() first)")
     if local and config.port not in _STARTED_HERE:
         for st in read_states(config.port):
-            if _pid_alive(st.get("pid")):
+            if _ours(st):
                 raise RedlineError(f"a redline server already runs on port {config.port} "
                                    f"(`redline serve stop --port {config.port}`)")
         _check_port_free(config.host, config.port)
@@ -169,7 +157,7 @@ def start(config: ServeConfig, *, config_file: str | None = None, verbose: bool 
     import ray
 
     try:
-        serve.start(proxy_location=config.proxy_location, http_options={"host": config.host, "port": config.port},
+        serve.start(proxy_location=config.proxy_location, http_options=http_options(config),
                     logging_config={"enable_access_log": verbose, "log_level": "INFO" if verbose else "WARNING"})
     except Exception as err:  # noqa: BLE001 - Ray reports a taken port from inside the proxy actor
         if "Failed to bind" not in str(err):
@@ -177,10 +165,7 @@ def start(config: ServeConfig, *, config_file: str | None = None, verbose: bool 
         serve.shutdown()  # no half-started Serve left behind for the next start
         raise PortTaken(f"cannot serve on {config.host}:{config.port}: the port was taken") from None
     check_resources(config, strict=local)
-    apps = [(config.app_name, build_app(config, api_key_sha256(config)), config.route_prefix)]
-    extra = vllm_app(config)
-    if extra is not None:
-        apps.append((f"{config.app_name}-vllm", extra, VLLM_ROUTE))
+    apps = [(config.app_name, build_app(config, api_key_sha256(config)), config.route_prefix), health_app(config)]
     for name, app, prefix in apps:
         # Deploy without Serve's own wait, which never gives up; ours names the failure or the timeout.
         serve.api._run(app, name=name, route_prefix=prefix, _blocking=False)
@@ -188,7 +173,8 @@ def start(config: ServeConfig, *, config_file: str | None = None, verbose: bool 
     _STARTED_HERE.add(config.port)
     url = url_of(config)
     state = {"port": config.port, "host": config.host, "url": url, "app_name": config.app_name,
-             "pid": os.getpid() if local else None, "mode": "local" if local else "cluster",
+             "pid": os.getpid() if local else None, "process": process_identity(os.getpid()) if local else None,
+             "mode": "local" if local else "cluster",
              "ray_address": ray.get_runtime_context().gcs_address, "config_file": config_file,
              "detectors": [d.name for d in config.detectors], "generators": [g.name for g in config.generators],
              "dialogue_safety": config.dialogue_safety is not None,
@@ -197,6 +183,14 @@ def start(config: ServeConfig, *, config_file: str | None = None, verbose: bool 
     storage.write_json(str(state_path(config.port, config.app_name)), state)
     announce(state)
     return state
+
+
+def http_options(config: ServeConfig) -> dict[str, Any]:
+    """The proxies' settings: where they listen, and an end-to-end bound on every request (a client
+    that never finishes is cut off there as well as by the ingress's body timeout)."""
+    return {"host": config.host, "port": config.port,
+            "request_timeout_s": config.limits.request_timeout_s + config.limits.body_timeout_s,
+            "keep_alive_timeout_s": 5}
 
 
 def _demand(config: ServeConfig) -> tuple[float, float]:
@@ -266,6 +260,15 @@ def wait_running(apps: list[str], timeout: float) -> None:
         time.sleep(0.5)
 
 
+def delete(app_name: str) -> None:
+    """Remove one served config's applications (the API and its health check) from Serve."""
+    from ray import serve
+
+    for name in (app_name, f"{app_name}-health"):
+        if name in serve.status().applications:
+            serve.delete(name)
+
+
 def shutdown() -> None:
     """Stop Serve (every application and the proxy) started by this process."""
     from ray import serve
@@ -302,6 +305,9 @@ def _connect(address: str) -> None:
 
     if ray.is_initialized():
         return
+    from redline.cluster.runtime import check_reachable
+
+    check_reachable(address, timeout=3.0)  # a dead cluster is one line in seconds, not a hung ray.init
     try:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     except (ConnectionError, TimeoutError, RuntimeError) as err:
@@ -326,13 +332,13 @@ def status(port: int | None = None, deployments: bool = True) -> list[dict[str, 
         states = [{"mode": "cluster", "ray_address": os.environ["RAY_ADDRESS"], "url": None, "app_name": None}]
     for st in states:
         row = dict(st)
-        if st.get("mode") == "local" and not _pid_alive(st.get("pid")):
+        if st.get("mode") == "local" and not _ours(st):
             row["health"] = "not running (stale state file removed)"
             state_path(st["port"], st["app_name"]).unlink(missing_ok=True)
             out.append(row)
             continue
         row["health"] = probe(st["url"]) if st.get("url") else "unknown"
-        if deployments:
+        if deployments and isinstance(row["health"], dict):
             row["applications"] = _serve_status(st["ray_address"])
         out.append(row)
     return out
@@ -361,20 +367,17 @@ def stop(port: int | None = None, timeout: float = 60.0) -> list[str]:
     for st in states:
         if st.get("mode") == "local":
             pid = st.get("pid")
-            if _pid_alive(pid):
+            if _ours(st):
                 os.kill(pid, signal.SIGTERM)
                 deadline = time.time() + timeout
-                while _pid_alive(pid) and time.time() < deadline:
+                while _ours(st) and time.time() < deadline:
                     time.sleep(0.2)
-                if _pid_alive(pid):
+                if _ours(st):
                     os.kill(pid, signal.SIGKILL)
         else:
-            from ray import serve
 
             _connect(st["ray_address"])
-            for name in (st["app_name"], f"{st['app_name']}-vllm"):
-                if name in serve.status().applications:
-                    serve.delete(name)
+            delete(st["app_name"])
         state_path(st["port"], st["app_name"]).unlink(missing_ok=True)
         stopped.append(st["url"])
     return stopped
@@ -384,9 +387,18 @@ def deploy_config(config: ServeConfig) -> dict[str, Any]:
     """A Serve config file for `serve deploy` / the Ray dashboard, equivalent to this config.
 
     The API key is not written into it: replicas read it from `api_key_env` in their own
-    environment (set it in the cluster's runtime environment).
+    environment (set it in the cluster's runtime environment). A non-loopback host needs that
+    variable named (the replicas refuse to start without its value) unless the config says insecure.
     """
+    if not is_loopback(config.host) and not config.api_key_env and not config.insecure:
+        raise RedlineError(f"serve: host {config.host} exposes the models to the network, but api_key_env is unset; "
+                           "name the variable that holds the key on the cluster, or set insecure: true")
+    from redline.serve.app import health_route
+
+    args = {"config": config.model_dump(mode="json")}
     apps = [{"name": config.app_name, "route_prefix": config.route_prefix, "import_path": "redline.serve.app:app_builder",
-             "args": {"config": config.model_dump(mode="json")}}]
-    return {"proxy_location": config.proxy_location, "http_options": {"host": config.host, "port": config.port},
+             "args": args},
+            {"name": f"{config.app_name}-health", "route_prefix": health_route(config),
+             "import_path": "redline.serve.app:health_builder", "args": args}]
+    return {"proxy_location": config.proxy_location, "http_options": http_options(config),
             "logging_config": {"enable_access_log": False}, "applications": apps}

@@ -163,12 +163,157 @@ def test_concurrent_requests_are_merged_into_batches(server):
     ("/v1/moderations", {"input": ["x"] * 51}, 413, "limit is 50"),
     ("/v1/dialogue-safety", {"pairs": [{"context": "a", "response": "b"}]}, 404, "no dialogue-safety detector"),
     ("/v1/completions", {"model": "tiny-gpt2", "prompt": []}, 400, "prompt is empty"),
+    # user mistakes that reach the model must never be a 5xx: text that is not Unicode, sampling that cannot sample
+    ("/v1/completions", '{"model": "tiny-gpt2", "prompt": "hi \\ud800 there"}', 400, "lone surrogate (U+D800"),
+    ("/v1/chat/completions", '{"model": "tiny-gpt2", "messages": [{"role": "user", "content": "\\udfff"}]}', 400,
+     "messages.0.content: holds a lone surrogate"),
+    ("/v1/detect", '{"texts": ["fine", "\\ud83d"]}', 400, "texts.1: holds a lone surrogate"),
+    ("/v1/moderations", '{"input": "\\ud800"}', 400, "lone surrogate"),
+    ("/v1/completions", {"model": "tiny-gpt2", "prompt": "hi", "stop": ["\ud800"]}, 400, "lone surrogate"),
+    ("/v1/completions", {"model": "tiny-gpt2", "prompt": "hi", "temperature": 0, "n": 2}, 400,
+     "temperature: n=2 needs temperature > 0"),
+    ("/v1/chat/completions", {"model": "tiny-gpt2", "messages": [{"role": "user", "content": "hi"}], "temperature": 0,
+                              "n": 4}, 400, "n=4 needs temperature > 0"),
+    ("/v1/completions", {"model": "tiny-gpt2", "prompt": "hi", "temperature": 1e-300}, 400,
+     "temperature 1e-300 is too small to sample with"),
+    ("/v1/completions", {"model": "tiny-bart", "prompt": "hi", "temperature": 0.001}, 400, "too small"),
+    ("/v1/completions", '{"model": "tiny-gpt2", "prompt": "hi", "top_p": NaN}', 400, "top_p"),
+    ("/v1/completions", '{"model": "tiny-gpt2", "prompt": "hi", "temperature": Infinity}', 400, "temperature"),
+    ("/v1/completions", {"model": "tiny-gpt2", "prompt": "hi", "top_p": 0}, 400, "top_p"),
 ])
 def test_bad_requests_get_a_clear_4xx(server, path, body, status, fragment):
     resp = post(server, path, body)
     assert resp.status_code == status, resp.text
     error = resp.json()["error"]
     assert fragment in error["message"] and error["type"]
+
+
+def test_sampling_at_the_edges_that_is_valid_still_answers(server):
+    """The bounds refuse only what cannot sample: greedy with n=1 and the smallest allowed temperature work."""
+    for body in ({"temperature": 0, "n": 1}, {"temperature": 0.01, "n": 2}, {"temperature": 2.0, "n": 2}):
+        resp = post(server, "/v1/completions", {"model": "tiny-gpt2", "prompt": "hello", "max_tokens": 3, **body})
+        assert resp.status_code == 200, (body, resp.text)
+        assert len(resp.json()["choices"]) == body["n"]
+
+
+@pytest.mark.parametrize("host,status", [
+    ("127.0.0.1", 200), ("localhost", 200), ("LOCALHOST.", 200), ("[::1]", 200), ("127.0.0.5", 200),
+    ("evil.example.com", 421), ("127.0.0.1.nip.io", 421), ("localhost.evil.example", 421), ("10.0.0.8", 421),
+    ("x" * 300, 421),
+])
+def test_only_the_bound_host_names_are_answered(server, host, status):
+    """DNS rebinding: a page on evil.example.com that rebinds its name to 127.0.0.1 sends Host: evil.example.com."""
+    port = server["config"].port
+    for path in ("/healthz", "/v1/models"):
+        resp = httpx.get(server["url"] + path, headers={"Host": f"{host}:{port}"})
+        assert resp.status_code == status, (host, path, resp.text)
+    if status == 421:
+        assert "is not a name this server answers to" in resp.json()["error"]["message"]
+
+
+@pytest.fixture(scope="module")
+def tight(server):
+    """A second app on the same server with small budgets: 3 requests at once, 450 kB of bodies, 1.5 s per body,
+    answering one extra Host name."""
+
+    from redline.serve import runner
+    from redline.serve.config import ServeConfig
+
+    cfg = ServeConfig.model_validate({
+        "port": server["config"].port, "app_name": "tight", "route_prefix": "/tight",
+        "allowed_hosts": ["redline.internal"],
+        "detectors": [{"name": "slurs", "kind": "keywords", "patterns": ["idiot"], "num_cpus": 0.05}],
+        "limits": {"max_concurrent_requests": 3, "max_inflight_bytes": 450_000, "max_request_bytes": 200_000,
+                   "body_timeout_s": 1.5}})
+    state = runner.start(cfg, announce=lambda _: None)
+    yield state["url"]
+    runner.delete("tight")
+
+
+def _slow_body(url: str, seconds: float, results: list, size: int = 100, chunked: bool = False) -> None:
+    """A client that sends its body a few bytes at a time over `seconds` (a slowloris on the body); with
+    `chunked` it declares no length, so the server must assume the largest body it accepts."""
+    body = b'{"texts": ["' + b"a" * size + b'"]}'
+    step = max(10, len(body) // 50)
+
+    def trickle():
+        for i in range(0, len(body), step):
+            time.sleep(seconds * step / len(body))
+            yield body[i:i + step]
+
+    headers = {"content-type": "application/json"} | ({} if chunked else {"content-length": str(len(body))})
+    try:
+        results.append(httpx.post(url + "/v1/detect", content=trickle(), headers=headers, timeout=30))
+    except httpx.HTTPError as err:
+        results.append(err)
+
+
+def _in_threads(n: int, *args, **kwargs) -> tuple[list, list[threading.Thread]]:
+    results: list = []
+    threads = [threading.Thread(target=_slow_body, args=(*args, results), kwargs=kwargs) for _ in range(n)]
+    for t in threads:
+        t.start()
+    return results, threads
+
+
+def test_slow_clients_and_floods_are_cut_off_while_health_stays_fast(tight):
+    # bodies that take longer than body_timeout_s to arrive: 408, and their slots are free long before the
+    # clients stop sending (three 20 s trickles would otherwise hold the whole budget of three)
+    results, threads = _in_threads(3, tight, 20)
+    time.sleep(3)
+    meanwhile = httpx.post(tight + "/v1/detect", json={"texts": ["idiot"]}, timeout=10)
+    assert meanwhile.status_code == 200, meanwhile.text
+    for t in threads:
+        t.join()
+    assert all(isinstance(r, httpx.Response) and r.status_code == 408 for r in results), results
+    assert "did not arrive within 1.5s" in results[0].json()["error"]["message"]
+    # three slow clients hold the budget of three: the next request is refused at once with Retry-After,
+    # and /healthz (outside the budget) still answers at once
+    holders, threads = _in_threads(3, tight, 1.2)
+    time.sleep(0.4)
+    busy = httpx.post(tight + "/v1/detect", json={"texts": ["idiot"]}, timeout=10)
+    health = time.time()
+    assert httpx.get(tight + "/healthz", timeout=10).status_code == 200
+    health = time.time() - health
+    for t in threads:
+        t.join()
+    assert busy.status_code == 503 and busy.headers.get("retry-after") == "1", busy.text
+    assert "requests are in progress (the limit is 3)" in busy.json()["error"]["message"]
+    assert health < 1.0
+    assert all(isinstance(h, httpx.Response) and h.status_code == 200 for h in holders), holders
+    # bodies held at once: two uploads of unknown length count as the largest body each (2 x 200 kB), so a
+    # declared 60 kB body would pass 450 kB: 503
+    held, threads = _in_threads(2, tight, 1.0, chunked=True)
+    time.sleep(0.3)
+    over = httpx.post(tight + "/v1/detect", content=b'{"texts": ["' + b"b" * 60_000 + b'"]}',
+                      headers={"content-type": "application/json"}, timeout=10)
+    for t in threads:
+        t.join()
+    assert over.status_code == 503 and "request bodies in progress hold 400,000 bytes" in over.json()["error"]["message"]
+    # afterwards everything is released: a normal request goes through, and the listed Host name works
+    ok = httpx.post(tight + "/v1/detect", json={"texts": ["idiot"]}, headers={"Host": "redline.internal"}, timeout=10)
+    assert ok.status_code == 200, ok.text
+
+
+def test_every_way_to_start_a_service_needs_a_key_off_loopback(monkeypatch, tmp_path, capsys):
+    """A deploy file for 0.0.0.0 without a key variable is refused when written; the app it names refuses to
+    start on a replica whose environment has no key."""
+    from redline.cli import main
+    from redline.errors import RedlineError
+    from redline.serve.config import ServeConfig
+    from redline.serve.gate import access_rules
+
+    base = {"host": "0.0.0.0", "detectors": [{"name": "p", "kind": "profanity-check"}]}
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps({**base, "api_key_env": None}))
+    assert main(["serve", "deploy-config", "-c", str(path)]) == 2
+    assert "api_key_env is unset" in capsys.readouterr().err
+    monkeypatch.delenv("REDLINE_API_KEY", raising=False)
+    with pytest.raises(RedlineError, match="exposes the models to the network without an API key"):
+        access_rules(ServeConfig.model_validate(base))
+    assert not access_rules(ServeConfig.model_validate({**base, "insecure": True}))[0].required
+    monkeypatch.setenv("REDLINE_API_KEY", "k")
+    assert access_rules(ServeConfig.model_validate(base))[0].matches("k")
 
 
 def test_duplicate_detector_names_are_scored_once(server):
@@ -199,7 +344,6 @@ def test_body_limit_holds_for_chunked_uploads_and_lying_lengths(server):
 
 def test_api_key_is_required_on_every_request_when_set(server, monkeypatch):
     from openai import AuthenticationError, OpenAI
-    from ray import serve
 
     from redline.serve import runner
     from redline.serve.config import ServeConfig
@@ -216,7 +360,7 @@ def test_api_key_is_required_on_every_request_when_set(server, monkeypatch):
         assert httpx.get(url + "/healthz").status_code == 200
         for path in ("/docs", "/openapi.json", "/v1/detectors", "/v1/stats", "/v1/models", "/v1/x/healthz",
                      "/healthz/", "/healthzz"):  # only /healthz itself is public: exact match, not a suffix
-            assert httpx.get(url + path).status_code == 401, path
+            assert httpx.get(url + path).status_code in (401, 404), path
         docs = httpx.get(url + "/openapi.json", headers={"Authorization": "Bearer s3cret-key"})
         assert docs.status_code == 200 and "/v1/detect" in docs.json()["paths"]
         assert httpx.post(url + "/v1/detect", json={"texts": ["idiot"]}).status_code == 401
@@ -229,7 +373,7 @@ def test_api_key_is_required_on_every_request_when_set(server, monkeypatch):
         assert OpenAI(base_url=url + "/v1", api_key="s3cret-key").moderations.create(input="idiot").results[0].flagged
         assert "s3cret-key" not in json.dumps(state)
     finally:
-        serve.delete("keyed")
+        runner.delete("keyed")
 
 
 def test_pipelines_take_served_endpoints(server, tmp_path):

@@ -42,7 +42,7 @@ def client(runs_root):
 
     from redline.view.app import build_app
 
-    with TestClient(build_app(str(runs_root))) as c:
+    with TestClient(build_app(str(runs_root)), base_url="http://127.0.0.1:8765") as c:
         yield c
 
 
@@ -71,7 +71,7 @@ def test_rows_filter_sort_and_page_straight_from_parquet(client, runs_root):
     assert f"{len(want)} of {len(attempts)} rows" in page.text
     from redline.view.rows import query, read_table, tables
 
-    ref = next(t for t in tables(str(runs_root / "quickstart-attack")) if t.name == "attempts")
+    ref = next(t for t in tables(str(runs_root), "quickstart-attack") if t.name == "attempts")
     result = query(read_table(ref), {"recipe": "pwws", "status": "success"}, "-queries", 1, 10)
     assert result.total == len(want) and result.pages == -(-len(want) // 10)
     queries = [r["queries"] for r in result.rows]
@@ -119,7 +119,7 @@ def test_a_key_guards_every_page_but_health(runs_root):
 
     from redline.view.app import build_app
 
-    with TestClient(build_app(str(runs_root), key="s3cret")) as c:
+    with TestClient(build_app(str(runs_root), key="s3cret"), base_url="http://127.0.0.1:8765") as c:
         assert c.get("/healthz").status_code == 200
         denied = c.get("/api/runs")
         assert denied.status_code == 401 and "needs its key" in denied.text
@@ -136,7 +136,7 @@ def test_cli_refuses_exposure_without_a_key_and_a_missing_location(capsys, runs_
 
     monkeypatch.delenv("REDLINE_API_KEY", raising=False)
     assert main(["view", str(runs_root), "--host", "0.0.0.0"]) == 2
-    assert "exposes the runs to the network without a key" in capsys.readouterr().err
+    assert "exposes the runs to the network without an API key" in capsys.readouterr().err
     assert main(["view", str(runs_root / "nothing-here")]) == 2
     assert "no directory" in capsys.readouterr().err
 
@@ -154,7 +154,7 @@ def test_runs_on_s3_and_a_broken_one_beside_them(s3_env, runs_root):
             if path.is_file():
                 s3.upload_file(str(path), "redline-view", f"team/{run}/{path.relative_to(runs_root / run)}")
     s3.put_object(Bucket="redline-view", Key="team/damaged/manifest.json", Body=b"[1, 2]")
-    with TestClient(build_app("s3://redline-view/team")) as c:
+    with TestClient(build_app("s3://redline-view/team"), base_url="http://127.0.0.1:8765") as c:
         listed = {r["id"]: r for r in c.get("/api/runs").json()["runs"]}
         assert set(listed) == {"quickstart-transfer", "transfer-two-victims", "damaged"}
         assert listed["quickstart-transfer"]["state"] == "complete" and listed["quickstart-transfer"]["figures"]

@@ -10,8 +10,6 @@ needs the key (or --insecure).
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import posixpath
 import re
@@ -29,7 +27,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from redline.cluster import storage
+from redline.cluster import access, paths, storage
 from redline.errors import RedlineError, first_line
 from redline.pipelines.registry import entry
 from redline.view import catalog, charts, report, rows
@@ -40,6 +38,7 @@ PUBLIC = ("/healthz", "/static/", "/favicon.ico")
 PER_PAGE = 50
 MAX_COMPARED = 12  # runs per compare page: each is a manifest read and a table
 MAX_FILE_BYTES = 50 << 20
+SESSION_S = 12 * 3600.0  # how long a browser's key cookie holds
 FILE_TYPES = {".html": "text/html; charset=utf-8", ".md": "text/plain; charset=utf-8", ".png": "image/png",
               ".svg": "image/svg+xml", ".csv": "text/csv; charset=utf-8", ".json": "application/json",
               ".txt": "text/plain; charset=utf-8"}
@@ -49,49 +48,51 @@ PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src
 FILE_POLICY = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; sandbox"
 
 
-def key_sha256(key: str | None) -> str | None:
-    return hashlib.sha256(key.encode()).hexdigest() if key else None
+class Gate:
+    """Before any route: the Host rule, then the key (every request but /healthz and the static
+    assets), as a Bearer token or X-API-Key header, or the session cookie a browser gets by opening
+    any page once with ?key= (a signed token that expires, never the key or a hash of it)."""
 
-
-class KeyCheck:
-    """Every request but /healthz and the static assets carries the key when one is set: as a Bearer
-    token or X-API-Key header, or the cookie a browser gets by opening any page once with ?key=."""
-
-    def __init__(self, app: ASGIApp, key_hash: str | None) -> None:
-        self.app, self.key_hash = app, key_hash
+    def __init__(self, app: ASGIApp, keys: access.KeyCheck, hosts: access.HostRule) -> None:
+        self.app, self.keys, self.hosts = app, keys, hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self.key_hash is None or scope["path"].startswith(PUBLIC):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         request = Request(scope)
+        host = request.headers.get("host")
+        if not self.hosts.allows(host):
+            await Response(self.hosts.refusal(host), status_code=421, media_type="text/plain")(scope, receive, send)
+            return
+        if not self.keys.required or scope["path"].startswith(PUBLIC):
+            await self.app(scope, receive, send)
+            return
         given = request.query_params.get("key")
-        if given is not None and self._ok(given):
+        if given is not None and self.keys.matches(given):
             params = [(k, v) for k, v in request.query_params.multi_items() if k != "key"]
             response = RedirectResponse(scope["path"] + ("?" + urlencode(params) if params else ""), status_code=303)
-            response.set_cookie(COOKIE, key_sha256(given) or "", httponly=True, samesite="strict")
+            response.set_cookie(COOKIE, self.keys.session_token(SESSION_S), max_age=int(SESSION_S), httponly=True,
+                                samesite="strict")
             await response(scope, receive, send)
             return
-        auth = request.headers.get("authorization", "")
-        header = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+        header = access.given_key({k.lower(): v for k, v in request.headers.items()})
         cookie = request.cookies.get(COOKIE, "")
-        if (header and self._ok(header)) or (cookie and hmac.compare_digest(cookie, self.key_hash)):
+        if (header and self.keys.matches(header)) or (cookie and self.keys.session_ok(cookie)):
             await self.app(scope, receive, send)
             return
         wrong = given is not None or bool(header) or bool(cookie)
         page = TEMPLATES.get_template("login.html").render(path=scope["path"], wrong=wrong)
         await HTMLResponse(page, status_code=401, headers={"Content-Security-Policy": PAGE_POLICY})(scope, receive, send)
 
-    def _ok(self, key: str) -> bool:
-        return hmac.compare_digest(key_sha256(key) or "", self.key_hash or "")
-
 
 TEMPLATES = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
 TEMPLATES.globals.update(fmt=catalog.format_value, cell=rows.cell, urlencode=urlencode)
 
 
-def build_app(root: str, key: str | None = None) -> Starlette:
-    """The viewer of the runs under `root`; `key`: the secret every request must carry (None: none)."""
+def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowed_hosts: tuple[str, ...] = ()) -> Starlette:
+    """The viewer of the runs under `root`; `key`: the secret every request must carry (None: none);
+    `host`: the address it is bound to, and `allowed_hosts` other names it answers to (the Host rule)."""
     cache = rows.TableCache()
 
     def page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
@@ -137,14 +138,16 @@ def build_app(root: str, key: str | None = None) -> Starlette:
                                    "config_json": _pretty((info.manifest or {}).get("config")),
                                    "report_html": None, "report_error": None, "tables": [], "rows_error": None}
         try:
-            text = (await to_thread.run_sync(storage.read_bytes, storage.join(info.uri, "report.md"))).decode()
-            context["report_html"] = report.render(text, info.id)
+            data = await to_thread.run_sync(storage.read_below, root, [*info.id.split("/"), "report.md"], MAX_FILE_BYTES)
+            context["report_html"] = report.render(data.decode(), info.id)
+        except paths.NotFound:
+            context["report_error"] = "no report yet"
         except RedlineError as err:
-            context["report_error"] = "no report yet" if "not found" in str(err) else str(err)
+            context["report_error"] = str(err)
         except UnicodeDecodeError:
             context["report_error"] = "report.md is not UTF-8 text"
         try:
-            refs = await to_thread.run_sync(rows.tables, info.uri)
+            refs = await to_thread.run_sync(rows.tables, root, info.id)
             context["tables"] = [r.name for r in refs]
             chosen = next((r for r in refs if r.name == params.get("table")), refs[0] if refs else None)
             if chosen is not None:
@@ -176,13 +179,16 @@ def build_app(root: str, key: str | None = None) -> Starlette:
         return page("compare.html", title=f"compare {len(infos)} {kinds[0]} runs", **_compare_context(infos))
 
     async def run_file(request: Request) -> Response:
+        """A report file of a run: only regular files of a directory that is a run, never through a link."""
         run_id, name = request.query_params.get("id", ""), request.query_params.get("name", "")
         try:
-            uri = storage.join(catalog.run_uri(root, run_id), *_file_parts(name))
-            data = await to_thread.run_sync(_read_small, uri)
+            parts = _file_parts(name)
+            info = await to_thread.run_sync(load_run, run_id)
+            data = await to_thread.run_sync(storage.read_below, root, [*info.id.split("/"), *parts], MAX_FILE_BYTES)
+        except (LookupError, paths.NotFound) as err:
+            return Response(str(err), status_code=404, media_type="text/plain")
         except RedlineError as err:
-            status = 404 if "not found" in str(err) else 400
-            return Response(str(err), status_code=status, media_type="text/plain")
+            return Response(str(err), status_code=400, media_type="text/plain")
         headers = {"Content-Security-Policy": FILE_POLICY, "X-Content-Type-Options": "nosniff"}
         return Response(data, media_type=FILE_TYPES[posixpath.splitext(name)[1]], headers=headers)
 
@@ -196,7 +202,7 @@ def build_app(root: str, key: str | None = None) -> Starlette:
               Route("/file", run_file), Route("/healthz", healthz), Route("/favicon.ico", favicon),
               Mount("/static", StaticFiles(directory=HERE / "static"), name="static")]
     app = Starlette(routes=routes)
-    app.add_middleware(KeyCheck, key_hash=key_sha256(key))
+    app.add_middleware(Gate, keys=access.KeyCheck(key), hosts=access.HostRule(host, allowed_hosts))
     return app
 
 
@@ -210,17 +216,6 @@ def _file_parts(name: str) -> list[str]:
             or posixpath.splitext(name)[1] not in FILE_TYPES):
         raise RedlineError(f"not a report file: {name!r}")
     return parts
-
-
-def _read_small(uri: str) -> bytes:
-    fs, path = storage.resolve(uri)
-    try:
-        size = fs.get_file_info(path).size
-    except OSError:
-        size = None
-    if size is not None and size > MAX_FILE_BYTES:
-        raise RedlineError(f"{uri} is {size:,} bytes, over the viewer's {MAX_FILE_BYTES:,}")
-    return storage.read_bytes(uri)
 
 
 FILTER = re.compile(r"^f_(.+)$")

@@ -8,6 +8,7 @@ than hidden, so a half-written or damaged directory shows up where the user look
 from __future__ import annotations
 
 import json
+import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from redline.cluster import storage
+from redline.cluster import paths, storage
 from redline.cluster.runs import RunDir
 from redline.errors import RedlineError, first_line
 from redline.pipelines.registry import Entry, Headline, entries
@@ -24,6 +25,7 @@ from redline.pipelines.report import format_value
 
 SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 MAX_DEPTH = 2
+MAX_MANIFEST_BYTES = 32 << 20
 
 
 @dataclass
@@ -70,12 +72,17 @@ def check_location(root: str) -> None:
 
 
 def _children(root: str, rel: str) -> list[str]:
+    """Folders directly under root/rel with plain names; locally, symbolic links are not folders of
+    the location (a link could lead anywhere the viewer's user can read) and are left out."""
     fs, path = storage.resolve(storage.join(root, rel) if rel else root)
     try:
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
     except OSError as err:
         raise RedlineError(f"cannot list {root}: {first_line(err)}") from None
-    return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory and SEGMENT.match(i.base_name))
+    names = [i.base_name for i in infos if i.type == pafs.FileType.Directory and SEGMENT.match(i.base_name)]
+    if not storage.is_s3(root):
+        names = [n for n in names if not os.path.islink(os.path.join(path, n))]
+    return sorted(names)
 
 
 def run_uri(root: str, run_id: str) -> str:
@@ -111,16 +118,12 @@ def read_run(root: str, rel: str) -> RunInfo | None:
     uri = run_uri(root, rel)
     info = RunInfo(id=rel, uri=uri, name=rel.rsplit("/", 1)[-1])
     manifest_uri = RunDir(uri).manifest_uri
-    fs, path = storage.resolve(manifest_uri)
-    try:  # one request: open it, and a missing manifest means "not a run" (no existence check first)
-        with fs.open_input_stream(path) as f:
-            data = f.read()
-    except FileNotFoundError:
+    try:  # one request: a missing manifest means "not a run" (no existence check first)
+        data = storage.read_below(root, [*rel.split("/"), "manifest.json"], MAX_MANIFEST_BYTES)
+    except (paths.NotFound, paths.NotRegular):
         return None
-    except OSError as err:
-        if "not found" in str(err).lower() or "is a directory" in str(err).lower():
-            return None
-        info.error = f"cannot read {manifest_uri}: {first_line(err)}"
+    except RedlineError as err:
+        info.error = str(err)
         return info
     try:
         manifest = json.loads(data)

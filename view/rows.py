@@ -12,6 +12,8 @@ import difflib
 import html
 import io
 import math
+import os
+import stat
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -35,27 +37,43 @@ HIDDEN_LAST = ("input",)  # planned work, not results: listed after the results
 @dataclass(frozen=True)
 class TableRef:
     name: str  # e.g. "attempts", "stages/4-label", "taebench"
-    files: tuple[tuple[str, int, float], ...]  # (uri, size, mtime): the cache key, so new shards show up
+    root: str  # the runs location
+    run_id: str
+    files: tuple[tuple[str, int, float], ...]  # (path below the run, size, mtime): the cache key, so new shards show up
 
 
-def tables(run_uri: str) -> list[TableRef]:
-    """The row tables of a run directory, results first."""
-    fs, path = storage.resolve(run_uri)
-    try:
-        infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
-    except OSError as err:
-        raise RedlineError(f"cannot list {run_uri}: {first_line(err)}") from None
-    groups: dict[str, list[pafs.FileInfo]] = {}
-    for info in infos:
-        rel = info.path[len(path):].lstrip("/")
-        if info.type != pafs.FileType.File or not rel.endswith(".parquet") or "/." in f"/{rel}":
+def _listing(run_uri: str) -> list[tuple[str, int, float]]:
+    """(path below the run, size, mtime) of every regular file in a run directory; locally symbolic
+    links are skipped, never followed."""
+    if storage.is_s3(run_uri):
+        fs, path = storage.resolve(run_uri)
+        try:
+            infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+        except OSError as err:
+            raise RedlineError(f"cannot list {run_uri}: {first_line(err)}") from None
+        return [(i.path[len(path):].lstrip("/"), i.size or 0, i.mtime.timestamp() if i.mtime else 0.0)
+                for i in infos if i.type == pafs.FileType.File]
+    top = storage.resolve(run_uri)[1]
+    out = []
+    for folder, dirs, names in os.walk(top, followlinks=False):
+        for name in names:
+            st = os.lstat(os.path.join(folder, name))
+            if stat.S_ISREG(st.st_mode):
+                out.append((os.path.relpath(os.path.join(folder, name), top).replace(os.sep, "/"), st.st_size,
+                            st.st_mtime))
+    return out
+
+
+def tables(root: str, run_id: str) -> list[TableRef]:
+    """The row tables of run `run_id` under `root`, results first."""
+    groups: dict[str, list[tuple[str, int, float]]] = {}
+    for rel, size, mtime in _listing(storage.join(root, *run_id.split("/"))):
+        if not rel.endswith(".parquet") or "/." in f"/{rel}":
             continue
         folder, _, base = rel.rpartition("/")
         name = folder if folder and base.startswith("part-") else rel.removesuffix(".parquet")
-        groups.setdefault(name, []).append(info)
-    refs = [TableRef(n, tuple((storage.join(run_uri, i.path[len(path):].lstrip("/")), i.size or 0,
-                              i.mtime.timestamp() if i.mtime else 0.0) for i in sorted(g, key=lambda i: i.path)))
-            for n, g in groups.items()]
+        groups.setdefault(name, []).append((rel, size, mtime))
+    refs = [TableRef(n, root, run_id, tuple(sorted(g))) for n, g in groups.items()]
     return sorted(refs, key=lambda r: (r.name.split("/")[0] in HIDDEN_LAST, r.name not in FIRST, r.name))
 
 
@@ -90,9 +108,11 @@ class TableCache:
 
 def read_table(ref: TableRef) -> pa.Table:
     parts = []
-    for uri, _, _ in ref.files:
+    for rel, _, _ in ref.files:
+        uri = storage.join(ref.root, ref.run_id, rel)
         try:
-            parts.append(pq.read_table(io.BytesIO(storage.read_bytes(uri))))
+            data = storage.read_below(ref.root, [*ref.run_id.split("/"), *rel.split("/")])
+            parts.append(pq.read_table(io.BytesIO(data)))
         except pa.ArrowInvalid as err:
             raise RedlineError(f"{uri} is not a readable Parquet file ({first_line(err)})") from None
     if not parts:
@@ -207,11 +227,32 @@ def cell(value: Any) -> str:
     return str(value)
 
 
+MAX_DIFF_CELLS = 250_000  # words before x words after (past the common ends) that difflib may compare
+
+
 def word_diff(before: str | None, after: str | None) -> tuple[str, str]:
-    """HTML of both texts with the words that differ marked: removed in `before`, added in `after`."""
+    """HTML of both texts with the words that differ marked: removed in `before`, added in `after`.
+    The common first and last words are matched in linear time; difflib compares only what lies
+    between them, and when that is larger than MAX_DIFF_CELLS the whole middle is marked as changed
+    (an attack changes a few words; a quadratic diff of two long unrelated texts would hold a worker)."""
     a, b = (before or "").split(), (after or "").split()
+    head = 0
+    while head < min(len(a), len(b)) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - head and a[len(a) - 1 - tail] == b[len(b) - 1 - tail]:
+        tail += 1
+    mid_a, mid_b = a[head:len(a) - tail], b[head:len(b) - tail]
+    if len(mid_a) * len(mid_b) <= MAX_DIFF_CELLS:
+        ops = difflib.SequenceMatcher(None, mid_a, mid_b, autojunk=False).get_opcodes()
+    else:
+        ops = [("replace", 0, len(mid_a), 0, len(mid_b))]
+    opcodes = ([("equal", 0, head, 0, head)] if head else [])
+    opcodes += [(op, i1 + head, i2 + head, j1 + head, j2 + head) for op, i1, i2, j1, j2 in ops]
+    if tail:
+        opcodes.append(("equal", len(a) - tail, len(a), len(b) - tail, len(b)))
     left, right = [], []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+    for op, i1, i2, j1, j2 in opcodes:
         old, new = html.escape(" ".join(a[i1:i2])), html.escape(" ".join(b[j1:j2]))
         if op == "equal":
             left.append(old)
@@ -221,4 +262,4 @@ def word_diff(before: str | None, after: str | None) -> tuple[str, str]:
             left.append(f"<del>{old}</del>")
         if new:
             right.append(f"<mark>{new}</mark>")
-    return " ".join(left), " ".join(right)
+    return " ".join(p for p in left if p), " ".join(p for p in right if p)

@@ -18,25 +18,25 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from redline.actors.attack.components import BuildContext, component
+from redline.cluster.config import Strict
 from redline.errors import RedlineError
 
 Spec = tuple[str, dict[str, Any]]
 
 
-class AttackResources(BaseModel):
+class AttackResources(Strict):
     """Models and files recipes draw on; defaults work offline except the masked LM."""
 
-    model_config = ConfigDict(extra="forbid")
     mlm_model: str = Field("bert-base-uncased", description="Any HF fill-mask model (hub id or directory).")
     sentence_encoder: str | None = Field(None, description="HF encoder for similarity; default all-MiniLM-L6-v2 (offline package).")
     embeddings_file: str | None = Field(None, description="Counter-fitted GloVe-style text file (`word v1 v2 ...`).")
     embedding_model: str | None = Field(None, description="HF model whose input embeddings give word neighbours; default MiniLM.")
 
 
-class ComponentSpec(BaseModel):
+class ComponentSpec(Strict):
     """One component of a declared recipe: its registered kind and its arguments."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", str_min_length=1)
     kind: str
 
     def spec(self) -> Spec:
@@ -47,7 +47,6 @@ class RecipeOptions(BaseModel):
     """A recipe in an attack config: a built-in name with per-run overrides, or (with
     `transformation` and `search`) a recipe declared from registered components."""
 
-    model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
     query_budget: int = Field(2000, gt=0, description="Victim queries per example.")
     time_limit_s: float = Field(60.0, gt=0, description="Wall seconds per example.")

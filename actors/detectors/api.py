@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from redline.actors.detectors.base import DecisionRule, Detector
 from redline.actors.detectors.config import DetectorConfig
@@ -23,6 +23,7 @@ from redline.actors.judges import (
     Parser,
     parse_answer,
 )
+from redline.cluster.config import RemoteApi, Strict
 from redline.cluster.net import check_key_transport
 from redline.errors import RedlineError
 
@@ -66,16 +67,13 @@ class _DecidedByService(Detector):
 # OpenAI moderation API
 
 
-class OpenAIModerationOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class OpenAIModerationOptions(RemoteApi):
     base_url: str = Field("https://api.openai.com/v1", description="Any server with OpenAI's /moderations API.")
     model: str = "omni-moderation-latest"
     api_key_env: str = "OPENAI_API_KEY"
     max_texts: int = Field(32, gt=0, description="Texts per request.")
     timeout_s: float = Field(60.0, gt=0)
     max_retries: int = Field(4, ge=0, description="The openai client's own retries (429/5xx, with backoff).")
-    allow_insecure_http: bool = Field(False, description="Allow sending the API key over plain http:// to a "
-                                                         "non-loopback host.")
 
 
 class OpenAIModerationDetector(_DecidedByService):
@@ -195,8 +193,7 @@ class LlamaGuardDetector(_ChatCheckDetector):
 # AWS Bedrock Guardrails
 
 
-class BedrockOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class BedrockOptions(Strict):
     guardrail_id: str
     guardrail_version: str = "DRAFT"
     source: str = Field("INPUT", pattern="^(INPUT|OUTPUT)$", description="Check texts as user input or model output.")

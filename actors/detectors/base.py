@@ -8,14 +8,15 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from redline.actors.detectors.config import DetectorConfig
+from redline.cluster.config import Strict
 from redline.errors import RedlineError
 
 
-class NoOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class NoOptions(Strict):
+    """A kind that takes no options of its own."""
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ class DetectorConfig(BaseModel):
     ones and are validated against the detector class's own `Options` model.
     """
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", str_min_length=1)
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="Unique name used in outputs.")
     kind: str

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from redline.actors.detectors.base import DecisionRule
 from redline.actors.detectors.config import DetectorConfig
 from redline.actors.detectors.local import HFDetector
 from redline.cluster.artifacts import local_path
+from redline.cluster.config import Strict
 from redline.cluster.devices import PRECISION_HELP, Precision, placement
 from redline.errors import RedlineError, first_line
 
@@ -25,8 +26,7 @@ from redline.errors import RedlineError, first_line
 TOXIC_CLASSES = ("toxicity", "severe_toxicity", "obscene", "threat", "insult", "identity_attack", "sexual_explicit")
 
 
-class DetoxifyOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class DetoxifyOptions(Strict):
     model: Literal["original", "unbiased", "multilingual", "original-small", "unbiased-small"] = Field(
         "original", description="Which released Detoxify model (downloaded by the package unless `checkpoint`).")
     checkpoint: str | None = Field(None, description="A local (or s3://) checkpoint in Detoxify's format, for "

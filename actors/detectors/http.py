@@ -5,23 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from redline.actors.detectors.base import DecisionRule, Detector, rows_with_errors
 from redline.actors.detectors.config import DetectorConfig
 from redline.cluster.client import RedlineClient
+from redline.cluster.config import RemoteApi
 from redline.errors import RedlineError
 
 
-class HTTPOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class HTTPOptions(RemoteApi):
     url: str = Field(description="The server's /v1/detect URL (or its root), e.g. http://127.0.0.1:8000/v1/detect.")
     detector: str | None = Field(None, description="Name of the served detector; default: this detector's name.")
     api_key_env: str = Field("REDLINE_API_KEY", description="Environment variable holding the server's API key.")
     timeout_s: float = Field(60.0, gt=0)
     max_texts: int = Field(256, gt=0, description="Texts per HTTP request (the server's limit).")
-    allow_insecure_http: bool = Field(False, description="Allow sending the API key over plain http:// to a "
-                                                         "non-loopback host.")
 
 
 class HTTPDetector(Detector):

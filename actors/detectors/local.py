@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, Field
 
 from redline.actors.detectors.base import DecisionRule, Detector, single_label_rule
 from redline.actors.detectors.config import DetectorConfig
 from redline.actors.encoding import TextEncoder, overlapped
 from redline.cluster.artifacts import local_path
+from redline.cluster.config import Strict
 from redline.cluster.devices import PRECISION_HELP, Precision, placement
 from redline.errors import RedlineError, first_line
 
@@ -44,9 +45,9 @@ class ProfanityCheckDetector(Detector):
         return self._model.predict_proba(self._vectorizer.transform(texts))[:, 1:2]
 
 
-class KeywordOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    patterns: list[str] = Field(default_factory=list, description="Words or regexes; a plain word matches whole words.")
+class KeywordOptions(Strict):
+    patterns: list[str] = Field(default_factory=list, max_length=100_000,
+                                description="Words or regexes; a plain word matches whole words.")
     patterns_file: str | None = Field(None, description="A file with one word or regex per line (# comments).")
     case_sensitive: bool = False
 
@@ -78,9 +79,12 @@ class KeywordDetector(Detector):
                 parts.append(r"\b" + re.escape(p) + r"\b")
             else:
                 try:
-                    re.compile(p)
+                    compiled = re.compile(p)
                 except re.error as err:
                     raise RedlineError(f"keywords: invalid regular expression {p!r}: {err}") from None
+                if compiled.fullmatch(""):
+                    raise RedlineError(f"keywords: the pattern {p!r} matches the empty string, so every text would "
+                                       "be toxic; make it require at least one character")
                 parts.append(f"(?:{p})")
         return re.compile("|".join(parts), 0 if options.case_sensitive else re.IGNORECASE)
 
@@ -97,8 +101,7 @@ class KeywordDetector(Detector):
         return np.array([[1.0 if search(t) else 0.0] for t in texts]).reshape(-1, 1)
 
 
-class HFOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class HFOptions(Strict):
     model: str = Field(description="Hugging Face hub id or a local directory saved with save_pretrained.")
     toxic_labels: list[str] | None = Field(
         None, description="Labels meaning toxic; default: label 1 of a binary model, or labels named like toxic ones."

@@ -14,19 +14,19 @@ import os
 import random
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from redline.actors.detectors.base import DecisionRule, Detector, rows_with_errors
 from redline.actors.detectors.config import DetectorConfig
-from redline.cluster.net import check_key_transport, retry_after_s, shared_rate_limiter
+from redline.cluster.config import RemoteApi
+from redline.cluster.net import Backoff, check_key_transport, retry_after_s, shared_rate_limiter
 from redline.errors import RedlineError
 
 ATTRIBUTES = ("TOXICITY", "SEVERE_TOXICITY", "IDENTITY_ATTACK", "INSULT", "PROFANITY", "THREAT",
               "SEXUALLY_EXPLICIT", "FLIRTATION")
 
 
-class PerspectiveOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class PerspectiveOptions(RemoteApi):
     base_url: str = Field("https://commentanalyzer.googleapis.com/v1alpha1",
                           description="The API root; `/comments:analyze` is appended.")
     api_key_env: str = Field("PERSPECTIVE_API_KEY", description="Environment variable holding the API key.")
@@ -38,8 +38,6 @@ class PerspectiveOptions(BaseModel):
     backoff_s: float = Field(1.0, gt=0, description="First retry delay; doubles each retry.")
     timeout_s: float = Field(30.0, gt=0)
     do_not_store: bool = Field(True, description="Ask Google not to store the texts (doNotStore).")
-    allow_insecure_http: bool = Field(False, description="Allow sending the key over plain http:// to a "
-                                                         "non-loopback host.")
 
 
 class PerspectiveDetector(Detector):
@@ -63,6 +61,7 @@ class PerspectiveDetector(Detector):
         self.limiter = shared_rate_limiter(
             "perspective-" + hashlib.sha256(f"{self.url}|{self.key}".encode()).hexdigest()[:16]
             + f"-{o.requests_per_second:g}", o.requests_per_second)
+        self.waits = Backoff(f"the Perspective API at {o.base_url}", o.max_retry_after_s)
         self._rule = DecisionRule(labels=tuple(o.attributes), toxic=(True,) * len(o.attributes), multi_label=True,
                                   threshold=config.threshold)
 
@@ -113,7 +112,8 @@ class PerspectiveDetector(Detector):
         for attempt in range(o.max_retries + 1):
             if attempt:
                 delay = o.backoff_s * 2 ** (attempt - 1) * (1 + random.random() / 4)
-                self.limiter.pause(max(delay, wait or 0.0))
+                asked = f"{cause}, Retry-After {wait:g} s" if wait else cause
+                self.limiter.pause(self.waits.seconds(max(delay, wait or 0.0), asked))
             self.limiter.acquire()
             wait = None
             try:

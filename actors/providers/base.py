@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from redline.cluster.protocol import check_sampling
 from redline.errors import RedlineError
 
 Messages = list[dict[str, str]]
@@ -34,6 +35,12 @@ class SamplingParams(BaseModel):
     max_tokens: int = Field(64, ge=1)
     stop: tuple[str, ...] = ()
     seed: int | None = None
+
+    @field_validator("temperature")
+    @classmethod
+    def _sampling(cls, temperature: float, info: ValidationInfo) -> float:
+        check_sampling(info.data.get("n", 1), temperature)
+        return temperature
 
 
 @dataclass

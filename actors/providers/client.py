@@ -23,9 +23,11 @@ from redline.actors.providers.base import (
     SamplingParams,
     Transient,
 )
-from redline.cluster.net import RateLimiter
+from redline.cluster.net import DEFAULT_MAX_RETRY_AFTER_S, Backoff, RateLimiter
 from redline.cluster.storage import user_cache_dir
 from redline.errors import RedlineError
+
+FAILED_IN_ROW = 10  # requests that failed after all their retries, with no success between them
 
 
 @dataclass
@@ -83,10 +85,13 @@ def resolve_cache_dir(directory: str) -> Path:
 
 class ChatClient:
     def __init__(self, provider: ChatProvider, *, requests_per_second: float = 20.0, max_retries: int = 4,
-                 backoff_s: float = 0.5, concurrency: int = 8, cache_dir: str | None = None) -> None:
+                 backoff_s: float = 0.5, concurrency: int = 8, cache_dir: str | None = None,
+                 max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S, max_failed_in_row: int = FAILED_IN_ROW) -> None:
         self.provider = provider
         self.max_retries, self.backoff_s, self.concurrency = max_retries, backoff_s, concurrency
         self.limiter = RateLimiter(requests_per_second)
+        self.waits = Backoff(provider.endpoint, max_retry_after_s)
+        self.failed_in_row, self.max_failed_in_row, self.lock = 0, max_failed_in_row, threading.Lock()
         self.cache = AnswerCache(cache_dir)
 
     def key(self, messages: Messages, params: SamplingParams) -> str:
@@ -116,12 +121,22 @@ class ChatClient:
                 cause = err.cause
                 if attempt < self.max_retries:
                     backoff = self.backoff_s * 2 ** attempt * (0.5 + random.random())
-                    self.limiter.pause(max(backoff, err.retry_after or 0.0))  # every thread backs off
+                    asked = f"{err.cause}, Retry-After {err.retry_after:g} s" if err.retry_after else err.cause
+                    # every thread backs off, never longer than the cap at a time
+                    self.limiter.pause(self.waits.seconds(max(backoff, err.retry_after or 0.0), asked))
                 continue
             if key is not None and result.completions and usable(result.completions[0].text):  # type: ignore[misc]
                 first = result.completions[0]
                 self.cache.put(key, first.text, result.prompt_tokens, first.tokens)
+            with self.lock:
+                self.failed_in_row = 0
             return Answer(result, retries=attempt)
+        with self.lock:
+            self.failed_in_row += 1
+            failed = self.failed_in_row
+        if failed >= self.max_failed_in_row:  # the service is not answering anyone: stop, do not grind through every row
+            raise RedlineError(f"{self.provider.endpoint} failed {failed} requests in a row, each after {self.max_retries} "
+                               f"retries (last: {cause}); check the service and rerun to resume")
         return Failed(cause, self.max_retries)
 
     def ask_many(self, conversations: Sequence[Messages], params: SamplingParams,

@@ -77,6 +77,8 @@ class OpenAIProvider(ChatProvider):
             raise Transient(f"HTTP {err.status_code}", retry_after_s(headers)) from None
         except openai.APIError as err:  # a body that is not a completion (HTML, invalid JSON)
             raise Transient(f"unreadable response ({first_line(err)})") from None
+        except ValueError as err:  # the client's own JSON parse of a 200 whose body is not JSON
+            raise Transient(f"the answer's body is not JSON ({first_line(err)})") from None
 
     def chat_one(self, messages: Messages, params: SamplingParams) -> PromptResult:
         resp = self.call(self.client.chat.completions.create, messages=messages, **self.sampling(params))

@@ -23,7 +23,7 @@ from redline.errors import RedlineError
 class GrammarConfig(Strict):
     url: str | None = Field(None, description="LanguageTool server root, e.g. http://127.0.0.1:8010.")
     language: str = "en-US"
-    categories: list[str] = Field(["GRAMMAR"], description="Rule category ids counted as grammar errors.")
+    categories: list[str] = Field(["GRAMMAR"], min_length=1, description="Rule category ids counted as grammar errors.")
     max_new_errors: int = Field(0, ge=0, description="Reject when errors(example) - errors(seed) exceeds this.")
     skip_if_unavailable: bool = Field(False, description="true: with no server, skip this stage (and say so).")
     concurrency: int = Field(8, gt=0)

@@ -1,0 +1,590 @@
+"""Hardening, round 2: every input a user or a bucket controls is bounded, typed and kept inside its
+room. Each class is probed with several cases, each asserting the exact outcome (exit code or HTTP
+status, the one line, nothing written outside the run directory or cache)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from test_bad_inputs import expect_error, files, score, score_config, write
+
+from redline.cli import main
+
+from conftest import write_csv
+
+# --------------------------------------------------------------------------------------------
+# Listings turned into paths: S3 object keys, local folders
+
+
+BAD_KEYS = [
+    ("m/../../escaped.txt", "'..' segment"),
+    ("m//etc/escaped.txt", "it starts with '/'"),
+    ("m/./x.txt", "'.' or '..' segment"),
+    ("m/a\\..\\..\\escaped.txt", "backslash or a control character"),
+    ("m/tab\there.txt", "backslash or a control character"),
+    ("m/" + "d/" * 40 + "deep.txt", "folders deep"),
+    ("m/" + "x" * 300, "longer than 255 bytes"),
+    ("m/..", "'..' segment"),
+]
+
+
+@pytest.mark.parametrize("key,why", BAD_KEYS, ids=[k[0][:30] for k in BAD_KEYS])
+def test_an_object_key_never_leaves_the_artifact_cache(s3_env, tmp_path, monkeypatch, key, why):
+    import boto3
+
+    from redline.cluster.artifacts import cache_root, local_path
+    from redline.errors import RedlineError
+
+    monkeypatch.setenv("REDLINE_CACHE", str(tmp_path / "cache"))
+    s3 = boto3.client("s3", endpoint_url=s3_env)
+    bucket = f"keys-{abs(hash(key)) % 10**8}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="m/config.json", Body=b"{}")
+    s3.put_object(Bucket=bucket, Key=key, Body=b"planted")
+    before = files(tmp_path)
+    with pytest.raises(RedlineError) as err:
+        local_path(f"s3://{bucket}/m")
+    message = str(err.value)
+    assert message.startswith("refusing object key") and why in message and "\n" not in message
+    assert files(tmp_path) == before  # nothing fetched, nothing left behind, inside the cache or out
+    assert not (tmp_path / "escaped.txt").exists() and not list(cache_root().glob("*/m"))
+
+
+def test_a_clean_prefix_is_fetched_once_and_a_file_folder_clash_is_refused(s3_env, tmp_path, monkeypatch):
+    import boto3
+
+    from redline.cluster.artifacts import local_path
+    from redline.errors import RedlineError
+
+    monkeypatch.setenv("REDLINE_CACHE", str(tmp_path / "cache"))
+    s3 = boto3.client("s3", endpoint_url=s3_env)
+    s3.create_bucket(Bucket="clean")
+    for key in ("m/config.json", "m/sub/weights.bin", "m/folder/"):
+        s3.put_object(Bucket="clean", Key=key, Body=b"" if key.endswith("/") else key.encode())
+    home = Path(local_path("s3://clean/m"))
+    assert (home / "sub" / "weights.bin").read_bytes() == b"m/sub/weights.bin"
+    assert not (home / "folder").exists()  # an empty "folder" marker is not a file
+    s3.create_bucket(Bucket="clash")
+    s3.put_object(Bucket="clash", Key="m/a", Body=b"file")
+    s3.put_object(Bucket="clash", Key="m/a/b", Body=b"under the file")
+    with pytest.raises(RedlineError, match="both a file and a folder"):
+        local_path("s3://clash/m")
+
+
+def test_an_upload_never_follows_a_link_or_sends_a_name_that_cannot_come_back(s3_env, tmp_path):
+    import boto3
+
+    from redline.cluster.artifacts import upload_dir
+    from redline.errors import RedlineError
+
+    s3 = boto3.client("s3", endpoint_url=s3_env)
+    s3.create_bucket(Bucket="uploads")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("private")
+    for name, make in [("file link", lambda d: (d / "weights.bin").symlink_to(secret)),
+                       ("folder link", lambda d: (d / "sub").symlink_to(tmp_path)),
+                       ("backslash", lambda d: (d / "a\\b.txt").write_text("x")),
+                       ("control character", lambda d: (d / "a\x07b.txt").write_text("x"))]:
+        model = tmp_path / f"model-{name.replace(' ', '-')}"
+        model.mkdir()
+        (model / "config.json").write_text("{}")
+        make(model)
+        with pytest.raises(RedlineError, match="refusing"):
+            upload_dir(model, f"s3://uploads/{model.name}")
+        assert "Contents" not in s3.list_objects_v2(Bucket="uploads", Prefix=model.name), name
+
+
+@pytest.mark.parametrize("rel", ["", "/abs", "a//b", "a/../b", "..", ".", "a\\b", "a\x00b", "x" * 1025,
+                                 "a/" * 33 + "b"])
+def test_relative_paths_from_listings_are_checked(rel):
+    from redline.cluster.paths import relative_parts
+    from redline.errors import RedlineError
+
+    with pytest.raises(RedlineError, match="^refusing"):
+        relative_parts(rel, "test path")
+
+
+def test_reading_below_a_root_never_follows_links(tmp_path):
+    from redline.cluster.paths import NotRegular
+    from redline.cluster.storage import read_below
+
+    root = tmp_path / "root"
+    (root / "run").mkdir(parents=True)
+    (root / "run" / "ok.txt").write_text("ok")
+    (tmp_path / "outside.txt").write_text("secret")
+    (root / "run" / "link.txt").symlink_to(tmp_path / "outside.txt")
+    (root / "linkdir").symlink_to(tmp_path)
+    (root / "run" / "folder").mkdir()
+    assert read_below(str(root), ["run", "ok.txt"]) == b"ok"
+    for parts in (["run", "link.txt"], ["linkdir", "outside.txt"], ["run", "folder"]):
+        with pytest.raises(NotRegular):
+            read_below(str(root), parts)
+
+
+# --------------------------------------------------------------------------------------------
+# The viewer: only regular files of runs, the Host rule, signed sessions
+
+
+@pytest.fixture
+def view_root(tmp_path):
+    """A small runs location with a run, a folder that is not a run, and links planted everywhere."""
+    root = tmp_path / "runs"
+    run = root / "run-a"
+    (run / "plots").mkdir(parents=True)
+    (run / "attempts").mkdir()
+    (run / "manifest.json").write_text(json.dumps({"pipeline": "score", "run_name": "run-a", "state": "complete"}))
+    (run / "report.md").write_text("# report\n")
+    (run / "report.html").write_text("<p>report</p>")
+    pq.write_table(pa.table({"id": ["1"], "text": ["hello"]}), run / "attempts" / "part-00000.parquet")
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "notes.txt").write_text("TOP SECRET")
+    (secret / "report.md").write_text("# TOP SECRET report")
+    pq.write_table(pa.table({"id": ["s"], "text": ["TOP SECRET"]}), secret / "part-00000.parquet")
+    (secret / "manifest.json").write_text(json.dumps({"pipeline": "score", "run_name": "x", "state": "complete"}))
+    (run / "plots" / "leak.txt").symlink_to(secret / "notes.txt")
+    (run / "notes.txt").symlink_to(secret / "notes.txt")
+    (run / "attempts" / "part-00001.parquet").symlink_to(secret / "part-00000.parquet")
+    (run / "linked").symlink_to(secret)
+    (root / "linked-run").symlink_to(secret)
+    not_a_run = root / "not-a-run"
+    not_a_run.mkdir()
+    (not_a_run / "notes.txt").write_text("not a run's file")
+    link_run = root / "run-b"
+    link_run.mkdir()
+    (link_run / "manifest.json").symlink_to(secret / "manifest.json")
+    return root
+
+
+def _client(root, **kwargs):
+    from starlette.testclient import TestClient
+
+    from redline.view.app import build_app
+
+    return TestClient(build_app(str(root), **kwargs), base_url="http://127.0.0.1:8765")
+
+
+def test_the_viewer_serves_only_regular_files_of_runs(view_root):
+    with _client(view_root) as c:
+        assert c.get("/file", params={"id": "run-a", "name": "report.html"}).status_code == 200
+        for params in ({"id": "run-a", "name": "plots/leak.txt"}, {"id": "run-a", "name": "notes.txt"},
+                       {"id": "linked-run", "name": "notes.txt"}, {"id": "not-a-run", "name": "notes.txt"},
+                       {"id": "run-b", "name": "report.md"}, {"id": "run-a", "name": "linked/notes.txt"}):
+            resp = c.get("/file", params=params)
+            assert resp.status_code in (400, 404) and "TOP SECRET" not in resp.text and "not a run's" not in resp.text, \
+                (params, resp.status_code, resp.text)
+        runs = {r["id"] for r in c.get("/api/runs").json()["runs"]}
+        assert runs == {"run-a"}  # a linked run folder and a linked manifest are not runs of this location
+        page = c.get("/run", params={"id": "run-a"})
+        assert page.status_code == 200 and "TOP SECRET" not in page.text
+        assert ">linked<" not in page.text  # a linked folder's Parquet is not one of the run's tables
+        rows = c.get("/run", params={"id": "run-a", "table": "attempts"})
+        assert "hello" in rows.text and "TOP SECRET" not in rows.text
+        assert c.get("/run", params={"id": "linked-run"}).status_code == 404
+
+
+@pytest.mark.parametrize("host,status", [("127.0.0.1:8765", 200), ("localhost:8765", 200), ("[::1]:8765", 200),
+                                         ("evil.example.com:8765", 421), ("127.0.0.1.nip.io", 421),
+                                         ("localhost.evil.example", 421), ("runs.example.org", 200)])
+def test_the_viewer_answers_only_its_own_host_names(view_root, host, status):
+    with _client(view_root, allowed_hosts=("runs.example.org",)) as c:
+        for path in ("/", "/api/runs", "/healthz", "/file?id=run-a&name=report.html"):
+            assert c.get(path, headers={"Host": host}).status_code == status, (host, path)
+
+
+def test_the_session_cookie_is_signed_and_expires_never_the_key(view_root, monkeypatch):
+    import hashlib
+
+    from redline.view import app as view_app
+
+    with _client(view_root, key="s3cret") as c:
+        opened = c.get("/api/runs", params={"key": "s3cret"}, follow_redirects=False)
+        cookie = opened.cookies.get(view_app.COOKIE)
+        assert cookie and hashlib.sha256(b"s3cret").hexdigest() not in cookie and "s3cret" not in cookie
+        assert c.get("/api/runs").status_code == 200
+        c.cookies.clear()
+        c.cookies.set(view_app.COOKIE, hashlib.sha256(b"s3cret").hexdigest())  # the old, guessable cookie
+        assert c.get("/api/runs").status_code == 401
+        expires, mac = cookie.split(".")
+        c.cookies.clear()
+        c.cookies.set(view_app.COOKIE, f"{int(expires) + 3600}.{mac}")  # a longer life it was not signed for
+        assert c.get("/api/runs").status_code == 401
+    with _client(view_root, key="s3cret") as other:  # another process's secret: yesterday's cookie is void
+        other.cookies.set(view_app.COOKIE, cookie)
+        assert other.get("/api/runs").status_code == 401
+    monkeypatch.setattr(view_app, "SESSION_S", -1.0)
+    with _client(view_root, key="s3cret") as c:
+        c.get("/api/runs", params={"key": "s3cret"}, follow_redirects=False)
+        assert c.get("/api/runs").status_code == 401  # expired at once
+
+
+def test_the_word_diff_is_bounded_and_escapes_every_word():
+    from redline.view.rows import MAX_DIFF_CELLS, word_diff
+
+    before, after = word_diff("keep <script>alert(1)</script> this", "keep <b onmouseover=x>bold</b> this")
+    assert "<script>" not in before + after and "&lt;script&gt;" in before and "&lt;b" in after
+    assert before.startswith("keep <del>") and after.endswith("</mark> this")
+    a = " ".join(f"w{i}" for i in range(4000))
+    b = " ".join(f"v{i}" for i in range(4000))
+    assert 4000 * 4000 > MAX_DIFF_CELLS
+    started = time.perf_counter()
+    left, right = word_diff(f"same start {a} same end", f"same start {b} same end")
+    assert time.perf_counter() - started < 5  # linear: a quadratic diff of these took minutes
+    assert left.startswith("same start <del>w0") and left.endswith("w3999</del> same end")
+    assert right.startswith("same start <mark>v0") and right.endswith("v3999</mark> same end")
+
+
+# --------------------------------------------------------------------------------------------
+# Configs that are not what they claim: alias bombs, types, degenerate values
+
+
+BOMB = "\n".join(["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+                 + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 7)])
+
+
+def bomb_in(field_yaml: str) -> str:
+    return field_yaml.replace("BOMB", "*a6")
+
+
+YAML_CASES = [
+    ("alias bomb in a provider's free-form fields", lambda t: BOMB + "\n" + yaml.safe_dump(score_config(t)) + bomb_in(
+        "judge_extra: BOMB\n"), "config expands to over 100,000 values"),
+    ("alias bomb as a detector option", lambda t: BOMB + "\n" + yaml.safe_dump({**score_config(t), "detectors": []})
+     .replace("detectors: []", "detectors:\n- name: b\n  kind: bedrock\n  additional_fields: {x: *a6}"),
+     "config expands to over 100,000 values"),
+    ("recursive alias", lambda t: "corpus: &c {path: *c}\n", "an alias refers to the node that holds it"),
+    ("nesting deeper than the parser holds", lambda t: "corpus: " + "[" * 3000 + "]" * 3000 + "\n",
+     "nested too deeply"),
+    ("a config larger than 1 MB", lambda t: yaml.safe_dump(score_config(t)) + "# " + "x" * (1 << 20) + "\n",
+     "over the limit of 1,048,576"),
+]
+
+
+@pytest.mark.parametrize("case,text,fragment", YAML_CASES, ids=[c[0] for c in YAML_CASES])
+def test_configs_are_bounded_before_they_are_expanded(case, text, fragment, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    err = expect_error(capsys, tmp_path, ["run", "score", "-c", write(tmp_path, text(tmp_path))], fragment)
+    assert len(err) < 500
+    assert not (tmp_path / "runs").exists()
+
+
+def _corpus(t: Path, name: str, rows: list[dict], **mapping) -> dict:
+    path = t / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return {"path": str(path), "text_column": "text", "label_column": "label", "toxic_values": [1], **mapping}
+
+
+COLUMN_CASES = [
+    ("label holding lists", lambda t: _corpus(t, "c.jsonl", [{"text": "a", "label": [1, 0]}, {"text": "b", "label": [0]}]),
+     "column 'label' (label_column) holds list<item: int64> values (row 0: '[1, 0]')"),
+    ("label holding objects", lambda t: _corpus(t, "c.jsonl", [{"text": "a", "label": {"toxic": 1}}]),
+     "column 'label' (label_column) holds struct"),
+    ("label of mixed types", lambda t: _corpus(t, "c.jsonl", [{"text": "a", "label": 1}, {"text": "b", "label": [0]}]),
+     "column 'label' (label_column) holds values of mixed types"),
+    ("text of numbers", lambda t: {"path": str(write_csv(t / "n.csv", ["text", "label"], [[1, 1], [2, 0]])),
+                                   "text_column": "text", "label_column": "label", "toxic_values": [1]},
+     "column 'text' (text_column) holds int64 values (row 0: '1'), not text"),
+    ("text of nulls", lambda t: _corpus(t, "c.jsonl", [{"text": None, "label": 1}, {"text": None, "label": 0}]),
+     "column 'text' (text_column) holds no values (every row is empty)"),
+    ("text of booleans", lambda t: _corpus(t, "c.jsonl", [{"text": True, "label": 1}]), "holds bool values"),
+    ("context of numbers", lambda t: _corpus(t, "c.jsonl", [{"text": "a", "ctx": 3, "label": 1}], context_column="ctx"),
+     "column 'ctx' (context_column) holds int64 values"),
+    ("several label columns holding text", lambda t: _corpus(t, "c.jsonl", [{"text": "a", "x": "yes", "y": 1}],
+                                                             label_column=["x", "y"], toxic_values=None),
+     "column 'x' (label_column) holds string values (row 0: 'yes'), not 0/1 numbers"),
+]
+
+
+@pytest.mark.parametrize("case,corpus,fragment", COLUMN_CASES, ids=[c[0] for c in COLUMN_CASES])
+def test_every_corpus_column_is_checked_against_its_role(case, corpus, fragment, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    expect_error(capsys, tmp_path, score(tmp_path, score_config(tmp_path, corpus=corpus(tmp_path))), fragment)
+
+
+DEGENERATE_CASES = [
+    ("empty keyword pattern", {"detectors": [{"name": "k", "kind": "keywords", "patterns": [""]}]},
+     "patterns.0: String should have at least 1 character"),
+    ("a pattern that matches the empty string", {"detectors": [{"name": "k", "kind": "keywords", "patterns": ["a*"]}]},
+     "matches the empty string, so every text would be toxic"),
+    ("an alternation with an empty branch", {"detectors": [{"name": "k", "kind": "keywords", "patterns": ["idiot|"]}]},
+     "matches the empty string"),
+    ("empty detector name", {"detectors": [{"name": "", "kind": "profanity-check"}]}, "name"),
+    ("empty text column", {"corpus": {"path": "c.csv", "text_column": "", "label_column": "label"}},
+     "corpus.text_column: String should have at least 1 character"),
+    ("empty label column list", {"corpus": {"path": "c.csv", "text_column": "text", "label_column": []}},
+     "corpus.label_column: List should have at least 1 item"),
+    ("empty toxic values", {"corpus": {"path": "c.csv", "text_column": "text", "label_column": "label",
+                                       "toxic_values": []}}, "corpus.toxic_values: List should have at least 1 item"),
+    ("empty corpus path", {"corpus": {"path": "", "text_column": "text"}}, "corpus.path"),
+    ("zero shard size", {"shard_size": 0}, "shard_size: Input should be greater than 0"),
+    ("zero batch size", {"detectors": [{"name": "p", "kind": "profanity-check", "batch_size": 0}]}, "batch_size"),
+    ("empty output", {"output": ""}, "output: String should have at least 1 character"),
+]
+
+
+@pytest.mark.parametrize("case,over,fragment", DEGENERATE_CASES, ids=[c[0] for c in DEGENERATE_CASES])
+def test_empty_and_degenerate_settings_are_refused_at_load(case, over, fragment, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    expect_error(capsys, tmp_path, score(tmp_path, score_config(tmp_path, **over)), fragment)
+
+
+@pytest.mark.parametrize("config,fragment", [
+    ({"lists": []}, "lists: List should have at least 1 item"),
+    ({"lists": [{"name": "mal", "searches": []}]}, "searches: List should have at least 1 item"),
+    ({"trigger_length": 0}, "trigger_length: Input should be greater than 0"),
+    ({"top_g": -1}, "top_g"),
+])
+def test_degenerate_search_settings_are_refused(config, fragment):
+    from redline.cluster.config import validate_config
+    from redline.errors import RedlineError
+    from redline.pipelines.egregious import EgregiousConfig
+
+    with pytest.raises(RedlineError, match=fragment.replace("(", r"\(")):
+        validate_config(EgregiousConfig, {"models": [{"name": "m", "path": "x"}], **config})
+
+
+def test_force_never_clears_through_a_link_and_never_reports_a_failed_clear_complete(capsys, tmp_path, ray_session,
+                                                                                     monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = score_config(tmp_path)
+    assert main(score(tmp_path, cfg, "--run-name", "real")) == 0
+    real = tmp_path / "runs" / "real"
+    kept = sorted(p.name for p in real.rglob("*"))
+    (tmp_path / "runs" / "linked").symlink_to(real)
+    expect_error(capsys, tmp_path, score(tmp_path, cfg, "--run-name", "linked", "--force"),
+                 f"{tmp_path / 'runs' / 'linked'} is a symbolic link (to {real})")
+    assert sorted(p.name for p in real.rglob("*")) == kept  # the target is untouched
+    (tmp_path / "runs" / "m").mkdir()
+    (tmp_path / "runs" / "m" / "manifest.json").symlink_to(real / "manifest.json")
+    expect_error(capsys, tmp_path, score(tmp_path, cfg, "--run-name", "m", "--force"), "manifest.json is a symbolic link")
+    # a clear that cannot finish is an error; the old run is not reported complete
+    locked = tmp_path / "runs" / "real" / "predictions"
+    if os.geteuid() != 0:  # root ignores directory permissions
+        locked.chmod(0o500)
+        try:
+            assert main(score(tmp_path, cfg, "--run-name", "real", "--force")) == 2
+            assert "--force could not clear" in capsys.readouterr().err
+        finally:
+            locked.chmod(0o700)
+
+
+def test_a_huge_csv_field_names_the_setting_that_lifts_it(capsys, tmp_path, ray_session, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    huge = tmp_path / "huge.csv"
+    write_csv(huge, ["text", "label"], [["x" * (3 << 20), 1], ["hello", 0], ["you idiot", 1]])
+    corpus = {"path": str(huge), "text_column": "text", "label_column": "label", "toxic_values": [1], "max_field_mb": 1}
+    expect_error(capsys, tmp_path, score(tmp_path, score_config(tmp_path, corpus=corpus)),
+                 "a CSV value is longer than 1 MB, the most the reader takes in one field; set corpus.max_field_mb")
+    assert main(score(tmp_path, score_config(tmp_path, corpus={**corpus, "max_field_mb": 8}))) == 0
+    manifests = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*/manifest.json")]
+    counts = next(m for m in manifests if m["state"] == "complete")["counts"]
+    assert counts["rows_in"] == 3 and counts["rejected"] == {"text longer than corpus.max_chars=20000": 1}
+
+
+# --------------------------------------------------------------------------------------------
+# The service lifecycle: a stale state file never signals someone else's process
+
+
+def test_serve_stop_and_status_with_a_stale_state_and_a_reused_pid(tmp_path, monkeypatch, capsys):
+
+    monkeypatch.setenv("REDLINE_STATE_DIR", str(tmp_path))
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        # the server crashed; its PID now belongs to an unrelated process (the bystander)
+        state = {"port": 18765, "host": "127.0.0.1", "url": "http://127.0.0.1:18765", "app_name": "redline",
+                 "pid": bystander.pid, "process": "12345 redline serve --config old.yaml", "mode": "local",
+                 "ray_address": "127.0.0.1:1"}
+        (tmp_path / "serve-18765-redline.json").write_text(json.dumps(state))
+        # and a cluster-mode server on a cluster that is gone
+        gone = {**state, "port": 18766, "pid": None, "process": None, "mode": "cluster", "url": "http://127.0.0.1:18766"}
+        (tmp_path / "serve-18766-redline.json").write_text(json.dumps(gone))
+        started = time.time()
+        assert main(["serve", "status"]) == 0
+        out = capsys.readouterr().out
+        assert time.time() - started < 20
+        assert "not running (stale state file removed)" in out and "unreachable" in out
+        (tmp_path / "serve-18765-redline.json").write_text(json.dumps(state))
+        assert main(["serve", "stop", "--port", "18765"]) == 0
+        assert bystander.poll() is None  # never signalled
+        assert not (tmp_path / "serve-18765-redline.json").exists()
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_process_identity_tells_a_reused_pid_apart():
+    from redline.serve.runner import _ours, process_identity
+
+    me = process_identity(os.getpid())
+    assert me and str(Path(sys.executable).name) in me
+    assert _ours({"pid": os.getpid(), "process": me})
+    assert not _ours({"pid": os.getpid(), "process": me.replace(me.split()[0], "1")})  # another start time
+    assert process_identity(2**22 + 12345) is None and not _ours({"pid": None, "process": None})
+
+
+# --------------------------------------------------------------------------------------------
+# Remote services that ask for long waits, or answer nonsense
+
+
+class _Service(http.server.ThreadingHTTPServer):
+    """A tiny OpenAI-like endpoint: `mode` says how every POST is answered."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode, self.requests = mode, 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                outer.requests += 1
+                headers = {"content-type": "application/json"}
+                if outer.mode == "401":
+                    status, body = 401, b'{"error": {"message": "Incorrect API key provided"}}'
+                elif outer.mode == "html":
+                    status, body = 200, b"<html>not json</html>"
+                elif outer.mode == "crash":
+                    status, body = 200, json.dumps({"choices": "not a list"}).encode()
+                else:
+                    status, body = 429, b'{"error": {"message": "slow down"}}'
+                    headers["retry-after"] = outer.mode.split(":")[1]
+                self.send_response(status)
+                for k, v in {**headers, "content-length": str(len(body))}.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+def _chat_client(service: _Service, **kwargs):
+    from redline.actors.providers.base import ProviderSettings
+    from redline.actors.providers.client import ChatClient
+    from redline.actors.providers.registry import build_provider
+
+    provider = build_provider(ProviderSettings(provider="openai", model="m", base_url=service.url))
+    return ChatClient(provider, **kwargs)
+
+
+def test_retry_after_is_capped_and_a_service_that_keeps_asking_fails_in_one_line(monkeypatch):
+    from redline.actors.providers.base import SamplingParams
+    from redline.cluster.net import WaitTooLong
+
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    service = _Service("429:100000")
+    client = _chat_client(service, max_retries=5, backoff_s=0.01, max_retry_after_s=0.2, concurrency=1)
+    started = time.time()
+    with pytest.raises(WaitTooLong) as err:
+        client.ask([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=2))
+    assert time.time() - started < 5  # three capped waits of 0.2 s, not 28 hours
+    assert "asked to wait 100,000 s (HTTP 429, Retry-After 100000 s) 3 times in a row, over the cap of 0.2 s" in str(err.value)
+    assert service.requests == 3
+    service.shutdown()
+
+
+def test_a_pause_reaches_threads_already_waiting_for_their_slot():
+    from redline.cluster.net import RateLimiter
+
+    limiter = RateLimiter(rate=2.0)  # slots every 0.5 s
+    limiter.acquire()
+    woke: list[float] = []
+    started = time.monotonic()
+    waiter = threading.Thread(target=lambda: (limiter.acquire(), woke.append(time.monotonic() - started)))
+    waiter.start()
+    time.sleep(0.1)  # the waiter now sleeps until its slot at ~0.5 s
+    limiter.pause(1.5)  # a 429 seen by another thread: everyone waits until ~1.6 s
+    waiter.join()
+    assert woke[0] >= 1.5, woke
+
+
+def test_a_service_that_answers_garbage_stops_the_client_after_a_few_requests(monkeypatch):
+    from redline.actors.providers.base import SamplingParams
+    from redline.errors import RedlineError
+
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    service = _Service("html")
+    client = _chat_client(service, max_retries=1, backoff_s=0.01, concurrency=2, max_failed_in_row=3)
+    with pytest.raises(RedlineError, match=r"failed \d+ requests in a row, each after 1 retries \(last: the answer's "
+                                           r"body is not JSON"):
+        client.ask_many([[{"role": "user", "content": f"t{i}"}] for i in range(40)], SamplingParams(max_tokens=2))
+    assert service.requests < 20  # it stopped; it did not grind through all 40 texts twice
+    service.shutdown()
+
+
+@pytest.fixture(scope="module")
+def attack_run(tmp_path_factory, ray_session):
+    """A finished attack run for the judge stages to read."""
+    out = tmp_path_factory.mktemp("hardening-attack")
+    assert main(["quickstart", "attack", "--output", str(out)]) == 0
+    return out / "quickstart-attack"
+
+
+@pytest.mark.parametrize("mode,code,fragment", [
+    ("401", 2, "answered HTTP 401 (Incorrect API key provided); fix the model settings"),
+    ("html", 2, "failed 3 requests in a row"),
+    ("crash", 2, "failed 3 requests in a row"),
+    ("429:100000", 2, "asked to wait 100,000 s"),
+])
+def test_a_failing_judge_is_one_line_never_a_traceback(mode, code, fragment, attack_run, tmp_path, monkeypatch):
+    """Run as a real command, so what the user sees is exactly what is asserted: one line on stderr."""
+    service = _Service(mode)
+    config = {"attacks": [str(attack_run)], "grammar": None, "naturalness": None,
+              "judge": {"base_url": service.url, "model": "judge", "cache_dir": None, "max_retries": 1,
+                        "backoff_s": 0.01, "concurrency": 2, "max_retry_after_s": 0.2,
+                        "max_failed_in_row": 3},
+              "classifier": {"name": "c", "kind": "profanity-check", "num_cpus": 0.25},
+              "output": str(tmp_path / "runs")}
+    path = tmp_path / "tb.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {**os.environ, "OPENAI_API_KEY": "x", "REDLINE_PROGRESS": "0"}
+    env.pop("REDLINE_QUIET_RAY", None)
+    proc = subprocess.run([str(Path(sys.executable).parent / "redline"), "run", "taebench", "-c", str(path)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    service.shutdown()
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == code, proc.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_a_crash_is_one_line_with_its_cause_and_the_trace_in_the_runs_log(tmp_path, capsys, monkeypatch,
+                                                                          ray_session):
+    """A bug (not a user mistake): exit 1, the cause in one line, the full traceback in the run's error.log;
+    with --verbose the traceback is printed too."""
+    from redline.pipelines import score as score_pipeline
+
+    def planted(predictions):
+        raise ZeroDivisionError("planted crash")
+
+    monkeypatch.setattr(score_pipeline, "detector_metrics", planted)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("REDLINE_VERBOSE", "0")
+    assert main(score(tmp_path, score_config(tmp_path))) == 1
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ZeroDivisionError: planted crash (full traceback: "), lines
+    log = Path(lines[0].split("full traceback: ")[1].rstrip(")"))
+    assert log.parent.parent == tmp_path / "runs" and "in planted" in log.read_text()
+    manifest = json.loads((log.parent / "manifest.json").read_text())
+    assert manifest["state"] == "failed" and manifest["error_log"] == str(log)
+    assert manifest["error"] == "ZeroDivisionError: planted crash"
+    monkeypatch.setenv("REDLINE_VERBOSE", "1")
+    assert main(score(tmp_path, score_config(tmp_path), "--force")) == 1
+    assert "Traceback (most recent call last)" in capsys.readouterr().err
