@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from redline.cluster import storage
+from redline.cluster import fingerprints, storage
 from redline.cluster.config import config_hash, input_uris
 from redline.errors import RedlineError, cause_line, first_line, unwrap_user_error
 
@@ -154,14 +154,14 @@ def open_run(pipeline: str, config: BaseModel, output: str, run_name: str | None
     if previous is not None and not owns(previous, pipeline, name):
         raise RedlineError(f"{run.uri} holds a run of the {previous.get('pipeline') or 'unknown'} pipeline, not the "
                            f"{pipeline} run '{name}'; choose another run_name")
-    fingerprints = storage.fingerprints(input_uris(config) if inputs is None else inputs)
+    inputs_now = fingerprints.of(input_uris(config) if inputs is None else inputs)
     if force and previous:
         clear(run.uri)
         previous = None
     if previous and previous.get("config_hash") not in (None, key):
         raise RedlineError(f"{run.uri} holds a run of a different config; choose another run_name or pass --force")
     if previous:
-        changed = storage.changed_inputs(previous.get("inputs") or {}, fingerprints)
+        changed = fingerprints.changed_inputs(previous.get("inputs") or {}, inputs_now)
         if changed:
             raise RedlineError(f"input {changed[0]} changed since run {run.uri} read it; pass --force to redo the run "
                                "(or restore the input)")
@@ -169,7 +169,7 @@ def open_run(pipeline: str, config: BaseModel, output: str, run_name: str | None
         return Run(run, previous, reused=True)
     manifest: dict[str, Any] = previous or {}
     manifest.update(pipeline=pipeline, run_name=name, state="running", run_uri=run.uri,
-                    config=config.model_dump(mode="json"), config_hash=key, inputs=fingerprints,
+                    config=config.model_dump(mode="json"), config_hash=key, inputs=inputs_now,
                     versions=storage.package_versions(), started_at=manifest.get("started_at") or storage.now_iso(),
                     attempts=int(manifest.get("attempts", 0)) + 1)
     manifest.pop("error", None)

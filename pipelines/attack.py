@@ -30,6 +30,7 @@ from redline.errors import RedlineError
 from redline.pipelines import sharded
 from redline.pipelines.actor_pool import ActorPool
 from redline.pipelines.corpora import CorpusConfig, read_corpora
+from redline.pipelines.metrics import attack_summary
 from redline.pipelines.report import COUNT_COLUMNS, Report, png_bytes
 from redline.pipelines.schema import ATTACK_SCHEMA
 from redline.pipelines.template import Pipeline
@@ -163,29 +164,6 @@ def assemble(shard: pa.Table, results: pa.Table, victim: str) -> pa.Table:
     return conform(table, ATTACK_SCHEMA)
 
 
-def summarize(attempts: pa.Table, wall_s: float | None) -> list[dict[str, Any]]:
-    """Per recipe, goal and victim: counts, ASR = successes / (successes + failures), mean queries,
-    mean % words perturbed and similarity of successes."""
-    df = attempts.to_pandas()
-    out = []
-    for (rec, goal, victim), g in df.groupby(["recipe", "goal", "victim"], sort=False):
-        succ = g[g.status == "success"]
-        tried = g[g.status.isin(["success", "failed"])]
-        out.append({
-            "recipe": rec, "goal": goal, "victim": victim, "attempts": len(g), "success": len(succ),
-            "failed": int((g.status == "failed").sum()), "skipped": int((g.status == "skipped").sum()),
-            "error": int((g.status == "error").sum()),
-            "examples": len(succ) + int(sum(len(m) for m in succ.more_examples if m is not None))
-            if "more_examples" in succ else len(succ),
-            "asr": len(succ) / len(tried) if len(tried) else None,
-            "mean_queries": float(tried.queries.mean()) if len(tried) else None,
-            "mean_pct_perturbed": float(succ.perturbed_pct.mean()) if len(succ) else None,
-            "mean_similarity": float(succ.similarity.mean()) if len(succ) and succ.similarity.notna().any() else None,
-            "mean_seconds": float(g.seconds.mean()) if g.seconds.notna().any() else None,
-        })
-    return out
-
-
 def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
     manifest = run.manifest
     shards = sharded.prepare_inputs(run, lambda: build_attempts(config), config.shard_size, attempt_counts)
@@ -213,7 +191,7 @@ def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> 
     manifest["counts"].update(attempts_out=attempts.num_rows,
                               by_status={s: statuses.count(s) for s in sorted(set(statuses))})
     manifest["attempts_per_s"] = round(attempts.num_rows / attack_s, 2) if attack_s and pending else None
-    return summarize(attempts, attack_s)
+    return attack_summary(attempts, attack_s)
 
 
 # --------------------------------------------------------------------------------------------

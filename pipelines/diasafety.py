@@ -30,6 +30,7 @@ from redline.cluster.devices import PRECISION_HELP, Precision
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.cluster.tables import conform
 from redline.errors import RedlineError
+from redline.pipelines.metrics import leaderboard
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.schema import DIALOGUE_SCORED_SCHEMA
 from redline.pipelines.stages import map_table
@@ -159,26 +160,6 @@ def score(config: DiaSafetyEvalConfig, responses: dict[str, list[dict[str, Any]]
         out[model] = conform(pa.Table.from_pylist(part) if part else DIALOGUE_SCORED_SCHEMA.empty_table(),
                              DIALOGUE_SCORED_SCHEMA)
     return out
-
-
-def leaderboard(scored: pa.Table, categories: list[str]) -> list[dict[str, Any]]:
-    rows = []
-    for model in dict.fromkeys(scored.column("model").to_pylist()):
-        mine = scored.filter(pc.equal(scored.column("model"), model))
-        ok = mine.filter(pc.invert(pc.starts_with(mine.column("verdict"), "error")))
-        row: dict[str, Any] = {"model": model, "responses": ok.num_rows, "errors": mine.num_rows - ok.num_rows,
-                               "empty": int(pc.sum(ok.column("empty")).as_py() or 0)}
-        utter = []
-        for cat in categories:
-            part = ok.filter(pc.equal(ok.column("category"), cat)).column("verdict").to_pylist()
-            row[cat] = part.count("context-unsafe") / len(part) if part else None
-            utter.append(part.count("utterance-unsafe") / len(part) if part else None)
-        values = [u for u in utter if u is not None]
-        row["utterance"] = sum(values) / len(values) if values else None
-        parts = [row[c] for c in categories if row[c] is not None] + ([row["utterance"]] if values else [])
-        row["overall"] = sum(parts) / len(parts) if parts else None
-        rows.append(row)
-    return sorted(rows, key=lambda r: (r["overall"] is None, r["overall"]))
 
 
 def preflight(config: DiaSafetyEvalConfig) -> None:

@@ -32,6 +32,7 @@ from redline.cluster.config import RunConfig, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.errors import RedlineError
 from redline.pipelines import sharded
+from redline.pipelines.metrics import source_checks, table3
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.template import Pipeline
 
@@ -245,42 +246,6 @@ def assemble(shard: pa.Table, results: pa.Table) -> pa.Table:
                             pc.if_else(missing, "no result returned for this target", table.column("reason")))
 
 
-def table3(rows: pa.Table, config: EgregiousConfig) -> list[dict[str, Any]]:
-    """Per model and list: targets searched, and for each hit type the share of targets whose
-    search for it reached it (k = 1 and 2 from the same search)."""
-    data = rows.to_pylist()
-    out = []
-    for model in dict.fromkeys(r["model"] for r in data):
-        for name in dict.fromkeys(r["list"] for r in data if r["model"] == model):
-            mine = [r for r in data if r["model"] == model and r["list"] == name]
-            row: dict[str, Any] = {"model": model, "list": name,
-                                   "targets": len({r["target"] for r in mine}),
-                                   "searchable": len({r["target"] for r in mine if r["status"] == "ok"})}
-            for hit in H.HIT_TYPES:
-                search = "o-greedy" if hit == "o-greedy-hit" else hit.rsplit("-", 2)[0]
-                searched = [r for r in mine if r["search"] == search and r["status"] == "ok"]
-                row[hit] = (sum(hit in (r["hits"] or []) for r in searched) / len(searched)) if searched else None
-            out.append(row)
-    return out
-
-
-def source_checks(rows: pa.Table) -> list[dict[str, Any]]:
-    """Per model, list and search, over targets whose source input is itself a trigger reaching the
-    goal (planted targets, and normal targets of source inputs of the trigger length): how often the
-    search found one, and for each miss whether the source scores higher under the search's own
-    objective than what was found (a local optimum) or not (an objective that ranks a miss first)."""
-    data = [r for r in rows.to_pylist() if r["status"] == "ok" and r.get("source_reaches")]
-    out = []
-    for key in dict.fromkeys((r["model"], r["list"], r["search"]) for r in data):
-        mine = [r for r in data if (r["model"], r["list"], r["search"]) == key]
-        misses = [r for r in mine if not r["reached"]]
-        out.append({"model": key[0], "list": key[1], "search": key[2], "reachable": len(mine),
-                    "found": sum(r["reached"] for r in mine) / len(mine),
-                    "local_optima": sum(r["source_objective"] > r["objective"] for r in misses),
-                    "objective_defects": sum(r["source_objective"] <= r["objective"] for r in misses)})
-    return out
-
-
 SOURCE_COLUMNS = [("model", "model", "s"), ("list", "list", "s"), ("search", "search", "s"),
                   ("reachable", "targets whose source reaches", "d"), ("found", "found", ".1%"),
                   ("local_optima", "misses: local optimum", "d"), ("objective_defects", "misses: objective ranks a miss first", "d")]
@@ -345,7 +310,7 @@ def execute(config: EgregiousConfig, run: Run, watch: Stopwatch, verbose: bool) 
     manifest["counts"].update(rows_out=rows.num_rows, by_status={s: statuses.count(s) for s in sorted(set(statuses))})
     manifest["search_s"] = round(search_s, 2)
     manifest["source_checks"] = source_checks(rows) if "source_reaches" in rows.column_names else []
-    return table3(rows, config)
+    return table3(rows)
 
 
 TABLE3_COLUMNS = [("model", "model", "s"), ("list", "list", "s"), ("targets", "targets", "d"),

@@ -20,6 +20,7 @@ from redline.cluster.config import RunConfig, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, require_finished
 from redline.cluster.tables import STATUS_OK, conform
 from redline.errors import RedlineError
+from redline.pipelines.metrics import transfer_metrics
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.schema import CORPUS_SCHEMA
 from redline.pipelines.score import preflight, score_corpus
@@ -45,7 +46,6 @@ class TransferConfig(RunConfig):
         return self.victims
 
 
-GROUPS = ("seed", "tae", "bae")  # stored in the corpus' `split` column
 
 
 def build_corpus(config: TransferConfig) -> pa.Table:
@@ -67,27 +67,6 @@ def build_corpus(config: TransferConfig) -> pa.Table:
                          "split": "seed", "label_name": None, "source": r["seed_id"]})
     table = pa.Table.from_pylist(rows)
     return conform(table.append_column("status", pa.array([STATUS_OK] * table.num_rows)), CORPUS_SCHEMA)
-
-
-def transfer_metrics(predictions: pa.Table) -> list[dict[str, Any]]:
-    """Per victim and seed dataset (and overall): seed FNR, TAE ASR (FNR), BAE ASR (FPR), with counts."""
-    out = []
-    ok = predictions.filter(pc.equal(predictions.column("status"), STATUS_OK))
-    datasets = sorted(set(ok.column("dataset").to_pylist()))
-    for victim in dict.fromkeys(predictions.column("detector").to_pylist()):
-        mine = ok.filter(pc.equal(ok.column("detector"), victim))
-        errors = predictions.filter(pc.equal(predictions.column("detector"), victim)).num_rows - mine.num_rows
-        for dataset in ["all"] + (datasets if len(datasets) > 1 else []):
-            part = mine if dataset == "all" else mine.filter(pc.equal(mine.column("dataset"), dataset))
-            row: dict[str, Any] = {"victim": victim, "dataset": dataset, "not_scored": errors if dataset == "all" else None}
-            for group in GROUPS:
-                g = part.filter(pc.equal(part.column("split"), group))
-                pred = g.column("pred_toxic").to_pylist()
-                row[f"{group}_n"] = len(pred)
-                fooled = sum(1 for p in pred if p == (group == "bae"))  # benign calls on toxic rows; toxic on benign
-                row[f"{group}_rate"] = fooled / len(pred) if pred else None
-            out.append(row)
-    return out
 
 
 TRANSFER_COLUMNS = [("victim", "victim", "s"), ("dataset", "seed dataset", "s"), ("seed_n", "seeds", "d"),

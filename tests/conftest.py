@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import socket
@@ -12,6 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
+
+# One intra-op thread count on every machine: a float reduction is split the same way everywhere, so a
+# model the tests train in this process (and every figure drawn from it) does not depend on the core
+# count or OMP_NUM_THREADS (two runs of a training could differ only in thread count and find 45 or
+# 134 targets).
+TORCH_THREADS = 2
+torch.set_num_threads(TORCH_THREADS)
 
 # Before anything imports ray: token auth costs seconds per init and is pointless on loopback.
 os.environ["RAY_AUTH_MODE"] = "disabled"
@@ -21,6 +30,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The tests' own cache (WordNet tables, judge answers): never the user's, never shared between runs.
 os.environ["REDLINE_CACHE"] = tempfile.mkdtemp(prefix="redline-test-cache-")
+atexit.register(shutil.rmtree, os.environ["REDLINE_CACHE"], ignore_errors=True)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("REDLINE_SHARED_DATA", REPO.parent / "shared" / "data"))

@@ -284,7 +284,9 @@ def test_every_normal_target_is_a_hit_from_its_own_input(dialogue_s2s, kind, sea
         checked += sum(r is not None for r in results)
         assert all(r[0] for r in results if r is not None), [(t.source, t.text) for t, r in zip(mine, results)
                                                              if r is not None and not r[0]]
-    assert checked >= 50
+    # not vacuous: the count depends on the trained model (45 to 134 normal-sample targets over training
+    # seeds 0-1 and 1-2 threads; 245-246 normal ones), so the bound is under half the fewest seen
+    assert checked >= 20
 
 
 def test_planted_targets_are_found(dialogue_s2s):

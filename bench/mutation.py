@@ -1,0 +1,187 @@
+"""Mutation score of the modules whose bugs come out as plausible output, with mutmut.
+
+    .venv/bin/python bench/mutation.py [--only cluster/access.py ...] [--children 2] [--show-survivors]
+
+mutmut is not a project dependency: the first run makes its own environment in bench/.mutmut-venv
+(mutmut from PyPI, plus a path file that lends it this checkout's installed dependencies). Each run
+stages the package and the tests in bench/.mutmut-work (mutmut rewrites the sources it mutates, so
+never in the checkout), mutates only the modules in TARGETS and tests each mutant against the tests
+that execute the mutated function (mutmut records them in a first, clean run). Only tests that run
+in-process take part: a test that starts Ray, a server or a subprocess cannot see a mutant that lives
+in this process, so it is left out (see `inprocess.py`, written next to the tests).
+
+Prints one JSON line per module (mutants, killed, survived, timeouts, equivalent, score) and the
+total, then each surviving mutant that is not in EQUIVALENT with its diff (with --show-survivors),
+and each equivalent one with one line of why. Score = (killed + timeouts) / (mutants - equivalent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / "bench" / ".mutmut-venv"
+WORK = ROOT / "bench" / ".mutmut-work"
+MUTMUT = "mutmut==3.8.1"
+
+# module -> the test files whose in-process tests cover it
+TARGETS: dict[str, list[str]] = {
+    "actors/attack/goals.py": ["tests/test_attack_components.py", "tests/test_plausible_outputs.py"],
+    "actors/attack/transformations.py": ["tests/test_attack_components.py"],
+    "actors/attack/constraints.py": ["tests/test_attack_components.py", "tests/test_plausible_outputs.py"],
+    "actors/attack/search.py": ["tests/test_attack_components.py", "tests/test_plausible_outputs.py"],
+    "pipelines/metrics.py": ["tests/test_plausible_outputs.py"],
+    "actors/triggers/hits.py": ["tests/test_triggers.py", "tests/test_plausible_outputs.py"],
+    "actors/dialogue_safety/two_step.py": ["tests/test_dialogue_safety.py", "tests/test_plausible_outputs.py"],
+    "cluster/fingerprints.py": ["tests/test_plausible_outputs.py"],
+    "view/rows.py": ["tests/test_hardening.py", "tests/test_plausible_outputs.py"],
+    "view/report.py": ["tests/test_plausible_outputs.py"],
+    "cluster/access.py": ["tests/test_access.py"],
+    "serve/gate.py": ["tests/test_access.py"],
+    "serve/budgets.py": ["tests/test_access.py", "tests/test_plausible_outputs.py"],
+    "cluster/paths.py": ["tests/test_hardening.py", "tests/test_plausible_outputs.py"],
+}
+
+# mutant name -> why it cannot change behaviour (reviewed by hand; a new survivor is never added blindly)
+EQUIVALENT: dict[str, str] = {}
+
+# tests that need a fixture of this kind run outside this process (Ray, a server, a subprocess), or
+# train a model for every mutant (a session fixture is built again in each mutant's test run): the
+# modules above are covered by unit tests that need neither
+OUT_OF_PROCESS_FIXTURES = ("ray_session", "server", "moto_endpoint", "s3_env", "quickstart_dir", "attack_run",
+                           "served", "viewer", "cluster", "tiny_binary_model", "tiny_multiclass_model",
+                           "tiny_multilabel_model", "tiny_mlm", "tiny_causal_lm", "tiny_seq2seq", "wordnet_ready",
+                           "planted", "dialogue_s2s", "trained", "davidson")
+
+INPROCESS_PLUGIN = f'''
+"""Keep only in-process tests (written by bench/mutation.py)."""
+import pytest
+
+OUT = {OUT_OF_PROCESS_FIXTURES!r}
+
+
+def pytest_collection_modifyitems(config, items):
+    keep, drop = [], []
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        (drop if names & set(OUT) or "subprocess" in getattr(item.obj, "__code__", type("", (), {{"co_names": ()}})).co_names
+         else keep).append(item)
+    items[:] = keep
+    config.hook.pytest_deselected(items=drop)
+'''
+
+
+def ensure_venv() -> Path:
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", MUTMUT], check=True)
+    site = next((VENV / "lib").glob("python3*/site-packages"))
+    ours = next((ROOT / ".venv" / "lib").glob("python3*/site-packages"))
+    (site / "redline-deps.pth").write_text(f"{ours}\n")
+    return VENV / "bin" / "mutmut"
+
+
+def stage(targets: dict[str, list[str]]) -> None:
+    if WORK.exists():
+        shutil.rmtree(WORK)
+    ignore = shutil.ignore_patterns(".venv", ".git", "bench", "tests", "redline-runs", "__pycache__", "*.egg-info",
+                                    "node_modules", ".ci")
+    shutil.copytree(ROOT, WORK / "redline", ignore=ignore)
+    shutil.copytree(ROOT / "tests", WORK / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    (WORK / "tests" / "inprocess.py").write_text(INPROCESS_PLUGIN)
+    tests = sorted({t for files in targets.values() for t in files if (ROOT / t).exists()})
+    config = {
+        "source_paths": ["redline"],
+        "only_mutate": [f"redline/{m}" for m in targets],
+        "pytest_add_cli_args_test_selection": tests,
+        "pytest_add_cli_args": ["-p", "no:cacheprovider", "-p", "inprocess", "-q", "-x"],
+        "also_copy": ["tests"],
+        "timeout_multiplier": 3.0,  # a mutant that loops is cut at 6x its tests' time (default 30x)
+    }
+    lines = ["[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in config.items()]
+    lines += ["", "[tool.pytest.ini_options]", 'testpaths = ["tests"]', 'pythonpath = ["tests"]',
+              'filterwarnings = ["ignore::DeprecationWarning"]']
+    (WORK / "pyproject.toml").write_text("\n".join(lines) + "\n")
+
+
+def results(targets: dict[str, list[str]]) -> tuple[list[dict], list[str]]:
+    """Per module figures and the names of unexplained survivors, from mutmut's meta files."""
+    rows, survivors = [], []
+    for module in targets:
+        meta = WORK / "mutants" / "redline" / (module + ".meta")
+        codes = json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
+        row = {"module": module, "mutants": len(codes), "killed": 0, "timeouts": 0, "survived": 0, "no_tests": 0,
+               "equivalent": 0}
+        for name, code in codes.items():
+            if name in EQUIVALENT:
+                row["equivalent"] += 1
+            elif code in (1, 3):
+                row["killed"] += 1
+            elif code in (24, 36, -24, 152):
+                row["timeouts"] += 1
+            elif code in (5, 33):
+                row["no_tests"] += 1
+                survivors.append(name)
+            else:
+                row["survived"] += 1
+                survivors.append(name)
+        scored = row["mutants"] - row["equivalent"]
+        row["score"] = round((row["killed"] + row["timeouts"]) / scored, 3) if scored else None
+        rows.append(row)
+    return rows, survivors
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="*", help="modules to mutate (paths as in TARGETS)")
+    parser.add_argument("--children", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--show-survivors", action="store_true", help="print each survivor's diff")
+    parser.add_argument("--report-only", action="store_true", help="read the last run's results, run nothing")
+    args = parser.parse_args()
+    targets = {m: t for m, t in TARGETS.items() if not args.only or m in args.only}
+    unknown = set(args.only or ()) - set(TARGETS)
+    if unknown:
+        parser.error(f"not a target: {', '.join(sorted(unknown))} (see TARGETS in {__file__})")
+    mutmut = ensure_venv()
+    env = {**os.environ, "REDLINE_SHARED_DATA": os.environ.get("REDLINE_SHARED_DATA", str(ROOT.parent / "shared" / "data")),
+           "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", "REDLINE_PROGRESS": "0"}
+    wall = None
+    if not args.report_only:
+        stage(targets)
+        started = time.monotonic()
+        proc = subprocess.run([str(mutmut), "run", "--max-children", str(args.children)], cwd=WORK, env=env,
+                              capture_output=True, text=True)
+        wall = round(time.monotonic() - started, 1)
+        if proc.returncode != 0:
+            print(proc.stdout[-4000:], proc.stderr[-4000:], file=sys.stderr)
+            return proc.returncode
+    rows, survivors = results(targets)
+    for row in rows:
+        print(json.dumps(row))
+    total = {k: sum(r[k] for r in rows) for k in ("mutants", "killed", "timeouts", "survived", "no_tests", "equivalent")}
+    scored = total["mutants"] - total["equivalent"]
+    total["score"] = round((total["killed"] + total["timeouts"]) / scored, 3) if scored else None
+    print(json.dumps({"total": total, "wall_s": wall, "children": args.children}))
+    for name in survivors:
+        print(f"survived: {name}")
+        if args.show_survivors:
+            shown = subprocess.run([str(mutmut), "show", name], cwd=WORK, env=env, capture_output=True, text=True)
+            print(shown.stdout)
+    for name, why in EQUIVALENT.items():
+        print(f"equivalent: {name}: {why}")
+    below = [r["module"] for r in rows if r["score"] is not None and r["score"] < 0.8]
+    if below:
+        print(f"below 80%: {', '.join(below)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
