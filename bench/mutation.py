@@ -29,14 +29,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "bench" / ".mutmut-venv"
 WORK = ROOT / "bench" / ".mutmut-work"
+STATE = ROOT / "bench" / ".mutmut-state"  # tiny models and caches the tests keep between mutants
+RESULTS = ROOT / "bench" / ".mutmut-results.json"  # each module's latest verdicts, kept across runs
 MUTMUT = "mutmut==3.8.1"
 
 # module -> the test files whose in-process tests cover it
 TARGETS: dict[str, list[str]] = {
     "actors/attack/goals.py": ["tests/test_attack_components.py", "tests/test_plausible_outputs.py"],
-    "actors/attack/transformations.py": ["tests/test_attack_components.py"],
-    "actors/attack/constraints.py": ["tests/test_attack_components.py", "tests/test_plausible_outputs.py"],
-    "actors/attack/search.py": ["tests/test_attack_components.py", "tests/test_plausible_outputs.py"],
+    "actors/attack/transformations.py": ["tests/test_attack_components.py", "tests/test_attack_details.py"],
+    "actors/attack/constraints.py": ["tests/test_attack_components.py", "tests/test_attack_details.py",
+                                     "tests/test_plausible_outputs.py"],
+    "actors/attack/search.py": ["tests/test_attack_components.py", "tests/test_attack_details.py",
+                                "tests/test_plausible_outputs.py"],
     "pipelines/metrics.py": ["tests/test_plausible_outputs.py"],
     "actors/triggers/hits.py": ["tests/test_triggers.py", "tests/test_plausible_outputs.py"],
     "actors/dialogue_safety/two_step.py": ["tests/test_dialogue_safety.py", "tests/test_plausible_outputs.py"],
@@ -46,19 +50,18 @@ TARGETS: dict[str, list[str]] = {
     "cluster/access.py": ["tests/test_access.py"],
     "serve/gate.py": ["tests/test_access.py"],
     "serve/budgets.py": ["tests/test_access.py", "tests/test_plausible_outputs.py"],
-    "cluster/paths.py": ["tests/test_hardening.py", "tests/test_plausible_outputs.py"],
+    "cluster/paths.py": ["tests/test_hardening.py", "tests/test_paths.py"],
 }
 
 # mutant name -> why it cannot change behaviour (reviewed by hand; a new survivor is never added blindly)
 EQUIVALENT: dict[str, str] = {}
 
 # tests that need a fixture of this kind run outside this process (Ray, a server, a subprocess), or
-# train a model for every mutant (a session fixture is built again in each mutant's test run): the
-# modules above are covered by unit tests that need neither
+# train a model for every mutant (a module fixture is built again in each mutant's test run). The tiny
+# models of conftest.py take part: REDLINE_TEST_STATE keeps them (and the WordNet tables) on disk, built
+# once in the first, clean run.
 OUT_OF_PROCESS_FIXTURES = ("ray_session", "server", "moto_endpoint", "s3_env", "quickstart_dir", "attack_run",
-                           "served", "viewer", "cluster", "tiny_binary_model", "tiny_multiclass_model",
-                           "tiny_multilabel_model", "tiny_mlm", "tiny_causal_lm", "tiny_seq2seq", "wordnet_ready",
-                           "planted", "dialogue_s2s", "trained", "davidson")
+                           "served", "viewer", "cluster", "planted", "dialogue_s2s", "trained", "davidson")
 
 INPROCESS_PLUGIN = f'''
 """Keep only in-process tests (written by bench/mutation.py)."""
@@ -92,6 +95,8 @@ def ensure_venv() -> Path:
 def stage(targets: dict[str, list[str]]) -> None:
     if WORK.exists():
         shutil.rmtree(WORK)
+    if STATE.exists():  # models built by another version of the builders would hide its mutants
+        shutil.rmtree(STATE)
     ignore = shutil.ignore_patterns(".venv", ".git", "bench", "tests", "redline-runs", "__pycache__", "*.egg-info",
                                     "node_modules", ".ci")
     shutil.copytree(ROOT, WORK / "redline", ignore=ignore)
@@ -115,10 +120,10 @@ def stage(targets: dict[str, list[str]]) -> None:
 def results(targets: dict[str, list[str]]) -> tuple[list[dict], list[str]]:
     """Per module figures and the names of unexplained survivors, from mutmut's meta files."""
     rows, survivors = [], []
+    kept = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     for module in targets:
-        meta = WORK / "mutants" / "redline" / (module + ".meta")
-        codes = json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
-        row = {"module": module, "mutants": len(codes), "killed": 0, "timeouts": 0, "survived": 0, "no_tests": 0,
+        codes = kept.get(module, {}).get("exit_code_by_key", {})
+        row = {"module": module, "measured": kept.get(module, {}).get("at"), "mutants": len(codes), "killed": 0, "timeouts": 0, "survived": 0, "no_tests": 0,
                "equivalent": 0}
         for name, code in codes.items():
             if name in EQUIVALENT:
@@ -139,6 +144,17 @@ def results(targets: dict[str, list[str]]) -> tuple[list[dict], list[str]]:
     return rows, survivors
 
 
+def keep_results(targets: dict[str, list[str]]) -> None:
+    """Merge this run's verdicts into RESULTS, so modules measured in separate runs report together."""
+    kept = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    at = time.strftime("%Y-%m-%d %H:%M")
+    for module in targets:
+        meta = WORK / "mutants" / "redline" / (module + ".meta")
+        if meta.exists():
+            kept[module] = {"at": at, "exit_code_by_key": json.loads(meta.read_text())["exit_code_by_key"]}
+    RESULTS.write_text(json.dumps(kept, indent=1, sort_keys=True))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="*", help="modules to mutate (paths as in TARGETS)")
@@ -152,7 +168,7 @@ def main() -> int:
         parser.error(f"not a target: {', '.join(sorted(unknown))} (see TARGETS in {__file__})")
     mutmut = ensure_venv()
     env = {**os.environ, "REDLINE_SHARED_DATA": os.environ.get("REDLINE_SHARED_DATA", str(ROOT.parent / "shared" / "data")),
-           "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", "REDLINE_PROGRESS": "0"}
+           "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", "REDLINE_PROGRESS": "0", "REDLINE_TEST_STATE": str(STATE)}
     wall = None
     if not args.report_only:
         stage(targets)
@@ -163,6 +179,7 @@ def main() -> int:
         if proc.returncode != 0:
             print(proc.stdout[-4000:], proc.stderr[-4000:], file=sys.stderr)
             return proc.returncode
+        keep_results(targets)
     rows, survivors = results(targets)
     for row in rows:
         print(json.dumps(row))

@@ -28,9 +28,15 @@ os.environ["REDLINE_PROGRESS"] = "0"
 os.environ["REDLINE_QUIET_RAY"] = "0"  # pytest captures file descriptor 2 itself
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# The tests' own cache (WordNet tables, judge answers): never the user's, never shared between runs.
-os.environ["REDLINE_CACHE"] = tempfile.mkdtemp(prefix="redline-test-cache-")
-atexit.register(shutil.rmtree, os.environ["REDLINE_CACHE"], ignore_errors=True)
+# The tests' own cache (WordNet tables, judge answers): never the user's, never shared between runs --
+# unless REDLINE_TEST_STATE names a folder to keep it and the tiny models in across runs (the mutation
+# bench runs the tests once per mutant: it must not retrain every model each time).
+TEST_STATE = os.environ.get("REDLINE_TEST_STATE")
+if TEST_STATE:
+    os.environ["REDLINE_CACHE"] = str(Path(TEST_STATE) / "cache")
+else:
+    os.environ["REDLINE_CACHE"] = tempfile.mkdtemp(prefix="redline-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["REDLINE_CACHE"], ignore_errors=True)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("REDLINE_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -96,6 +102,25 @@ def ray_session():
     ray.shutdown()
 
 
+def model_dir(tmp_path_factory, name: str, build) -> Path:
+    """Where a tiny model fixture lives: built once per session, or once per REDLINE_TEST_STATE."""
+    if TEST_STATE:
+        out = Path(TEST_STATE) / "models" / name
+        if (out / "config.json").exists():
+            return out
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staged = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{name}-"))
+        build(staged)
+        try:
+            staged.rename(out)
+        except OSError:  # another process built it first
+            shutil.rmtree(staged, ignore_errors=True)
+        return out
+    out = tmp_path_factory.mktemp("models") / name
+    build(out)
+    return out
+
+
 @pytest.fixture(scope="session")
 def sample_rows() -> list[dict]:
     from redline.pipelines.corpora import CorpusConfig, read_corpus
@@ -111,9 +136,9 @@ def tiny_binary_model(tmp_path_factory, sample_rows) -> Path:
     """A binary benign/toxic tiny BERT, built by the same builder the quickstart uses."""
     from redline.actors.tiny_models import build_tiny_classifier
 
-    out = tmp_path_factory.mktemp("models") / "tiny-binary"
-    return build_tiny_classifier([r["text"] for r in sample_rows], [r["label"] for r in sample_rows], out,
-                                 epochs=25, hidden_size=32, num_layers=1, vocab_size=600)
+    return model_dir(tmp_path_factory, "tiny-binary", lambda out: build_tiny_classifier(
+        [r["text"] for r in sample_rows], [r["label"] for r in sample_rows], out, epochs=25, hidden_size=32,
+        num_layers=1, vocab_size=600))
 
 
 @pytest.fixture(scope="session")
@@ -122,9 +147,9 @@ def tiny_multiclass_model(tmp_path_factory, sample_rows) -> Path:
     from redline.actors.tiny_models import build_tiny_classifier
 
     labels = [(1 if "idiot" in r["text"] else 0) if r["label"] == 1 else 2 for r in sample_rows]
-    out = tmp_path_factory.mktemp("models") / "tiny-multiclass"
-    return build_tiny_classifier([r["text"] for r in sample_rows], labels, out,
-                                 label_names=("hate", "offensive", "neither"), epochs=3, hidden_size=32, num_layers=1)
+    return model_dir(tmp_path_factory, "tiny-multiclass", lambda out: build_tiny_classifier(
+        [r["text"] for r in sample_rows], labels, out, label_names=("hate", "offensive", "neither"), epochs=3,
+        hidden_size=32, num_layers=1))
 
 
 @pytest.fixture(scope="session")
@@ -133,9 +158,9 @@ def tiny_multilabel_model(tmp_path_factory, sample_rows) -> Path:
     from redline.actors.tiny_models import build_tiny_classifier
 
     labels = [[r["label"], int(r["label"] == 1 and "you" in r["text"])] for r in sample_rows]
-    out = tmp_path_factory.mktemp("models") / "tiny-multilabel"
-    return build_tiny_classifier([r["text"] for r in sample_rows], labels, out, label_names=("toxic", "insult"),
-                                 multi_label=True, epochs=3, hidden_size=32, num_layers=1)
+    return model_dir(tmp_path_factory, "tiny-multilabel", lambda out: build_tiny_classifier(
+        [r["text"] for r in sample_rows], labels, out, label_names=("toxic", "insult"), multi_label=True, epochs=3,
+        hidden_size=32, num_layers=1))
 
 
 @pytest.fixture(scope="session")
@@ -179,8 +204,8 @@ def write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
 def tiny_mlm(tmp_path_factory, sample_rows) -> Path:
     from redline.actors.tiny_models import build_tiny_mlm
 
-    return build_tiny_mlm([r["text"] for r in sample_rows] * 2, tmp_path_factory.mktemp("models") / "tiny-mlm",
-                          epochs=1, hidden_size=32, num_layers=1)
+    return model_dir(tmp_path_factory, "tiny-mlm", lambda out: build_tiny_mlm(
+        [r["text"] for r in sample_rows] * 2, out, epochs=1, hidden_size=32, num_layers=1))
 
 
 @pytest.fixture(scope="session")
@@ -211,8 +236,8 @@ def tiny_causal_lm(tmp_path_factory, sample_rows) -> Path:
     """A tiny GPT-2 (DialoGPT-style, no chat template), built by the same builder users get."""
     from redline.actors.tiny_models import build_tiny_causal_lm
 
-    return build_tiny_causal_lm([r["text"] for r in sample_rows], tmp_path_factory.mktemp("models") / "tiny-gpt2",
-                                epochs=1, hidden_size=32, num_layers=1, vocab_size=500)
+    return model_dir(tmp_path_factory, "tiny-gpt2", lambda out: build_tiny_causal_lm(
+        [r["text"] for r in sample_rows], out, epochs=1, hidden_size=32, num_layers=1, vocab_size=500))
 
 
 @pytest.fixture(scope="session")
@@ -221,8 +246,8 @@ def tiny_seq2seq(tmp_path_factory, sample_rows) -> Path:
     from redline.actors.tiny_models import build_tiny_seq2seq
 
     texts = [r["text"] for r in sample_rows]
-    return build_tiny_seq2seq(list(zip(texts, texts[1:])), tmp_path_factory.mktemp("models") / "tiny-bart",
-                              epochs=1, hidden_size=32, num_layers=1, vocab_size=500)
+    return model_dir(tmp_path_factory, "tiny-bart", lambda out: build_tiny_seq2seq(
+        list(zip(texts, texts[1:])), out, epochs=1, hidden_size=32, num_layers=1, vocab_size=500))
 
 
 @pytest.fixture(scope="session")

@@ -259,6 +259,32 @@ def test_two_step_sends_each_response_to_its_own_categorys_classifier():
     assert table.column("id").to_pylist() == ["1", "2", "3"] and worker.categories == ["offending", "risk"]
 
 
+def test_two_step_verdicts_carry_the_utterance_score_and_the_deciding_confidence():
+    worker = _two_step()
+    verdicts = worker.detect([("c", "you idiot", "risk"), ("c", "go jump", "risk"), ("c", "hello", "offending")])
+    assert [v.utterance_score for v in verdicts] == [1.0, 0.0, 0.0]
+    assert [v.confidence for v in verdicts] == [1.0, pytest.approx(0.85), pytest.approx(0.95)]  # 1 - P(Unsafe)
+    assert worker.detect([]) == [] and worker.detector.detect([], [], None) == []
+
+
+def test_two_step_settings_reach_both_models(monkeypatch):
+    from redline.actors.dialogue_safety import two_step
+
+    made = {}
+
+    class Recorder:
+        def __init__(self, directory, **settings):
+            made.update(directory=directory, **settings)
+
+    monkeypatch.setattr(two_step, "ContextClassifiers", Recorder)
+    worker = two_step.TwoStepWorker({"name": "u", "kind": "keywords", "patterns": ["idiot"]}, "classifiers/dir",
+                                    batch_size=7, precision="float32", num_gpus=0.0)
+    assert made == {"directory": "classifiers/dir", "batch_size": 7, "precision": "float32", "num_gpus": 0.0}
+    assert worker.detector.utterance.config.name == "u" and worker.detector.utterance.config.num_gpus == 0.0
+    two_step.TwoStepDetector(two_step.DetectorConfig(name="u", kind="keywords", patterns=["x"]), "d")
+    assert made == {"directory": "d", "batch_size": 64, "precision": "auto", "num_gpus": 0.0}
+
+
 # ---------------------------------------------------------------- stale inputs
 
 

@@ -223,7 +223,8 @@ class EmbeddingNeighbours(Transformation):
         if i is None:
             return ()
         sims = self.unit @ self.unit[i]
-        top = np.argpartition(-sims, self.k + 1)[: self.k + 1]
+        take = min(self.k + 1, len(sims))  # the word itself is among the nearest
+        top = np.argpartition(-sims, take - 1)[:take]
         top = top[np.argsort(-sims[top])]
         out = [self.words[j] for j in top if j != i and (self.max_dist is None or 1 - sims[j] <= self.max_dist)]
         return tuple(self._dedupe(word, [match_case(word, w) for w in out])[: self.k])
