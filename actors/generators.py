@@ -22,9 +22,11 @@ from redline.actors.providers import (
     Completion,
     Failed,
     PromptResult,
+    ProviderName,
     ProviderSettings,
     SamplingParams,
     build_provider,
+    providers,
 )
 from redline.cluster.artifacts import local_path
 from redline.cluster.config import RemoteApi
@@ -42,9 +44,9 @@ class GeneratorConfig(RemoteApi):
     (`openai`), a generator served by redline (`redline`) or a model on AWS Bedrock (`bedrock`)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="Name used in outputs and as the served model id.")
-    kind: Literal["hf", "openai", "redline", "bedrock"] = Field("hf", description="The provider: a local HF model, "
-                                                                                  "an OpenAI-compatible API, redline "
-                                                                                  "Serve, or AWS Bedrock.")
+    kind: ProviderName = Field("hf", description="The provider, a name of the registry (`redline list providers`): "
+                                                 "a local HF model, an OpenAI-compatible API, redline Serve, or AWS "
+                                                 "Bedrock.")
     model: str | None = Field(None, description="hf: hub id or local directory; openai/redline: the model name to "
                                                 "request; bedrock: the model id or inference-profile ARN.")
     # hf
@@ -77,16 +79,10 @@ class GeneratorConfig(RemoteApi):
 
     @model_validator(mode="after")
     def _check_kind(self) -> "GeneratorConfig":
-        if self.kind in ("openai", "redline"):
-            if not self.base_url or not self.base_url.startswith(("http://", "https://")):
-                raise ValueError(f"generator '{self.name}': kind {self.kind} needs base_url (http://... or https://...)")
-            if not self.model:
-                raise ValueError(f"generator '{self.name}': kind {self.kind} needs model (the name the server knows)")
-        elif self.kind == "bedrock":
-            if not self.model:
-                raise ValueError(f"generator '{self.name}': kind bedrock needs model (a Bedrock model id or ARN)")
-        elif not self.model:
-            raise ValueError(f"generator '{self.name}': kind hf needs model (a hub id or a local directory)")
+        try:
+            providers()[self.kind].check_config({"model": self.model, "base_url": self.base_url})
+        except ValueError as err:
+            raise ValueError(f"generator '{self.name}': {str(err).replace('provider', 'kind', 1)}") from None
         return self
 
     def provider_settings(self) -> ProviderSettings:

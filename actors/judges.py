@@ -21,7 +21,6 @@ import pyarrow as pa
 from pydantic import Field, model_validator
 
 from redline.actors.providers import (
-    PROVIDER_NAMES,
     ChatClient,
     Failed,
     ProviderName,
@@ -29,6 +28,7 @@ from redline.actors.providers import (
     Refused,
     SamplingParams,
     build_provider,
+    providers,
 )
 from redline.cluster.artifacts import local_path
 from redline.cluster.config import RemoteApi
@@ -86,8 +86,9 @@ def parse_answer(answer: str) -> tuple[str, str | None]:
 class ChatModelOptions(RemoteApi):
     """How to reach a chat model: a provider and what it needs."""
 
-    provider: ProviderName = Field("openai", description=f"One of {', '.join(PROVIDER_NAMES)}: an OpenAI-compatible "
-                                                          "API, redline's Serve app, AWS Bedrock, or a local HF model.")
+    provider: ProviderName = Field("openai", description="A provider of the registry (`redline list providers`): "
+                                                          "openai, an OpenAI-compatible API; redline, redline's Serve "
+                                                          "app; bedrock, AWS Bedrock; hf, a local HF model.")
     model: str = Field(description="Model name the server knows (openai, redline), Bedrock model id, or HF hub id / "
                                    "directory (hf).")
     base_url: str | None = Field(None, description="openai, redline: base URL, e.g. http://127.0.0.1:8000/v1.")
@@ -101,8 +102,7 @@ class ChatModelOptions(RemoteApi):
 
     @model_validator(mode="after")
     def _reachable(self) -> "ChatModelOptions":
-        if self.provider in ("openai", "redline") and not (self.base_url or "").startswith(("http://", "https://")):
-            raise ValueError(f"provider {self.provider} needs base_url (http://... or https://...)")
+        providers()[self.provider].check_config({"model": self.model, "base_url": self.base_url})
         return self
 
     def provider_settings(self, local: dict[str, Any] | None = None) -> ProviderSettings:

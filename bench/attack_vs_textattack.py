@@ -36,13 +36,13 @@ def emit(**fields) -> None:
 
 def textattack_env(work: Path) -> dict[str, str]:
     """nltk data TextAttack imports offline: our stopword list and the WordNet redline prepared."""
-    from redline.actors.attack.resources import STOPWORDS, _nltk_data_dir, wordnet
+    from redline.actors.attack.resources import STOPWORDS, nltk_data_dir, wordnet
 
     wordnet()
     stop = work / "nltk_data" / "corpora" / "stopwords"
     stop.mkdir(parents=True, exist_ok=True)
     (stop / "english").write_text("\n".join(sorted(STOPWORDS)) + "\n")
-    return {**os.environ, "NLTK_DATA": f"{work / 'nltk_data'}:{_nltk_data_dir()}", "TA_CACHE_DIR": str(work / "ta-cache"),
+    return {**os.environ, "NLTK_DATA": f"{work / 'nltk_data'}:{nltk_data_dir()}", "TA_CACHE_DIR": str(work / "ta-cache"),
             "TOKENIZERS_PARALLELISM": "false"}
 
 

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from redline.cluster.net import free_port
+
 HERE = Path(__file__).resolve().parents[1]
 KEY = "bench-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -39,12 +41,6 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 
 def emit(**fields) -> None:
     print(json.dumps(fields), flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def serve_rss() -> dict[str, int]:

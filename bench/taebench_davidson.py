@@ -44,13 +44,10 @@ def main() -> None:
 
     from redline.actors.tiny_models import build_tiny_classifier, build_tiny_judge_lm
     from redline.cluster.config import validate_config
+    from redline.cluster.net import free_port
     from redline.pipelines.attack import AttackConfig, run_attack
     from redline.pipelines.corpora import CorpusConfig, read_corpus
-    from redline.pipelines.quickstart import (
-        QUICKSTART_JUDGE_TEMPLATE,
-        QUICKSTART_KEYWORDS,
-        _free_port,
-    )
+    from redline.pipelines.quickstart import QUICKSTART_JUDGE_TEMPLATE, QUICKSTART_KEYWORDS
     from redline.pipelines.taebench import TaebenchConfig, run_taebench
     from redline.pipelines.transfer import TransferConfig, run_transfer
     from redline.serve import runner
@@ -82,7 +79,7 @@ def main() -> None:
         "actors": 2, "num_cpus": 0.9, "batch_size": 128, "output": str(work / "runs"), "run_name": "attack"}))
     emit(measured="attack", wall_s=round(time.perf_counter() - t, 1), summary=attack.summary)
 
-    serve_cfg = ServeConfig.model_validate({"port": _free_port(), "app_name": "judge", "api_key_env": None,
+    serve_cfg = ServeConfig.model_validate({"port": free_port(), "app_name": "judge", "api_key_env": None,
                                             "generators": [{"name": "tiny-judge", "model": str(judge), "num_cpus": 0.25}]})
     state = runner.start(serve_cfg, announce=lambda _: None)
     t = time.perf_counter()

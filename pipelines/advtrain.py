@@ -29,6 +29,7 @@ from redline.cluster.config import RunConfig, Strict
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, require_finished
 from redline.errors import RedlineError, last_line
 from redline.pipelines.corpora import CorpusConfig, read_corpus
+from redline.pipelines.figures import ADVTRAIN
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.template import Pipeline
 
@@ -215,14 +216,6 @@ def trial(params: dict[str, Any]) -> None:
             break
 
 
-TABLE_COLUMNS = [("variant", "variant", "s"), ("train_rows", "train rows", "d"), ("train_adv_rows", "of them adversarial", "d"),
-                 ("train_bae_rows", "of them BAE", "d"), ("learning_rate", "lr", ".0e"),
-                 ("epoch", "best epoch", "d"), ("seed_f1", "seed F1", ".3f"), ("seed_roc_auc", "seed ROC-AUC", ".3f"),
-                 ("tae_asr", "TaeBench ASR (FNR)", ".3f"), ("bae_asr", "TaeBench+ benign ASR (FPR)", ".3f"),
-                 ("plus_balanced_accuracy", "TaeBench+ bal. acc.", ".3f"),
-                 ("unseen_tae_asr", "unseen-recipe ASR", ".3f")]
-
-
 def summarize(results: Any, config: AdvTrainConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every trial at its best epoch, and the best trial per variant (the report's table)."""
     trials = []
@@ -236,7 +229,7 @@ def summarize(results: Any, config: AdvTrainConfig) -> tuple[list[dict[str, Any]
                "learning_rate": r.config["learning_rate"], "batch_size": r.config["batch_size"],
                "epochs": r.config["epochs"], "augment_ratio": r.config["augment_ratio"],
                "epochs_run": int(df["epoch"].max()), "checkpoint": r.checkpoint.path if r.checkpoint else None}
-        for key, *_ in TABLE_COLUMNS:
+        for key, *_ in ADVTRAIN.columns():
             if key in best and key not in row:
                 value = best[key]
                 row[key] = None if value != value else (int(value) if key in ("epoch", "train_rows", "train_adv_rows",
@@ -305,14 +298,13 @@ def execute(config: AdvTrainConfig, run: Run, watch: Stopwatch, verbose: bool) -
 
 
 def plot_advtrain(table: list[dict[str, Any]]) -> bytes | None:
-    return grouped_bars(table, "variant", [("seed_f1", "seed F1"), ("tae_asr", "TaeBench ASR"),
-                                           ("bae_asr", "TaeBench+ benign ASR"),
-                                           ("plus_balanced_accuracy", "TaeBench+ bal. acc.")],
+    return grouped_bars(table, "variant", [(k, ADVTRAIN.figure(k).label) for k in
+                                           ("seed_f1", "tae_asr", "bae_asr", "plus_balanced_accuracy")],
                         "adversarial training variants (best trial each)")
 
 
 def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
-    table, trials, cols = manifest.get("summary", []), manifest.get("trials", []), TABLE_COLUMNS
+    table, trials, cols = manifest.get("summary", []), manifest.get("trials", []), ADVTRAIN.columns()
     trial_cols = [("variant", "variant", "s"), ("status", "status", "s"), ("learning_rate", "lr", ".0e"),
                   ("batch_size", "batch", "d"), ("epochs", "epochs", "d"), ("augment_ratio", "aug. ratio", ".2f"),
                   ("epochs_run", "epochs run", "d"), ("tae_asr", "TaeBench ASR", ".3f"), ("seed_f1", "seed F1", ".3f")]
@@ -328,7 +320,7 @@ def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
 
 
 PIPELINE = Pipeline("advtrain", AdvTrainConfig, execute, write_report, "adversarial training: best trial per variant",
-                    lambda manifest: TABLE_COLUMNS)
+                    lambda manifest: ADVTRAIN.columns())
 
 
 def run_advtrain(config: AdvTrainConfig, *, force: bool = False, verbose: bool = False) -> RunResult:

@@ -30,6 +30,7 @@ from redline.errors import RedlineError
 from redline.pipelines import sharded
 from redline.pipelines.actor_pool import ActorPool
 from redline.pipelines.corpora import CorpusConfig, read_corpora
+from redline.pipelines.figures import ATTACK
 from redline.pipelines.metrics import attack_summary
 from redline.pipelines.report import COUNT_COLUMNS, Report, png_bytes
 from redline.pipelines.schema import ATTACK_SCHEMA
@@ -198,24 +199,6 @@ def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> 
 # Report
 
 
-ATTACK_COLUMNS: list[tuple[str, str, str]] = [
-    ("recipe", "recipe", "s"),
-    ("goal", "goal", "s"),
-    ("victim", "victim", "s"),
-    ("attempts", "attempts", "d"),
-    ("success", "success", "d"),
-    ("failed", "failed", "d"),
-    ("skipped", "skipped", "d"),
-    ("error", "error", "d"),
-    ("examples", "examples", "d"),
-    ("asr", "ASR", ".3f"),
-    ("mean_queries", "mean queries", ".1f"),
-    ("mean_pct_perturbed", "% words perturbed", ".1f"),
-    ("mean_similarity", "similarity", ".3f"),
-    ("mean_seconds", "s / attempt (in flight)", ".3f"),
-]
-
-
 def plot_asr(summary: list[dict[str, Any]]) -> bytes | None:
     import matplotlib
 
@@ -261,16 +244,14 @@ def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
     note = ("ASR = successes / (successes + failures); skipped seeds (already misclassified, or nothing to "
             "modify) are left out, as in TextAttack." + (f" Throughput: {rate:,.1f} attempts/s." if rate else ""))
     report = Report(run, "redline attack report", manifest, note)
-    report.table("Recipes", summary, ATTACK_COLUMNS).plot("asr", plot_asr(summary))
+    report.table("Recipes", summary, ATTACK.columns()).plot("asr", plot_asr(summary))
     report.table("Attempts", count_rows, COUNT_COLUMNS)
     report.table("Sample successes", sample_successes(attempts), sample_cols)
     report.write("summary.csv", summary)
 
 
 def summary_columns(manifest: dict[str, Any]) -> list[tuple[str, str, str]]:
-    keys = ["recipe", "goal", "attempts", "success", "failed", "skipped", "error", "asr", "mean_queries",
-            "mean_pct_perturbed"]
-    return [c for c in ATTACK_COLUMNS if c[0] in keys]
+    return ATTACK.columns(brief=True)
 
 
 def notes(manifest: dict[str, Any]) -> list[str]:

@@ -24,6 +24,7 @@ from redline.actors.generators import GeneratorConfig
 from redline.cluster.config import RunConfig, Strict, validate_config
 from redline.cluster.runs import Run, RunDir, Stopwatch
 from redline.errors import RedlineError
+from redline.pipelines.figures import CARD, EGREGIOUS, TRANSFER
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.template import Pipeline
 
@@ -101,7 +102,7 @@ def _attack(card: CardConfig, name: str, output: str) -> Any:
     g = card.guard_attack
     if g is None or g.attack is None:
         return None
-    return validate_config(AttackConfig, {**g.attack, "victim": card.guard.model_dump(mode="json", exclude_none=True),
+    return validate_config(AttackConfig, {**g.attack, "victim": card.guard,
                                           "output": output, "run_name": f"{name}-attack"}, "attack")
 
 
@@ -123,7 +124,7 @@ def _transfer(card: CardConfig, name: str, output: str, taebench_uri: str | None
         return None
     source = taebench_uri or g.taebench_run or f"{output}/{name}-taebench"
     return validate_config(TransferConfig, {"taebench": source, "split": g.split, "output": output,
-                                            "victims": [card.guard.model_dump(mode="json", exclude_none=True)],
+                                            "victims": [card.guard],
                                             "run_name": f"{name}-transfer"}, "transfer")
 
 
@@ -132,8 +133,8 @@ def _diasafety(card: CardConfig, name: str, output: str) -> Any:
 
     if card.dialogue is None:
         return None
-    data = {"utterance_detector": card.guard.model_dump(mode="json", exclude_none=True), **card.dialogue.diasafety,
-            "generators": [card.model.model_dump(mode="json", exclude_none=True)], "output": output,
+    data = {"utterance_detector": card.guard, **card.dialogue.diasafety,
+            "generators": [card.model], "output": output,
             "run_name": f"{name}-diasafety"}
     return validate_config(DiaSafetyEvalConfig, data, "diasafety")
 
@@ -207,25 +208,18 @@ def _fmt(label: str, value: float | None) -> str:
     return f"{label} {'–' if value is None else f'{value:.3f}'}"
 
 
-SUMMARY_COLUMNS = [("part", "part", "s"), ("figure", "figure", "s"), ("value", "value", ".3f"), ("also", "also", "s"),
-                   ("run", "run directory", "s")]
-
-
 def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
-    from redline.pipelines.egregious import TABLE3_COLUMNS
-    from redline.pipelines.transfer import TRANSFER_COLUMNS
-
     cfg, sections, parts = manifest.get("config", {}), manifest.get("sections", {}), manifest.get("parts", {})
     model, guard = cfg.get("model", {}), cfg.get("guard", {})
     note = (f"Safety card of the chat model '{model.get('name')}' ({model.get('kind')}: {model.get('model')}) and its "
             f"guard '{guard.get('name')}' ({guard.get('kind')}). Each part is a run of its own, linked below; rerunning "
             "`redline eval` resumes whichever part did not finish. Lower is safer everywhere.")
     report = Report(run, "redline safety card", manifest, note)
-    report.table("Summary", manifest.get("summary", []), SUMMARY_COLUMNS)
+    report.table("Summary", manifest.get("summary", []), CARD.columns())
     report.links("Runs", [(f"{k}: {v}", _relative(run.uri, v)) for k, v in parts.items()])
     if "guard" in sections:
         rows = sections["guard"]
-        report.table("Guard under transfer attack (TaeBench)", rows, TRANSFER_COLUMNS)
+        report.table("Guard under transfer attack (TaeBench)", rows, TRANSFER.columns())
         report.plot("guard", grouped_bars(rows, "dataset", [("seed_rate", "FNR on seeds"), ("tae_rate", "ASR on TAE"),
                                                             ("bae_rate", "ASR on BAE")], "the guard under transfer attack"))
     if "dialogue" in sections:
@@ -241,7 +235,7 @@ def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
         if "skipped" in t:
             report.text("Trigger search", f"skipped: {t['skipped']}")
         else:
-            report.table("Trigger search: hit rates (Table 3)", t["table"], TABLE3_COLUMNS)
+            report.table("Trigger search: hit rates (Table 3)", t["table"], EGREGIOUS.columns())
     report.write("card.csv", manifest.get("summary", []))
 
 
@@ -258,4 +252,4 @@ def preflight(config: CardConfig) -> None:
 
 
 PIPELINE = Pipeline("eval", CardConfig, execute, write_report, "safety card: guard, dialogue safety, triggers",
-                    lambda manifest: SUMMARY_COLUMNS, preflight=preflight)
+                    lambda manifest: CARD.columns(), preflight=preflight)

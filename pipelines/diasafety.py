@@ -30,6 +30,7 @@ from redline.cluster.devices import PRECISION_HELP, Precision
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.cluster.tables import conform
 from redline.errors import RedlineError
+from redline.pipelines.figures import DIASAFETY, category_figures
 from redline.pipelines.metrics import leaderboard
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.schema import DIALOGUE_SCORED_SCHEMA
@@ -206,9 +207,7 @@ def execute(config: DiaSafetyEvalConfig, run: Run, watch: Stopwatch, verbose: bo
 
 
 def leaderboard_columns(categories: list[str]) -> list[tuple[str, str, str]]:
-    return ([("model", "model", "s")] + [(c, c, ".3f") for c in categories]
-            + [("utterance", "Utterance", ".3f"), ("overall", "Overall", ".3f"), ("responses", "responses", "d"),
-               ("empty", "empty", "d"), ("errors", "errors", "d")])
+    return DIASAFETY.columns(extra=category_figures(categories))
 
 
 def write_report(run: RunDir, manifest: dict[str, Any]) -> None:

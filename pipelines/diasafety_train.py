@@ -31,6 +31,7 @@ from redline.cluster.progress import progress_bar
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, clear
 from redline.cluster.runtime import check_placeable
 from redline.errors import RedlineError, last_line
+from redline.pipelines.figures import DIALOGUE_SAFETY_FINE, DIALOGUE_SAFETY_TRAIN
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.template import Pipeline
 
@@ -258,14 +259,6 @@ def execute(config: DialogueSafetyTrainConfig, run: Run, watch: Stopwatch, verbo
 # Report
 
 
-FINE_COLUMNS = [("class", "class", "s"), ("precision", "precision", ".3f"), ("recall", "recall", ".3f"),
-                ("f1", "F1", ".3f"), ("n", "rows", "d")]
-
-
-COARSE_COLUMNS = [("model", "model", "s"), ("split", "split", "s"), ("input", "input", "s"), ("precision", "precision", ".3f"),
-                  ("recall", "recall", ".3f"), ("f1", "F1 (unsafe)", ".3f"), ("macro_f1", "macro F1", ".3f")]
-
-
 def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
     fine, coarse_rows = manifest.get("fine", {}), manifest.get("summary", [])
     rows = manifest.get("rows", {})
@@ -278,13 +271,13 @@ def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
     bars += [{"model": f"{r['model']} ({r['input']})", "f1": r["f1"]} for r in coarse_rows
              if r.get("split", "val") == "val"]
     report = Report(run, "redline dialogue-safety classifiers", manifest, note)
-    report.table("Coarse-grain", coarse_rows, COARSE_COLUMNS)
+    report.table("Coarse-grain", coarse_rows, DIALOGUE_SAFETY_TRAIN.columns())
     report.plot("classifiers", grouped_bars(bars, "model", [("macro_f1", "fine-grain macro F1"),
                                                             ("f1", "coarse F1 (unsafe)")], "dialogue-safety classifiers"))
     for variant, table in fine.items():
-        report.table(f"Fine-grain (validation): {variant}", table, FINE_COLUMNS)
+        report.table(f"Fine-grain (validation): {variant}", table, DIALOGUE_SAFETY_FINE.columns())
     for variant, table in manifest.get("fine_test", {}).items():
-        report.table(f"Fine-grain (test): {variant}", table, FINE_COLUMNS)
+        report.table(f"Fine-grain (test): {variant}", table, DIALOGUE_SAFETY_FINE.columns())
     trials = [{"variant": variant, "classifier": "single" if t["target"] == C.SINGLE else t["target"],
                "settings": ", ".join(f"{k}={v}" for k, v in t["hp"].items()) or "base", "val_macro_f1": t["val_macro_f1"],
                "epoch": t["epoch"], "seconds": t["seconds"]}
@@ -303,7 +296,7 @@ def notes(manifest: dict[str, Any]) -> list[str]:
 
 
 PIPELINE = Pipeline("dialogue-safety-train", DialogueSafetyTrainConfig, execute, write_report,
-                    "coarse-grain (unsafe vs safe) per split", lambda manifest: COARSE_COLUMNS,
+                    "coarse-grain (unsafe vs safe) per split", lambda manifest: DIALOGUE_SAFETY_TRAIN.columns(),
                     notes=notes)
 
 

@@ -21,17 +21,14 @@ from pydantic import Field, model_validator
 
 from redline.actors.triggers import hits as H
 from redline.actors.triggers.pairs import PairCorpusConfig
-from redline.actors.triggers.worker import (
-    RESULT_SCHEMA,
-    EgregiousModelConfig,
-    SearchSettings,
-    TriggerWorker,
-)
+from redline.actors.triggers.settings import TriggerSearchSettings
+from redline.actors.triggers.worker import RESULT_SCHEMA, EgregiousModelConfig, TriggerWorker
 from redline.cluster.artifacts import local_path
 from redline.cluster.config import RunConfig, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.errors import RedlineError
 from redline.pipelines import sharded
+from redline.pipelines.figures import EGREGIOUS, EGREGIOUS_SOURCES
 from redline.pipelines.metrics import source_checks, table3
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.template import Pipeline
@@ -55,8 +52,9 @@ class TargetListConfig(RunConfig):
                                                            "else the run's `searches`.")
 
 
-class EgregiousConfig(RunConfig):
-    """`redline run egregious`: gibbs-enum trigger search over target lists, hit rates by hit type."""
+class EgregiousConfig(RunConfig, TriggerSearchSettings):
+    """`redline run egregious`: gibbs-enum trigger search over target lists, hit rates by hit type (the
+    search's settings are TriggerSearchSettings' fields, set at the top level)."""
 
     models: list[EgregiousModelConfig] = Field(min_length=1)
     lists: list[TargetListConfig] = Field(default_factory=lambda: [TargetListConfig(name=n) for n in ("normal", "mal", "random")], min_length=1)
@@ -65,17 +63,6 @@ class EgregiousConfig(RunConfig):
     searches: list[Search] = Field(
         ["o-greedy", "o-sample-avg", "o-sample-min", "io-sample-avg", "io-sample-min"], min_length=1,
         description="Hit types to search for (each reports k = 1 and 2); io needs an LM.")
-    method: Literal["gibbs-enum", "continuous"] = Field("gibbs-enum", description="continuous: the paper's relaxation baseline.")
-    trigger_length: int = Field(15, gt=0, description="Trigger tokens searched: the paper's full-length inputs "
-                                                      "(its maximum input length, 15); shorter is faster.")
-    top_g: int = Field(100, gt=0, description="Candidate tokens per position (G).")
-    max_sweeps: int = Field(50, gt=0, description="At most T sweeps over the positions.")
-    restarts: int = Field(10, gt=0, description="R random restarts per target.")
-    lm_weight: float = Field(1.0, ge=0)
-    greedy_margin_cap: float = Field(1.0, gt=0, description="o-greedy objective: margins count up to this cap; any "
-                                                            "non-positive margin costs more than all capped ones.")
-    relaxation_steps: int = Field(200, gt=0)
-    seed: int = 0
     actors: int = Field(1, gt=0)
     num_cpus: float = Field(1.0, gt=0)
     num_gpus: float = Field(0.0, ge=0)
@@ -94,6 +81,11 @@ class EgregiousConfig(RunConfig):
 
 INPUT_SCHEMA = pa.schema([("id", pa.string()), ("model", pa.string()), ("list", pa.string()), ("target", pa.string()),
                           ("search", pa.string()), ("source", pa.string())])
+
+
+def search_settings(config: EgregiousConfig) -> dict[str, Any]:
+    """The run's search settings as its workers receive them (validated again there, as one type)."""
+    return config.model_dump(include=set(TriggerSearchSettings.model_fields))
 
 
 def list_searches(config: EgregiousConfig, spec: TargetListConfig) -> list[str]:
@@ -246,11 +238,6 @@ def assemble(shard: pa.Table, results: pa.Table) -> pa.Table:
                             pc.if_else(missing, "no result returned for this target", table.column("reason")))
 
 
-SOURCE_COLUMNS = [("model", "model", "s"), ("list", "list", "s"), ("search", "search", "s"),
-                  ("reachable", "targets whose source reaches", "d"), ("found", "found", ".1%"),
-                  ("local_optima", "misses: local optimum", "d"), ("objective_defects", "misses: objective ranks a miss first", "d")]
-
-
 def examples(rows: pa.Table, per_list: int = 3) -> list[dict[str, Any]]:
     """Table 4 shape: reached hits, the highest-objective ones first, a few per model and list."""
     data = [r for r in rows.to_pylist() if r["status"] == "ok" and r["reached"]]
@@ -278,8 +265,7 @@ def execute(config: EgregiousConfig, run: Run, watch: Stopwatch, verbose: bool) 
     watch.lap("targets_s")
     pending = sharded.pending_shards(run, OUTPUT_DIR, len(shards))
     thresholds = {name: [m["t_out"], m["t_in"]] for name, m in manifest["models"].items()}
-    search = SearchSettings.model_validate(config.model_dump(include=set(SearchSettings.model_fields)))
-    kwargs = {"models": [m.model_dump(mode="json") for m in config.models], "search": search.model_dump(mode="json"),
+    kwargs = {"models": [m.model_dump(mode="json") for m in config.models], "search": search_settings(config),
               "thresholds": thresholds, "num_gpus": config.num_gpus}
 
     def build_stream(source: Any) -> Any:
@@ -313,10 +299,6 @@ def execute(config: EgregiousConfig, run: Run, watch: Stopwatch, verbose: bool) 
     return table3(rows)
 
 
-TABLE3_COLUMNS = [("model", "model", "s"), ("list", "list", "s"), ("targets", "targets", "d"),
-                  ("searchable", "in vocab", "d")] + [(h, h.removesuffix("-hit"), ".1%") for h in H.HIT_TYPES]
-
-
 def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
     summary = manifest.get("summary", [])
     rows = sharded.read_outputs(run, OUTPUT_DIR)
@@ -341,13 +323,13 @@ def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
                        "sequences": float(np.mean([r["sequences_scored"] for r in mine])),
                        "sweeps": float(np.mean([r["sweeps"] for r in mine]))})
     report = Report(run, "redline egregious-output report (gibbs-enum)", manifest, note)
-    report.table("Hit rates (Table 3)", summary, TABLE3_COLUMNS)
+    report.table("Hit rates (Table 3)", summary, EGREGIOUS.columns())
     report.plot("hit_rates", grouped_bars([{**r, "name": f"{r['model']} / {r['list']}"} for r in summary], "name",
                                           [(h, h) for h in ("o-greedy-hit", "o-sample-min-1-hit", "o-sample-avg-1-hit",
                                                             "io-sample-min-1-hit", "io-sample-avg-1-hit")],
                                           "hit rate per list"))
     report.table("Targets with a known trigger (planted; normal from inputs of the trigger length)",
-                 manifest.get("source_checks", []), SOURCE_COLUMNS)
+                 manifest.get("source_checks", []), EGREGIOUS_SOURCES.columns())
     report.table("Example triggers (Table 4)", ex, [("model", "model", "s"), ("list", "list", "s"), ("search", "search", "s"),
                                                     ("trigger", "trigger", "s"), ("target", "target", "s"),
                                                     ("avg_logprob", "avg log P", ".2f"), ("lm_average", "LM avg", ".2f")])
@@ -362,7 +344,7 @@ def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
 
 
 PIPELINE = Pipeline("egregious", EgregiousConfig, execute, write_report,
-                    "hit rates by list and hit type (He & Glass Table 3)", lambda manifest: TABLE3_COLUMNS,
+                    "hit rates by list and hit type (He & Glass Table 3)", lambda manifest: EGREGIOUS.columns(),
                     preflight=preflight)
 
 

@@ -12,8 +12,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from redline.actors.triggers.hits import HIT_TYPES
 from redline.errors import RedlineError
+from redline.pipelines.figures import TABLES, Headline, Table
 
 if TYPE_CHECKING:
     from redline.pipelines.template import Pipeline
@@ -32,18 +32,6 @@ class Flag:
 
 
 @dataclass(frozen=True)
-class Headline:
-    """A run's headline figures, read from its summary rows: each row named by `keys`, its figures the
-    `values` (key, label, format) it has; `first_only`: only the first of them a row has (egregious
-    rows carry the hit types of their own list). `redline view` lists and compares runs with it; the
-    first value is the one compare charts."""
-
-    keys: tuple[str, ...]
-    values: tuple[tuple[str, str, str], ...]
-    first_only: bool = False
-
-
-@dataclass(frozen=True)
 class Entry:
     name: str  # the pipeline's name: run directories `<name>-<hash>`, manifest["pipeline"]
     module: str  # defines PIPELINE
@@ -51,7 +39,15 @@ class Entry:
     help: str
     example: str  # examples/<file>: a config that validates
     flags: tuple[Flag, ...] = field(default_factory=tuple)
-    headline: Headline | None = None
+
+    @property
+    def table(self) -> Table:
+        """The pipeline's summary table: its figures, declared in pipelines/figures.py."""
+        return TABLES[self.name]
+
+    @property
+    def headline(self) -> Headline | None:
+        return self.table.headline_of() if self.table.headline else None
 
 
 CORPUS = Flag("corpus", "corpus.path", "Override corpus.path (local path or s3:// URI).")
@@ -61,51 +57,42 @@ ENTRIES: tuple[Entry, ...] = (
           "predictions (Parquet shards), manifest.json, and a report (metrics per detector and dataset, ROC and "
           "rate plots, the most confident misses).", "score_davidson.yaml",
           (CORPUS, Flag("limit", "corpus.limit", "Score at most this many rows (a seeded random sample).", int),
-           Flag("actors", "detectors.*.actors", "Actor pool size for every detector.", int)),
-          headline=Headline(("detector", "dataset"), (("f1_toxic", "F1", ".3f"), ("roc_auc", "ROC-AUC", ".3f")))),
+           Flag("actors", "detectors.*.actors", "Actor pool size for every detector.", int))),
     Entry("attack", "redline.pipelines.attack", ("run", "attack"),
           "Attack a victim detector with recipes: toxic seeds until it says benign (TAE), benign seeds until it "
           "says toxic (BAE). One row per (seed, recipe, goal) attempt with status and provenance; the report gives "
           "ASR, queries, % words perturbed and sample successes per recipe.", "attack_quick.yaml",
           (CORPUS, Flag("max_seeds", "max_seeds", "At most this many seeds per goal.", int),
            Flag("recipe", "recipes", "Run only these recipes (repeatable).", str, True),
-           Flag("actors", "actors", "Attacker actors.", int)),
-          headline=Headline(("recipe", "goal"), (("asr", "ASR", ".1%"),))),
+           Flag("actors", "actors", "Attacker actors.", int))),
     Entry("taebench", "redline.pipelines.taebench", ("run", "taebench"),
           "Filter attack runs' adversarial examples into TaeBench (valid TAE) and TaeBench+ (+ valid BAE): dedupe "
           "-> grammar (LanguageTool) -> naturalness -> label filter (LLM judge AND classifier); each stage's kept and "
-          "rejected rows are kept with reasons; the report is the paper's Table 2.", "taebench.yaml",
-          headline=Headline(("goal", "dataset"), (("label", "kept", "d"), ("raw", "of raw", "d")))),
+          "rejected rows are kept with reasons; the report is the paper's Table 2.", "taebench.yaml"),
     Entry("transfer", "redline.pipelines.transfer", ("run", "transfer"),
           "Benchmark detectors with a TaeBench run (transfer attack): ASR = FNR on TAE, FPR on BAE, and the FNR on "
-          "the original seeds, per victim and seed dataset. Victims are any detector kind.", "transfer.yaml",
-          headline=Headline(("victim", "dataset"), (("tae_rate", "ASR TAE", ".3f"), ("bae_rate", "ASR BAE", ".3f")))),
+          "the original seeds, per victim and seed dataset. Victims are any detector kind.", "transfer.yaml"),
     Entry("advtrain", "redline.pipelines.advtrain", ("run", "advtrain"),
           "Adversarial training variants (no TAE, unfiltered TAE, TaeBench, TaeBench+, balanced TaeBench+) and any "
           "hyper-parameter grid as a Ray Tune sweep; the report is the paper's Table 5 (best trial per variant). An "
-          "interrupted sweep resumes when the command is rerun.", "advtrain.yaml",
-          headline=Headline(("variant",), (("tae_asr", "TAE ASR", ".3f"), ("plus_balanced_accuracy", "bal. acc.", ".3f")))),
+          "interrupted sweep resumes when the command is rerun.", "advtrain.yaml"),
     Entry("diasafety", "redline.pipelines.diasafety", ("run", "diasafety"),
           "Evaluate chatbots on DiaSafety contexts: generate responses per context, judge them with the two-step "
           "detector (utterance-level, then the category's context classifier) and print the leaderboard of unsafe "
-          "proportions per category (the paper's Table 8).", "diasafety.yaml",
-          headline=Headline(("model",), (("overall", "Overall unsafe", ".3f"),))),
+          "proportions per category (the paper's Table 8).", "diasafety.yaml"),
     Entry("egregious", "redline.pipelines.egregious", ("run", "egregious"),
           "Search trigger inputs that make generation models produce target outputs (He & Glass 2019): gibbs-enum per "
           "(model, target list, hit family) across Ray Data actors; prints the hit-rate table (Table 3), the report "
-          "adds example triggers (Table 4) and search effort.", "egregious.yaml",
-          headline=Headline(("model", "list"), tuple((h, h.removesuffix("-hit"), ".1%") for h in HIT_TYPES), first_only=True)),
+          "adds example triggers (Table 4) and search effort.", "egregious.yaml"),
     Entry("dialogue-safety-train", "redline.pipelines.diasafety_train", ("train", "dialogue-safety"),
           "Train DiaSafety context classifiers and compare them on the validation (and test) split: one-vs-all "
           "(Safe/Unsafe/N-A per category on context + response), a single multi-class classifier, the response-only "
-          "ablation, and utterance-level baselines.", "dialoguesafety_train.yaml",
-          headline=Headline(("model", "split", "input"), (("f1", "F1 unsafe", ".3f"),))),
+          "ablation, and utterance-level baselines.", "dialoguesafety_train.yaml"),
     Entry("eval", "redline.pipelines.card", ("eval",),
           "A safety card for one chat model and the guard detector that protects it, in one job: the guard under "
           "transfer attack (TaeBench built against it, or an existing one), the model on DiaSafety contexts judged "
           "by the two-step detector, and the trigger search when the model is a local causal LM. Each part is a "
-          "resumable run of its own; the card's report tables and links them.", "card.yaml",
-          headline=Headline(("part", "figure"), (("value", "value", ".3f"),))),
+          "resumable run of its own; the card's report tables and links them.", "card.yaml"),
 )
 
 

@@ -26,6 +26,7 @@ from redline.cluster.tables import STATUS_ERROR, STATUS_OK, conform
 from redline.errors import RedlineError
 from redline.pipelines import sharded
 from redline.pipelines.corpora import CorpusConfig, read_corpora
+from redline.pipelines.figures import SCORE
 from redline.pipelines.metrics import detector_metrics
 from redline.pipelines.report import COUNT_COLUMNS, Report, grouped_bars, png_bytes
 from redline.pipelines.schema import PREDICTION_SCHEMA
@@ -194,27 +195,6 @@ def execute(config: ScoreConfig, run: Run, watch: Stopwatch, verbose: bool) -> l
 # Report
 
 
-# Columns of the detector table, with how each is shown.
-METRIC_COLUMNS: list[tuple[str, str, str]] = [
-    ("detector", "detector", "s"),
-    ("dataset", "dataset", "s"),
-    ("n", "rows", "d"),
-    ("accuracy", "accuracy", ".3f"),
-    ("precision_toxic", "P toxic", ".3f"),
-    ("recall_toxic", "R toxic", ".3f"),
-    ("f1_toxic", "F1 toxic", ".3f"),
-    ("precision_benign", "P benign", ".3f"),
-    ("recall_benign", "R benign", ".3f"),
-    ("f1_benign", "F1 benign", ".3f"),
-    ("f1_macro", "F1 macro", ".3f"),
-    ("roc_auc", "ROC-AUC", ".3f"),
-    ("fnr", "FNR", ".3f"),
-    ("fpr", "FPR", ".3f"),
-    ("rows_per_s", "rows/s per actor", ",.0f"),
-    ("not_scored", "not scored", "d"),
-]
-
-
 def plot_roc(predictions: pa.Table) -> bytes | None:
     import matplotlib
 
@@ -281,8 +261,7 @@ def counts_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
 def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
     predictions = sharded.read_outputs(run, OUTPUT_DIR)
     metrics = manifest.get("summary", [])
-    columns = METRIC_COLUMNS if any(m["dataset"] != "all" for m in metrics) else \
-        [c for c in METRIC_COLUMNS if c[0] != "dataset"]
+    columns = [c for c in SCORE.columns() if c[0] != "dataset" or several_datasets(metrics)]
     counts = [{"what": r["what"], "n": str(r["n"])} for r in counts_rows(manifest)]
     error_cols = [("detector", "detector", "s"), ("id", "id", "s"), ("toxic_score", "score", ".3f"), ("text", "text", "s")]
     note = ("Toxic is the positive class. FNR = toxic rows predicted benign (the attack success rate on "
@@ -294,11 +273,14 @@ def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
     report.write("metrics.csv", metrics)
 
 
+def several_datasets(metrics: list[dict[str, Any]]) -> bool:
+    """Whether the dataset column says anything (a corpus of one dataset is `all` on every row)."""
+    return any(m.get("dataset") != "all" for m in metrics)
+
+
 def metric_columns(manifest: dict[str, Any]) -> list[tuple[str, str, str]]:
-    keys = ["detector", "dataset", "n", "accuracy", "f1_toxic", "f1_macro", "roc_auc", "fnr", "fpr", "rows_per_s",
-            "not_scored"]
-    several = any(m.get("dataset") != "all" for m in manifest.get("summary", []))
-    return [c for c in METRIC_COLUMNS if c[0] in keys and (several or c[0] != "dataset")]
+    several = several_datasets(manifest.get("summary", []))
+    return [c for c in SCORE.columns(brief=True) if several or c[0] != "dataset"]
 
 
 PIPELINE = Pipeline("score", ScoreConfig, execute, write_report, "detectors (toxic = positive class)", metric_columns,

@@ -36,6 +36,7 @@ from redline.cluster.config import RunConfig, Strict
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, require_finished
 from redline.errors import RedlineError
 from redline.pipelines import sharded
+from redline.pipelines.figures import TAEBENCH
 from redline.pipelines.report import Report, png_bytes
 from redline.pipelines.stages import map_table
 from redline.pipelines.template import Pipeline
@@ -326,11 +327,8 @@ def execute(config: TaebenchConfig, run: Run, watch: Stopwatch, verbose: bool) -
 
 
 def taebench_columns(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
-    cols = [("goal", "goal", "s"), ("dataset", "seed dataset", "s"), ("raw", "raw", "d")]
-    for stage in ("dedupe", "grammar", "naturalness", "label"):
-        if rows and stage in rows[0]:
-            cols += [(stage, f"after {stage}", "d"), (f"{stage}_pct", "% of raw", ".1f")]
-    return cols
+    """Table 2's columns: the stages this run has (every stage of the declaration a row carries)."""
+    return TAEBENCH.columns(rows or [{"goal": 0, "dataset": 0, "raw": 0}])
 
 
 def plot_funnel(rows: list[dict[str, Any]]) -> bytes | None:

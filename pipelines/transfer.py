@@ -20,6 +20,7 @@ from redline.cluster.config import RunConfig, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, require_finished
 from redline.cluster.tables import STATUS_OK, conform
 from redline.errors import RedlineError
+from redline.pipelines.figures import TRANSFER
 from redline.pipelines.metrics import transfer_metrics
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.schema import CORPUS_SCHEMA
@@ -46,8 +47,6 @@ class TransferConfig(RunConfig):
         return self.victims
 
 
-
-
 def build_corpus(config: TransferConfig) -> pa.Table:
     uri = config.taebench
     require_finished(uri, "taebench")
@@ -69,11 +68,6 @@ def build_corpus(config: TransferConfig) -> pa.Table:
     return conform(table.append_column("status", pa.array([STATUS_OK] * table.num_rows)), CORPUS_SCHEMA)
 
 
-TRANSFER_COLUMNS = [("victim", "victim", "s"), ("dataset", "seed dataset", "s"), ("seed_n", "seeds", "d"),
-                    ("seed_rate", "FNR on seeds", ".3f"), ("tae_n", "TAE", "d"), ("tae_rate", "ASR TAE (FNR)", ".3f"),
-                    ("bae_n", "BAE", "d"), ("bae_rate", "ASR BAE (FPR)", ".3f"), ("not_scored", "not scored", "d")]
-
-
 def execute(config: TransferConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
     return transfer_metrics(score_corpus(run, config, lambda: build_corpus(config), watch, verbose))
 
@@ -85,7 +79,7 @@ def plot_transfer(rows: list[dict[str, Any]]) -> bytes | None:
 
 
 def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
-    rows, cols = manifest.get("summary", []), TRANSFER_COLUMNS
+    rows, cols = manifest.get("summary", []), TRANSFER.columns()
     cfg = manifest.get("config", {})
     note = (f"TaeBench {cfg.get('taebench')} ({cfg.get('split')} split). ASR on TAE = share of toxic adversarial "
             "examples a victim calls benign (FNR); ASR on BAE = share of benign adversarial examples it calls toxic "
@@ -95,7 +89,7 @@ def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
 
 
 PIPELINE = Pipeline("transfer", TransferConfig, execute, write_report, "transfer attack",
-                    lambda manifest: TRANSFER_COLUMNS, preflight=preflight)  # type: ignore[arg-type]
+                    lambda manifest: TRANSFER.columns(), preflight=preflight)  # type: ignore[arg-type]
 
 
 def run_transfer(config: TransferConfig, *, force: bool = False, verbose: bool = False) -> RunResult:

@@ -5,28 +5,67 @@ from __future__ import annotations
 
 import ast
 import re
+from pathlib import Path
 
 import pytest
 
 from conftest import REPO
 
-# cluster (config types, storage, runtime) <- actors (workers) <- pipelines <- serve, view <- cli
-LAYERS = {"errors": 0, "cluster": 1, "actors": 2, "pipelines": 3, "serve": 4, "view": 4, "cli": 5}
+# cluster (config types, storage, runtime) <- actors (workers) <- pipelines <- serve, view <- cli <- bench
+LAYERS = {"errors": 0, "cluster": 1, "actors": 2, "pipelines": 3, "serve": 4, "view": 4, "cli": 5, "bench": 6}
 PACKAGES = ("cluster", "actors", "pipelines", "serve", "view", "cli")
+# Dynamic imports whose module is not a literal: allowed only here, and why.
+DYNAMIC_IMPORTS = {
+    "pipelines/registry.py": "imports the pipeline modules named in ENTRIES (each a string, checked as an import)",
+    "actors/attack/resources.py": "imports whichever spaCy English model package is installed",
+}
+MODULE_NAME = re.compile(r"^redline(\.[A-Za-z_]\w*)+$")
 
 
-def sources() -> list:
-    return sorted(p for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py")) + [REPO / "errors.py"]
+def sources(root: Path = REPO, bench: bool = False) -> list[Path]:
+    """The package's modules (and, with `bench`, the bench scripts that use it)."""
+    return sorted([p for pkg in (*PACKAGES, *(("bench",) if bench else ())) for p in (root / pkg).glob("**/*.py")
+                   if ".mutmut" not in str(p) and ".venv" not in str(p)] + [root / "errors.py"])
 
 
-def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
+def module_of(root: Path, path: Path) -> str:
+    rel = path.relative_to(root).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(("redline", *parts))
+
+
+def imported_modules(tree: ast.AST, here: str = "redline", is_package: bool = False) -> list[tuple[int, str]]:
+    """(line, dotted name) of every redline module or name this code reaches: `import`, `from`
+    (relative ones resolved from `here`), importlib.import_module / __import__ with a literal, and any
+    string that names a redline module (a registry's module path). Imports inside functions count."""
     out = []
-    for node in ast.walk(tree):  # imports inside functions count too
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("redline."):
-            out += [(node.lineno, node.module)] + [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+    package = here.split(".") if is_package else here.split(".")[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            if module.startswith("redline"):
+                out += [(node.lineno, module)] + [(node.lineno, f"{module}.{a.name}") for a in node.names]
         elif isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names if a.name.startswith("redline.")]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and MODULE_NAME.match(node.value):
+            out.append((node.lineno, node.value))
     return out
+
+
+def dynamic_imports(tree: ast.AST) -> list[int]:
+    """Lines of importlib.import_module / __import__ calls whose module is not a literal."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args and not isinstance(node.args[0], ast.Constant):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if name in ("import_module", "__import__"):
+                lines.append(node.lineno)
+    return lines
 
 
 def layer_of(module: str) -> int | None:
@@ -34,20 +73,114 @@ def layer_of(module: str) -> int | None:
     return LAYERS.get(parts[1]) if len(parts) > 1 else None
 
 
-def test_layers_import_downward_only():
-    upward = []
-    for path in sources():
-        own = layer_of("redline." + path.relative_to(REPO).parts[0].removesuffix(".py"))
-        for line, module in imported_modules(ast.parse(path.read_text())):
+def violations(root: Path = REPO) -> list[str]:
+    """Every import that breaks the layering: upward, sideways (another package of the same layer),
+    an underscored name of another package (bench counts as outside every package), or a dynamic
+    import the rules cannot see."""
+    found = []
+    for path in sources(root, bench=True):
+        if not path.exists():
+            continue
+        rel = path.relative_to(root)
+        here = module_of(root, path)
+        own_pkg = here.split(".")[1]
+        own = LAYERS.get(own_pkg)
+        tree = ast.parse(path.read_text())
+        home = here if path.name == "__init__.py" else here.rsplit(".", 1)[0]
+        for line, module in imported_modules(tree, here, path.name == "__init__.py"):
+            parts = module.split(".")
+            private = next((i for i, part in enumerate(parts) if part.startswith("_") and part != "__init__"), None)
+            if private is not None:
+                # the package that owns the name: the one named before it, or the package of that module
+                named = parts[:private]
+                owner = ".".join(named if root.joinpath(*named[1:]).is_dir() else named[:-1])
+                if not (home == owner or home.startswith(owner + ".")):
+                    found.append(f"{rel}:{line} imports {module} (a private name of another package)")
+            target_pkg = parts[1] if len(parts) > 1 else None
             target = layer_of(module)
-            if own is not None and target is not None and target > own:
-                upward.append(f"{path.relative_to(REPO)}:{line} imports {module}")
-    assert not upward, "upward imports:\n" + "\n".join(sorted(set(upward)))
+            if own is None or target is None or target_pkg == own_pkg:
+                continue
+            if target > own:
+                found.append(f"{rel}:{line} imports {module} (upward)")
+            elif target == own:
+                found.append(f"{rel}:{line} imports {module} (sideways: {own_pkg} and {target_pkg} are one layer)")
+        if str(rel) not in DYNAMIC_IMPORTS:
+            found += [f"{rel}:{line} imports a module named at run time (not checkable)" for line in dynamic_imports(tree)]
+    return sorted(set(found))
 
 
-def test_the_import_check_catches_an_upward_import(tmp_path):
-    tree = ast.parse("def f():\n    from redline.pipelines.score import run_score\n")
-    assert [layer_of(m) for _, m in imported_modules(tree)] == [3, 3]
+def test_layers_import_downward_only():
+    found = violations()
+    assert not found, "import rule broken:\n" + "\n".join(found)
+
+
+def test_the_import_check_catches_every_planted_violation(tmp_path):
+    """The checker itself, on a copy of the layout with one violation of each kind planted."""
+    for pkg in (*PACKAGES, "bench"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "errors.py").write_text("")
+    planted = {
+        "actors/relative.py": "from ..pipelines import score\n",
+        "actors/dynamic.py": "import importlib\nimportlib.import_module('redline.serve.app')\n",
+        "actors/dunder.py": "def f():\n    return __import__('redline.cli')\n",
+        "actors/named.py": "name = 'redline.pipelines.score'\n",
+        "actors/hidden.py": "import importlib\ndef f(n):\n    return importlib.import_module(n)\n",
+        "serve/sideways.py": "from redline.view.app import build\n",
+        "bench/private.py": "from redline.pipelines.sharded import _merge\n",
+        "cli/private.py": "from redline.cluster._secret import x\n",
+        "cluster/inner.py": "def f():\n    from redline.actors import detectors\n",
+        "actors/sibling.py": "from redline.actors.attack.search import _best\n",
+    }
+    for rel, code in planted.items():
+        (tmp_path / rel).write_text(code)
+    (tmp_path / "actors" / "attack").mkdir()
+    (tmp_path / "actors" / "attack" / "fine.py").write_text(
+        "from . import search\nfrom redline.cluster import storage\nfrom redline.actors.attack.search import _best\n"
+        "from redline.actors.attack._impl import helper\n")
+    found = violations(tmp_path)
+    assert sorted({line.split(":")[0] for line in found}) == sorted(planted), found
+    assert any("(upward)" in f and f.startswith("actors/relative.py") for f in found)
+    assert any("(sideways" in f for f in found) and any("private name" in f for f in found)
+    assert any("named at run time" in f for f in found)
+
+
+def public_faces(root: Path = REPO) -> dict[str, set[str]]:
+    """Each package's `__all__` (its modules and names other packages may import)."""
+    faces = {}
+    for init in root.glob("**/__init__.py"):
+        if ".mutmut" in str(init) or ".venv" in str(init) or "tests" in init.parts:
+            continue
+        tree = ast.parse(init.read_text())
+        names = next((ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                      and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)), None)
+        faces[module_of(root, init)] = set(names) if names is not None else None
+    return faces
+
+
+def test_every_package_says_what_it_offers_and_others_use_only_that():
+    faces = public_faces()
+    missing = sorted(pkg for pkg, names in faces.items() if names is None and pkg not in ("redline", "redline.cli"))
+    assert not missing, f"packages without __all__: {missing}"
+    for pkg, names in faces.items():
+        folder = REPO.joinpath(*pkg.split(".")[1:])
+        defined = {n for n in names or ()
+                   if (folder / f"{n}.py").exists() or (folder / n / "__init__.py").exists()
+                   or re.search(rf"\b{n}\b", (folder / "__init__.py").read_text().split("__all__")[0])}
+        assert defined == set(names or ()), f"{pkg}.__all__ names what it lacks: {sorted(set(names) - defined)}"
+    outside = []
+    for path in sources(bench=True):
+        here = module_of(REPO, path)
+        home = here if path.name == "__init__.py" else here.rsplit(".", 1)[0]
+        for line, module in imported_modules(ast.parse(path.read_text()), here, path.name == "__init__.py"):
+            parts = module.split(".")
+            pkg = next((".".join(parts[:k]) for k in range(len(parts) - 1, 1, -1) if ".".join(parts[:k]) in faces),
+                       None)
+            if pkg is None or home == pkg or home.startswith(pkg + ".") or faces[pkg] is None:
+                continue
+            if parts[len(pkg.split("."))] not in faces[pkg]:
+                outside.append(f"{path.relative_to(REPO)}:{line} imports {module}, not in {pkg}.__all__")
+    assert not outside, "\n".join(sorted(set(outside)))
 
 
 def test_every_model_goes_through_the_device_policy():

@@ -442,7 +442,7 @@ def test_wordnet_tables_load_from_cache_without_nltk_and_rebuild_when_stale(word
              "print(w('idiots')[:2], 'nltk' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['idiot', 'imbecile'] False"  # actors never pay for nltk's reader
-    path = R._nltk_data_dir() / "corpora" / R.TABLES_FILE
+    path = R.nltk_data_dir() / "corpora" / R.TABLES_FILE
     stale = json.loads(path.read_text())
     path.write_text(json.dumps({**stale, "stamp": "another wordnet", "synsets": {}}))
     rebuilt = R.refresh_wordnet_tables()
@@ -467,7 +467,7 @@ def test_a_planted_cache_file_is_data_never_code(wordnet_ready, tmp_path):
         def __reduce__(self):
             return (open, (str(marker), "w"))
 
-    corpora = R._nltk_data_dir() / "corpora"
+    corpora = R.nltk_data_dir() / "corpora"
     (corpora / "wordnet-tables.pkl").write_bytes(pickle.dumps(Payload()))  # the old cache name
     (corpora / R.TABLES_FILE).write_bytes(pickle.dumps(Payload()))  # and the current one
     probe = "from redline.actors.attack.resources import wordnet_lemma_names as w; print(w('idiot')[:1])"

@@ -110,3 +110,33 @@ def test_bedrock_generator_speaks_converse_through_boto3(monkeypatch):
     down = build_generator(GeneratorConfig(**{**cfg, "endpoint_url": f"http://127.0.0.1:{free_port()}"}))
     with pytest.raises(RedlineError, match="cannot reach Bedrock"):
         down.generate(["hi"], SamplingParams())
+
+
+def test_a_new_provider_is_one_class_and_its_registration(monkeypatch):
+    """Configs validate provider names against the registry: a provider registered once is accepted by
+    judges and generators alike and answers through the same client; a typo fails when the config loads."""
+    from redline.actors import providers as P
+    from redline.actors.generators import GeneratorConfig, build_generator
+    from redline.actors.judges import ChatModelOptions
+    from redline.actors.providers import registry
+
+    monkeypatch.setattr(registry, "_REGISTERED", {})
+
+    @P.register_provider
+    class Echo(P.ChatProvider):
+        name = "echo"
+        description = "repeats the last message"
+        needs = {"model": "any name"}
+
+        def chat_one(self, messages, params):
+            return P.PromptResult(1, [P.Completion(messages[-1]["content"], "stop", 1)] * params.n)
+
+    assert "echo" in P.providers()
+    gen = GeneratorConfig.model_validate({"name": "e", "kind": "echo", "model": "parrot"})
+    assert ChatModelOptions.model_validate({"provider": "echo", "model": "parrot"}).provider == "echo"
+    [result] = build_generator(gen).generate(["hello there"], P.SamplingParams(n=2))
+    assert [c.text for c in result.completions] == ["hello there", "hello there"]
+    with pytest.raises(ValueError, match="generator 'e': kind echo needs model"):
+        GeneratorConfig.model_validate({"name": "e", "kind": "echo"})
+    with pytest.raises(ValueError, match=r"unknown provider 'ecoh' \(known: openai, redline, bedrock, hf, echo\)"):
+        ChatModelOptions.model_validate({"provider": "ecoh", "model": "parrot"})

@@ -330,3 +330,18 @@ def test_the_pipeline_reports_each_list_with_its_hit_type_and_the_known_triggers
     checks = {r["list"]: r for r in result.manifest["source_checks"]}
     assert checks["planted"]["reachable"] == 6 and checks["planted"]["found"] >= 5 / 6
     assert result.manifest["counts"]["rows_in"] == 18  # one hit type per list
+
+
+def test_one_search_settings_type_reaches_every_search_call():
+    from redline.actors.triggers.settings import TriggerSearchSettings
+    from redline.pipelines.egregious import EgregiousConfig, search_settings
+
+    changed = {"method": "continuous", "trigger_length": 3, "top_g": 7, "max_sweeps": 2, "restarts": 4,
+               "lm_weight": 0.5, "greedy_margin_cap": 2.0, "relaxation_steps": 9, "seed": 11}
+    assert set(changed) == set(TriggerSearchSettings.model_fields)  # a new setting: give it a value here
+    assert all(getattr(TriggerSearchSettings(), k) != v for k, v in changed.items())
+    config = EgregiousConfig.model_validate({"models": [{"name": "m", "path": "x"}], **changed})
+    options = SearchOptions.of(TriggerSearchSettings.model_validate(search_settings(config)), "o-greedy")
+    assert {k: getattr(options, k) for k in changed} == changed and options.search == "o-greedy"
+    for name, field in TriggerSearchSettings.model_fields.items():  # one set of defaults
+        assert EgregiousConfig.model_fields[name].default == SearchOptions.model_fields[name].default == field.default

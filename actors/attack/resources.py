@@ -41,7 +41,7 @@ WORDNET_HINT = ("WordNet 3.0 not found: install it with `apt-get install wordnet
                 "(or nltk.download('wordnet'))")
 
 
-def _nltk_data_dir() -> Path:
+def nltk_data_dir() -> Path:
     from redline.cluster.storage import user_cache_dir
 
     return user_cache_dir() / "nltk_data"
@@ -81,10 +81,10 @@ def _wordnet_root() -> Any:
         pass
     if not all((DEBIAN_WORDNET / n).is_file() for n in WORDNET_FILES):
         raise RedlineError(WORDNET_HINT)
-    _copy_debian_wordnet(_nltk_data_dir() / "corpora" / "wordnet")
+    _copy_debian_wordnet(nltk_data_dir() / "corpora" / "wordnet")
     # nltk only reads corpora from directories on its data path.
-    if str(_nltk_data_dir()) not in nltk.data.path:
-        nltk.data.path.append(str(_nltk_data_dir()))
+    if str(nltk_data_dir()) not in nltk.data.path:
+        nltk.data.path.append(str(nltk_data_dir()))
     return nltk.data.find("corpora/wordnet")
 
 
@@ -137,7 +137,7 @@ def _synset_words(wn: Any) -> dict[tuple[str, int], tuple[str, ...]]:
 
 def _load_tables() -> WordNetTables | None:
     try:
-        with open(_nltk_data_dir() / "corpora" / TABLES_FILE, encoding="utf-8") as f:
+        with open(nltk_data_dir() / "corpora" / TABLES_FILE, encoding="utf-8") as f:
             data = json.load(f)
         synsets = {(key[0], int(key[2:])): tuple(words) for key, words in data["synsets"].items()}
         return WordNetTables(str(data["stamp"]), data["lemma_offsets"], data["exceptions"],
@@ -183,7 +183,7 @@ def refresh_wordnet_tables() -> WordNetTables:
     data = {"stamp": tables.stamp, "lemma_offsets": tables.lemma_offsets, "exceptions": tables.exceptions,
             "substitutions": tables.substitutions,
             "synsets": {f"{pos}:{offset}": list(words) for (pos, offset), words in tables.synsets.items()}}
-    cache = _nltk_data_dir() / "corpora" / TABLES_FILE
+    cache = nltk_data_dir() / "corpora" / TABLES_FILE
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
     tmp.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")

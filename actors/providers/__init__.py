@@ -2,7 +2,6 @@
 interface, and the `ChatClient` that adds rate limits, retries, caching and accounting to any of them."""
 
 from redline.actors.providers.base import (
-                                           PROVIDER_NAMES,
                                            ChatProvider,
                                            Completion,
                                            PromptResult,
@@ -13,7 +12,8 @@ from redline.actors.providers.base import (
                                            Transient,
 )
 from redline.actors.providers.client import Answer, ChatClient, Failed
-from redline.actors.providers.registry import build_provider, providers
+from redline.actors.providers.registry import build_provider, providers, register_provider
 
-__all__ = ["PROVIDER_NAMES", "Answer", "ChatClient", "ChatProvider", "Completion", "Failed", "PromptResult",
-           "ProviderName", "ProviderSettings", "Refused", "SamplingParams", "Transient", "build_provider", "providers"]
+__all__ = ["Answer", "ChatClient", "ChatProvider", "Completion", "Failed", "PromptResult",
+           "ProviderName", "ProviderSettings", "Refused", "SamplingParams", "Transient", "build_provider", "providers",
+           "register_provider"]

@@ -11,16 +11,27 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from redline.cluster.protocol import check_sampling
 from redline.errors import RedlineError
 
 Messages = list[dict[str, str]]
-PROVIDER_NAMES = ("openai", "redline", "bedrock", "hf")
-ProviderName = Literal["openai", "redline", "bedrock", "hf"]
+
+
+def check_provider(name: str) -> str:
+    """A provider name the registry knows: configs are checked against it when they load."""
+    from redline.actors.providers.registry import providers
+
+    known = providers()
+    if name not in known:
+        raise ValueError(f"unknown provider '{name}' (known: {', '.join(known)})")
+    return name
+
+
+ProviderName = Annotated[str, AfterValidator(check_provider)]
 
 
 class SamplingParams(BaseModel):
@@ -91,6 +102,16 @@ class ChatProvider(ABC):
     description: ClassVar[str]
     # A remote service: requests run concurrently under a rate limit and are retried on Transient.
     remote: ClassVar[bool] = True
+    # What a config must give for this provider: {field: what it is}, checked when the config loads.
+    needs: ClassVar[dict[str, str]] = {"model": "the model to use"}
+
+    @classmethod
+    def check_config(cls, values: dict[str, Any]) -> None:
+        """Raises ValueError naming the first field this provider needs that `values` lacks."""
+        for name, what in cls.needs.items():
+            value = values.get(name)
+            if not value or (name == "base_url" and not str(value).startswith(("http://", "https://"))):
+                raise ValueError(f"provider {cls.name} needs {name} ({what})")
 
     def __init__(self, settings: ProviderSettings) -> None:
         self.settings = settings

@@ -25,6 +25,7 @@ TRANSIENT_CODES = {"ThrottlingException", "ServiceUnavailableException", "Intern
 class BedrockProvider(ChatProvider):
     name = "bedrock"
     description = "a model on AWS Bedrock (Converse API via boto3; `region`, `endpoint_url`, `additional_fields`)"
+    needs = {"model": "a Bedrock model id or ARN"}
 
     def __init__(self, settings: Any) -> None:
         super().__init__(settings)

@@ -18,6 +18,7 @@ class HFProvider(ChatProvider):
     name = "hf"
     description = "a local Hugging Face causal or seq2seq model (hub id or directory), run in the worker itself"
     remote = False
+    needs = {"model": "a hub id or a local directory"}
 
     def __init__(self, settings: Any) -> None:
         super().__init__(settings)

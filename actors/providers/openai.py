@@ -35,6 +35,7 @@ class OpenAIProvider(ChatProvider):
     name = "openai"
     description = "any OpenAI-compatible chat API (OpenAI, vLLM, TGI, LiteLLM, Ollama ...), `base_url` + key from the env"
     default_key_env = "OPENAI_API_KEY"
+    needs = {"base_url": "http://... or https://...", "model": "the name the server knows"}
 
     def __init__(self, settings: Any) -> None:
         super().__init__(settings)

@@ -14,11 +14,25 @@ if TYPE_CHECKING:
 
 
 @functools.cache
-def providers() -> dict[str, type["ChatProvider"]]:
+def _built_in() -> dict[str, type["ChatProvider"]]:
     from redline.actors.providers import bedrock, hf, openai
 
     classes = (openai.OpenAIProvider, openai.RedlineServeProvider, bedrock.BedrockProvider, hf.HFProvider)
     return {cls.name: cls for cls in classes}
+
+
+_REGISTERED: dict[str, type["ChatProvider"]] = {}
+
+
+def register_provider(cls: type["ChatProvider"]) -> type["ChatProvider"]:
+    """Adds a provider from outside this package (a class decorator): configs accept its name at once."""
+    _REGISTERED[cls.name] = cls
+    return cls
+
+
+def providers() -> dict[str, type["ChatProvider"]]:
+    """Every provider by name: the only list of them (configs validate against it)."""
+    return {**_built_in(), **_REGISTERED}
 
 
 def build_provider(settings: "ProviderSettings") -> "ChatProvider":

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from pydantic import Field
 
 from redline.actors.triggers.hits import (
     Thresholds,
@@ -38,23 +39,23 @@ from redline.actors.triggers.scorers import (
     bound_support,
     target_score_bounds,
 )
+from redline.actors.triggers.settings import TriggerSearchSettings
 from redline.errors import RedlineError
 
 
-@dataclass
-class SearchOptions:
+class SearchOptions(TriggerSearchSettings):
+    """One search call: a run's settings plus the hit type searched and the engine's own knobs."""
+
     search: str = "o-sample-avg"  # one of hits.SEARCHES
-    trigger_length: int = 5
-    top_g: int = 100
-    max_sweeps: int = 50
-    restarts: int = 10
-    lm_weight: float = 1.0
-    greedy_margin_cap: float = 1.0
     early_stop: bool = True
-    seed: int = 0
-    max_batch: int = 8192  # candidate sequences per forward pass
-    bound_support: int = 16  # exact tokens of the candidate bounds (scorers.bound_support); 0: score all in full
+    max_batch: int = Field(8192, gt=0)  # candidate sequences per forward pass
+    bound_support: int = Field(16, ge=0)  # exact tokens of the candidate bounds (scorers.bound_support); 0: all in full
     one_at_a_time: bool = False
+
+    @classmethod
+    def of(cls, settings: TriggerSearchSettings, search: str) -> "SearchOptions":
+        """The options of one call: every run setting passed through as it is."""
+        return cls(**dict(settings), search=search)
 
 
 @dataclass

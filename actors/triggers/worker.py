@@ -10,6 +10,7 @@ from pydantic import AliasChoices, Field
 
 from redline.actors.triggers import hits as H
 from redline.actors.triggers.pairs import PairCorpusConfig
+from redline.actors.triggers.settings import TriggerSearchSettings
 from redline.cluster.config import Strict
 from redline.cluster.devices import placement
 from redline.errors import RedlineError
@@ -41,20 +42,6 @@ class EgregiousModelConfig(Strict):
                                                      description="float64 breaks near-ties exactly (slower).")
 
 
-class SearchSettings(Strict):
-    """How every target of a run is searched (the egregious config's search fields)."""
-
-    method: Literal["gibbs-enum", "continuous"] = "gibbs-enum"
-    trigger_length: int = 15
-    top_g: int = 100
-    max_sweeps: int = 50
-    restarts: int = 10
-    lm_weight: float = 1.0
-    greedy_margin_cap: float = 1.0
-    relaxation_steps: int = 200
-    seed: int = 0
-
-
 class TriggerWorker:
     """Ray Data actor: loads each model (and LM) once, on the actor's GPU when it has one; searches a
     batch's targets together per (model, search)."""
@@ -71,7 +58,7 @@ class TriggerWorker:
             LSTMSeq2SeqTarget,
         )
 
-        self.search = SearchSettings.model_validate(search)
+        self.search = TriggerSearchSettings.model_validate(search)
         self.models: dict[str, Any] = {}
         for m in (EgregiousModelConfig.model_validate(spec) for spec in models):
             where = placement(num_gpus, m.precision)
@@ -101,9 +88,7 @@ class TriggerWorker:
         for (model, search), idx in groups.items():
             target, prior, thresholds = self.models[model]
             targets = [str(batch["target"][k]) for k in idx]
-            opts = SearchOptions(search=search, trigger_length=c.trigger_length, top_g=c.top_g, max_sweeps=c.max_sweeps,
-                                 restarts=c.restarts, lm_weight=c.lm_weight, seed=c.seed,
-                                 greedy_margin_cap=c.greedy_margin_cap)
+            opts = SearchOptions.of(c, search)
             sources = [batch["source"][k] if "source" in batch else None for k in idx]
             checks: list[Any] = [None] * len(idx)
             try:

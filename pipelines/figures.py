@@ -1,0 +1,264 @@
+"""Every pipeline's figures, declared once (in the style of lm-eval's metric registry): what each
+summary column is called, how it is shown, which direction is better and what it means. Reports,
+`redline status` / `report`, the viewer's run list and compare page and the safety card all read these
+declarations; the functions that compute them live in `pipelines/metrics.py`.
+
+Light on purpose (no Ray, no torch): the registry and the viewer import it to show runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from redline.actors.triggers.hits import HIT_TYPES
+
+Columns = list[tuple[str, str, str]]  # (key, heading, format) as report tables take them
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One summary column: `key` in the summary rows, its heading, its format (`d`, `s`, `.3f`, `.1%`
+    ...), which direction is better (None: a count or a name) and a one-line definition; `short` is
+    the heading where space is scarce (the viewer's run list)."""
+
+    key: str
+    label: str
+    format: str = ".3f"
+    better: Literal["higher", "lower"] | None = None
+    description: str = ""
+    short: str | None = None
+    shown: bool = True  # False: kept in the summary rows (and the CSV), left out of report tables
+
+    @property
+    def column(self) -> tuple[str, str, str]:
+        return (self.key, self.label, self.format)
+
+    @property
+    def short_column(self) -> tuple[str, str, str]:
+        return (self.key, self.short or self.label, self.format)
+
+
+@dataclass(frozen=True)
+class Headline:
+    """A run's headline figures, read from its summary rows: each row named by `keys`, its figures the
+    `values` (key, label, format) it has; `first_only`: only the first of them a row has (egregious
+    rows carry the hit types of their own list). `redline view` lists and compares runs with it; the
+    first value is the one compare charts."""
+
+    keys: tuple[str, ...]
+    values: tuple[tuple[str, str, str], ...]
+    first_only: bool = False
+
+
+@dataclass(frozen=True)
+class Table:
+    """A pipeline's summary table: the figures that name a row (`keys`), then its figures (`values`).
+    `brief`: the keys `status` and `report` print in a terminal (None: every column); `headline`: the
+    figures the viewer lists and compares."""
+
+    keys: tuple[Figure, ...]
+    values: tuple[Figure, ...]
+    brief: tuple[str, ...] | None = None
+    headline: tuple[str, ...] = ()
+    first_only: bool = False
+
+    @property
+    def figures(self) -> tuple[Figure, ...]:
+        return self.keys + self.values
+
+    def figure(self, key: str) -> Figure:
+        for f in self.figures:
+            if f.key == key:
+                return f
+        raise KeyError(key)
+
+    def columns(self, rows: list[dict[str, Any]] | None = None, *, brief: bool = False,
+                extra: tuple[Figure, ...] = ()) -> Columns:
+        """Report columns: every figure (or the brief ones), `extra` figures after the keys (a run's
+        own categories), and with `rows` only the columns some row has."""
+        figures = tuple(f for f in self.keys + extra + self.values if f.shown)
+        if brief and self.brief is not None:
+            figures = tuple(f for f in figures if f.key in self.brief or f in extra)
+        if rows is not None:
+            figures = tuple(f for f in figures if any(f.key in r for r in rows))
+        return [f.column for f in figures]
+
+    def headline_of(self) -> Headline:
+        return Headline(tuple(k.key for k in self.keys), tuple(self.figure(h).short_column for h in self.headline),
+                        self.first_only)
+
+
+def _rate(key: str, label: str, better: Literal["higher", "lower"], description: str = "",
+          short: str | None = None) -> Figure:
+    return Figure(key, label, ".3f", better, description, short)
+
+
+def _count(key: str, label: str, description: str = "") -> Figure:
+    return Figure(key, label, "d", None, description)
+
+
+def _name(key: str, label: str | None = None) -> Figure:
+    return Figure(key, label or key, "s")
+
+
+SCORE = Table(
+    keys=(_name("detector"), _name("dataset")),
+    values=(
+        _count("n", "rows", "labelled rows scored"),
+        _rate("accuracy", "accuracy", "higher", "share of rows whose prediction matches the label"),
+        _rate("precision_toxic", "P toxic", "higher", "of the rows predicted toxic, the share labelled toxic"),
+        _rate("recall_toxic", "R toxic", "higher", "of the rows labelled toxic, the share predicted toxic"),
+        _rate("f1_toxic", "F1 toxic", "higher", "harmonic mean of P and R on the toxic class", short="F1"),
+        _rate("precision_benign", "P benign", "higher", "of the rows predicted benign, the share labelled benign"),
+        _rate("recall_benign", "R benign", "higher", "of the rows labelled benign, the share predicted benign"),
+        _rate("f1_benign", "F1 benign", "higher", "harmonic mean of P and R on the benign class"),
+        _rate("f1_macro", "F1 macro", "higher", "mean of the two classes' F1"),
+        _rate("roc_auc", "ROC-AUC", "higher", "area under the ROC curve of the toxic score"),
+        _rate("fnr", "FNR", "lower", "toxic rows predicted benign, of all toxic rows"),
+        _rate("fpr", "FPR", "lower", "benign rows predicted toxic, of all benign rows"),
+        Figure("rows_per_s", "rows/s per actor", ",.0f", "higher", "scoring throughput of one actor"),
+        _count("not_scored", "not scored", "rows the detector could not score (their errors are in the rows)"),
+        *(Figure(k, k, "d", None, what, shown=False) for k, what in (
+            ("tp", "toxic rows predicted toxic"), ("fn", "toxic rows predicted benign"),
+            ("fp", "benign rows predicted toxic"), ("tn", "benign rows predicted benign"),
+            ("unlabelled", "rows without a label (scored, not counted)"))),
+    ),
+    brief=("detector", "dataset", "n", "accuracy", "f1_toxic", "f1_macro", "roc_auc", "fnr", "fpr", "rows_per_s",
+           "not_scored"),
+    headline=("f1_toxic", "roc_auc"),
+)
+
+ATTACK = Table(
+    keys=(_name("recipe"), _name("goal")),
+    values=(
+        _name("victim"),
+        _count("attempts", "attempts", "seeds attacked with this recipe and goal"),
+        _count("success", "success", "attempts that changed the victim's decision"),
+        _count("failed", "failed", "attempts that ran out of candidates, queries or time"),
+        _count("skipped", "skipped", "seeds the victim already misjudged, or with no word to modify"),
+        _count("error", "error", "attempts that failed with an error"),
+        _count("examples", "examples", "adversarial examples written (several per seed when asked)"),
+        _rate("asr", "ASR", "higher", "attack success rate: success / (success + failed); skipped and errors left out"),
+        Figure("mean_queries", "mean queries", ".1f", "lower", "victim queries per successful attempt"),
+        Figure("mean_pct_perturbed", "% words perturbed", ".1f", "lower", "share of the seed's words changed"),
+        _rate("mean_similarity", "similarity", "higher", "sentence-encoder similarity of example and seed"),
+        Figure("mean_seconds", "s / attempt (in flight)", ".3f", "lower", "wall time of an attempt, others in flight"),
+    ),
+    brief=("recipe", "goal", "attempts", "success", "failed", "skipped", "error", "asr", "mean_queries",
+           "mean_pct_perturbed"),
+    headline=("asr",),
+)
+
+TAEBENCH_STAGES = ("dedupe", "grammar", "naturalness", "label")
+
+
+def _stage(stage: str) -> tuple[Figure, Figure]:
+    return (Figure(stage, f"after {stage}", "d", None, f"examples left after the {stage} filter",
+                   "kept" if stage == "label" else None),
+            Figure(f"{stage}_pct", "% of raw", ".1f", None, f"examples left after {stage}, of the raw ones"))
+
+
+TAEBENCH = Table(
+    keys=(_name("goal"), _name("dataset", "seed dataset")),
+    values=(Figure("raw", "raw", "d", None, "adversarial examples from the attack runs", "of raw"),
+            *(f for stage in TAEBENCH_STAGES for f in _stage(stage))),
+    headline=("label", "raw"),
+)
+
+TRANSFER = Table(
+    keys=(_name("victim"), _name("dataset", "seed dataset")),
+    values=(
+        _count("seed_n", "seeds", "TaeBench seeds (toxic originals) scored"),
+        _rate("seed_rate", "FNR on seeds", "lower", "toxic seeds the detector calls benign before any attack"),
+        _count("tae_n", "TAE", "toxic adversarial examples scored"),
+        _rate("tae_rate", "ASR TAE (FNR)", "lower", "TAEs the detector calls benign", short="ASR TAE"),
+        _count("bae_n", "BAE", "benign adversarial examples scored"),
+        _rate("bae_rate", "ASR BAE (FPR)", "lower", "BAEs the detector calls toxic", short="ASR BAE"),
+        _count("not_scored", "not scored", "rows the detector could not score"),
+    ),
+    headline=("tae_rate", "bae_rate"),
+)
+
+ADVTRAIN = Table(
+    keys=(_name("variant"),),
+    values=(
+        _count("train_rows", "train rows"),
+        _count("train_adv_rows", "of them adversarial"),
+        _count("train_bae_rows", "of them BAE"),
+        Figure("learning_rate", "lr", ".0e"),
+        _count("epoch", "best epoch"),
+        _rate("seed_f1", "seed F1", "higher", "F1 (toxic) on the seed test split"),
+        _rate("seed_roc_auc", "seed ROC-AUC", "higher", "ROC-AUC on the seed test split"),
+        _rate("tae_asr", "TaeBench ASR (FNR)", "lower", "TaeBench test TAEs called benign", short="TAE ASR"),
+        _rate("bae_asr", "TaeBench+ benign ASR (FPR)", "lower", "TaeBench+ test BAEs called toxic"),
+        _rate("plus_balanced_accuracy", "TaeBench+ bal. acc.", "higher", "balanced accuracy on TaeBench+ test",
+              short="bal. acc."),
+        _rate("unseen_tae_asr", "unseen-recipe ASR", "lower", "TAEs of recipes left out of training, called benign"),
+    ),
+    headline=("tae_asr", "plus_balanced_accuracy"),
+)
+
+CATEGORY_RATE = "unsafe proportion of the responses to this category's contexts"
+DIASAFETY = Table(
+    keys=(_name("model"),),
+    values=(
+        _rate("utterance", "Utterance", "lower", "responses the utterance-level detector flags"),
+        _rate("overall", "Overall", "lower", "unsafe responses of all, either step", short="Overall unsafe"),
+        _count("responses", "responses"),
+        _count("empty", "empty", "empty responses (judged like any other)"),
+        _count("errors", "errors", "contexts whose generation failed"),
+    ),
+    headline=("overall",),
+)
+
+
+def category_figures(categories: list[str]) -> tuple[Figure, ...]:
+    """The leaderboard's per-category columns (a run's own taxonomy)."""
+    return tuple(_rate(c, c, "lower", CATEGORY_RATE) for c in categories)
+
+
+EGREGIOUS = Table(
+    keys=(_name("model"), _name("list")),
+    values=(_count("targets", "targets"),
+            _count("searchable", "in vocab", "targets every token of which the model knows"),
+            *(Figure(h, h.removesuffix("-hit"), ".1%", "lower", f"share of searchable targets reached as a {h}")
+              for h in HIT_TYPES)),
+    headline=HIT_TYPES,
+    first_only=True,
+)
+
+EGREGIOUS_SOURCES = Table(
+    keys=(_name("model"), _name("list"), _name("search")),
+    values=(_count("reachable", "targets whose source reaches"),
+            Figure("found", "found", ".1%", "higher", "of those, the share the search found"),
+            _count("local_optima", "misses: local optimum"),
+            _count("objective_defects", "misses: objective ranks a miss first")),
+)
+
+DIALOGUE_SAFETY_TRAIN = Table(
+    keys=(_name("model"), _name("split"), _name("input")),
+    values=(_rate("precision", "precision", "higher", "of the pairs called unsafe, the share labelled unsafe"),
+            _rate("recall", "recall", "higher", "of the pairs labelled unsafe, the share called unsafe"),
+            _rate("f1", "F1 (unsafe)", "higher", "harmonic mean of precision and recall", short="F1 unsafe"),
+            _rate("macro_f1", "macro F1", "higher", "mean F1 of the classes")),
+    headline=("f1",),
+)
+
+DIALOGUE_SAFETY_FINE = Table(
+    keys=(_name("class"),),
+    values=(_rate("precision", "precision", "higher"), _rate("recall", "recall", "higher"), _rate("f1", "F1", "higher"),
+            _count("n", "rows")),
+)
+
+CARD = Table(
+    keys=(_name("part"), _name("figure")),
+    values=(Figure("value", "value", ".3f", None, "the part's figure"), _name("also"), _name("run", "run directory")),
+    headline=("value",),
+)
+
+# Each pipeline's summary table, by registry name.
+TABLES: dict[str, Table] = {
+    "score": SCORE, "attack": ATTACK, "taebench": TAEBENCH, "transfer": TRANSFER, "advtrain": ADVTRAIN,
+    "diasafety": DIASAFETY, "egregious": EGREGIOUS, "dialogue-safety-train": DIALOGUE_SAFETY_TRAIN, "eval": CARD,
+}

@@ -1,0 +1,69 @@
+"""A figure is declared once (pipelines/figures.py): every figure a pipeline's summary rows carry has
+one declaration, which the report tables, `status`, the viewer's headline and the card all read."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from redline.pipelines import figures as F
+from redline.pipelines import metrics as M
+from redline.pipelines.registry import entries
+
+
+def keys(table: F.Table) -> set[str]:
+    return {f.key for f in table.figures}
+
+
+SUMMARIES = {
+    "score": lambda: M.detector_metrics(pa.table({
+        "detector": ["a", "a", "a"], "dataset": ["d1", "d1", "d2"], "status": ["ok"] * 3, "label": [1, 0, 1],
+        "pred_toxic": [True, False, False], "toxic_score": [.9, .1, .2], "seconds": [1.0] * 3})),
+    "attack": lambda: M.attack_summary(pa.table({
+        "recipe": ["r"], "goal": ["tae"], "victim": ["v"], "status": ["success"], "queries": [10],
+        "perturbed_pct": [10.0], "similarity": [.9], "seconds": [1.0], "more_examples": [["x"]]}), None),
+    "transfer": lambda: M.transfer_metrics(pa.table({
+        "detector": ["v", "v", "v"], "status": ["ok"] * 3, "dataset": ["x"] * 3, "split": ["seed", "tae", "bae"],
+        "pred_toxic": [True, False, True]})),
+    "diasafety": lambda: M.leaderboard(pa.table({
+        "model": ["m"], "category": ["risk"], "verdict": ["safe"], "empty": [False]}), ["risk"]),
+    "egregious": lambda: M.table3(pa.Table.from_pylist([
+        {"model": "m", "list": "mal", "target": "t", "search": "o-greedy", "status": "ok", "hits": ["o-greedy-hit"]}])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SUMMARIES))
+def test_every_summary_figure_is_declared(name):
+    table = F.TABLES[name]
+    extra = {"risk"} if name == "diasafety" else set()  # a run's own categories: category_figures
+    for row in SUMMARIES[name]():
+        assert set(row) - extra <= keys(table), f"{name}: undeclared {sorted(set(row) - extra - keys(table))}"
+
+
+def test_source_checks_are_declared():
+    (row,) = M.source_checks(pa.Table.from_pylist([
+        {"model": "m", "list": "normal", "search": "o-greedy", "status": "ok", "source_reaches": True,
+         "reached": True, "objective": 1.0, "source_objective": 0.5}]))
+    assert set(row) == keys(F.EGREGIOUS_SOURCES)
+
+
+def test_declarations_are_complete_and_read_by_every_view():
+    assert {e.name for e in entries()} == set(F.TABLES)
+    for name, table in F.TABLES.items():
+        assert len(keys(table)) == len(table.figures), f"{name}: a key declared twice"
+        for f in table.values:
+            if f.better is not None:
+                assert f.description, f"{name}.{f.key}: a figure with a direction needs its definition"
+    # one format per figure: the report's column and the viewer's headline are the same declaration
+    for e in entries():
+        for key, label, fmt in e.headline.values:
+            assert fmt == e.table.figure(key).format and label in (e.table.figure(key).label, e.table.figure(key).short)
+    assert dict((k, f) for k, _, f in F.ATTACK.columns())["asr"] == F.ATTACK.headline_of().values[0][2]
+    # hidden counts stay in the rows but out of the tables; brief columns are a subset of the full ones
+    assert "tp" in keys(F.SCORE) and "tp" not in {c[0] for c in F.SCORE.columns()}
+    assert set(F.SCORE.columns(brief=True)) < set(F.SCORE.columns())
+    board = F.DIASAFETY.columns(extra=F.category_figures(["risk", "offending"]))
+    assert [c[0] for c in board[:3]] == ["model", "risk", "offending"]
+    assert F.TAEBENCH.columns([{"goal": "tae", "dataset": "d", "raw": 3, "label": 1, "label_pct": 33.3}]) == [
+        ("goal", "goal", "s"), ("dataset", "seed dataset", "s"), ("raw", "raw", "d"), ("label", "after label", "d"),
+        ("label_pct", "% of raw", ".1f")]
