@@ -23,10 +23,16 @@ from redline.errors import RedlineError, first_line
 
 
 def s3_client():  # noqa: ANN201 - a boto3 client
+    """This process's boto3 S3 client, one per S3 settings (boto3 refreshes its credentials itself)."""
+    return storage.s3_cached("client", _new_s3_client)
+
+
+def _new_s3_client():  # noqa: ANN202
     import boto3
     from botocore.config import Config
 
-    return boto3.session.Session().client("s3", config=Config(connect_timeout=5, read_timeout=60, retries={"max_attempts": 3}))
+    return boto3.session.Session().client("s3", config=Config(connect_timeout=5, read_timeout=60,
+                                                              retries={"max_attempts": 3}))
 
 
 def _bucket_key(uri: str) -> tuple[str, str]:

@@ -11,7 +11,9 @@ import io
 import json
 import os
 import platform
+import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -39,7 +41,29 @@ def is_s3(uri: str) -> bool:
     return uri.startswith("s3://")
 
 
+# What an S3 connection is made of: a change in any of these (a test's second endpoint, a new key)
+# makes a new one; otherwise each process reuses its connection instead of resolving credentials per call.
+S3_SETTINGS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE",
+               "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+S3_FILESYSTEM_TTL_S = 300.0  # its credentials are frozen copies: temporary ones are fetched again this often
+_s3_cache: dict[tuple[Any, ...], tuple[float, Any]] = {}
+
+
+def s3_cached(kind: str, make: Callable[[], Any], ttl_s: float | None = None) -> Any:
+    """One `kind` of S3 connection per process and S3 settings, made by `make` (again after `ttl_s`)."""
+    key = (kind, os.getpid(), *(os.environ.get(k) for k in S3_SETTINGS))
+    hit = _s3_cache.get(key)
+    if hit is None or (ttl_s is not None and time.monotonic() - hit[0] >= ttl_s):
+        hit = _s3_cache[key] = (time.monotonic(), make())
+    return hit[1]
+
+
 def s3_filesystem() -> pafs.S3FileSystem:
+    """This process's S3 filesystem (pyarrow)."""
+    return s3_cached("filesystem", _new_s3_filesystem, S3_FILESYSTEM_TTL_S)
+
+
+def _new_s3_filesystem() -> pafs.S3FileSystem:
     import boto3
 
     session = boto3.Session()
