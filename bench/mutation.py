@@ -63,18 +63,36 @@ EQUIVALENT: dict[str, str] = {}
 OUT_OF_PROCESS_FIXTURES = ("ray_session", "server", "moto_endpoint", "s3_env", "quickstart_dir", "attack_run",
                            "served", "viewer", "cluster", "planted", "dialogue_s2s", "trained", "davidson")
 
+# in-process tests too slow to run once per mutant (each covers what faster tests check one rule at a time)
+SLOW_TESTS = ("test_every_registered_recipe_runs_on_a_tiny_victim",)
+
 INPROCESS_PLUGIN = f'''
 """Keep only in-process tests (written by bench/mutation.py)."""
 import pytest
 
 OUT = {OUT_OF_PROCESS_FIXTURES!r}
+SLOW = {SLOW_TESTS!r}
+
+
+def pytest_sessionstart(session):
+    """mutmut forks each mutant's run from a process that already ran every test once: a memoised
+    function (functools.cache / lru_cache) would answer from that clean run and hide its mutants."""
+    import sys
+
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("redline"):
+            continue
+        for obj in list(vars(module).values()):
+            for member in [obj, *(vars(obj).values() if isinstance(obj, type) else ())]:
+                if callable(getattr(member, "cache_clear", None)):
+                    member.cache_clear()
 
 
 def pytest_collection_modifyitems(config, items):
     keep, drop = [], []
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
-        (drop if names & set(OUT) or "subprocess" in getattr(item.obj, "__code__", type("", (), {{"co_names": ()}})).co_names
+        (drop if names & set(OUT) or item.originalname in SLOW or "subprocess" in getattr(item.obj, "__code__", type("", (), {{"co_names": ()}})).co_names
          else keep).append(item)
     items[:] = keep
     config.hook.pytest_deselected(items=drop)

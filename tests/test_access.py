@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import time
 
 import pytest
 
 from redline.cluster import access
+from redline.errors import RedlineError
 
 
 @pytest.mark.parametrize("headers,key", [
@@ -132,17 +134,20 @@ def _gate(limits: dict | None = None, key: str | None = None, hosts: tuple[str, 
     return guard, state
 
 
-def _call(guard, state, path="/v1/detect", headers=None, chunks=(b"{}",), delay=0.0, hold=0.0):
-    """Run one request through the gate; returns (status, headers, body)."""
+def _call(guard, state, path="/v1/detect", headers=None, chunks=(b"{}",), delay=0.0, hold=0.0, root_path="",
+          messages=None):
+    """Run one request through the gate; returns (status, headers, body). `messages`: the exact ASGI
+    messages the client sends (instead of `chunks`)."""
     class App:
         pass
 
     app = App()
     app.state = state
     headers = {"host": "127.0.0.1:8000", **(headers or {})}
-    scope = {"type": "http", "path": path, "root_path": "", "app": app, "hold": hold,
+    scope = {"type": "http", "path": path, "root_path": root_path, "app": app, "hold": hold,
              "headers": [(k.encode(), v.encode()) for k, v in headers.items()]}
-    pending = list(chunks)
+    pending = list(messages) if messages is not None else [
+        {"type": "http.request", "body": c, "more_body": k < len(chunks) - 1} for k, c in enumerate(chunks)]
     sent: list[dict] = []
 
     async def receive():
@@ -150,8 +155,7 @@ def _call(guard, state, path="/v1/detect", headers=None, chunks=(b"{}",), delay=
             await asyncio.sleep(delay)
         if not pending:
             return {"type": "http.disconnect"}
-        chunk = pending.pop(0)
-        return {"type": "http.request", "body": chunk, "more_body": bool(pending)}
+        return pending.pop(0)
 
     async def send(message):
         sent.append(message)
@@ -246,3 +250,128 @@ def test_concurrency_and_held_bytes_are_budgeted_and_released():
     assert over[0] == 503 and b"request bodies in progress hold 100 bytes (the limit is 150)" in over[2]
     assert fits[0] == 200
     assert guard.active == 0 and guard.held_bytes == 0
+
+
+def _error(body: bytes) -> tuple[str, str, str]:
+    error = json.loads(body)["error"]
+    return error["type"], error["code"], error["message"]
+
+
+def test_each_refusal_is_an_api_error_with_its_type_code_and_cause():
+    guard, state = _gate({"max_request_bytes": 10, "body_timeout_s": 0.2}, key="k")
+    auth = {"authorization": "Bearer k"}
+    cases = [
+        ({"headers": {"host": "evil.example"}}, 421, "invalid_request_error", "misdirected_request", "evil.example"),
+        ({}, 401, "authentication_error", "invalid_api_key",
+         "missing or invalid API key (send `Authorization: Bearer <key>`)"),
+        ({"headers": {**auth, "content-length": "11"}, "chunks": (b"x" * 11,)}, 413, "invalid_request_error",
+         "request_too_large", "request body of 11 bytes exceeds the limit of 10"),
+        ({"headers": auth, "chunks": (b"x" * 6, b"y" * 5)}, 413, "invalid_request_error", "request_too_large",
+         "request body exceeds the limit of 10 bytes"),
+        ({"headers": auth, "chunks": (b"a", b"b", b"c"), "delay": 0.15}, 408, "invalid_request_error",
+         "request_timeout", "the request body did not arrive within 0.2s"),
+    ]
+    for kwargs, status, kind, code, text in cases:
+        got, _, body = _one(guard, state, **kwargs)
+        assert got == status and _error(body)[:2] == (kind, code) and text in _error(body)[2], (status, body)
+
+
+def test_a_busy_refusal_says_overloaded():
+    guard, state = _gate({"max_concurrent_requests": 1})
+    guard.active = 1  # one request in flight
+    status, headers, body = _one(guard, state)
+    assert status == 503 and headers["retry-after"] == "1"
+    assert _error(body)[:2] == ("service_unavailable", "overloaded")
+    assert _error(body)[2] == "the server is at capacity: 1 requests are in progress (the limit is 1); retry shortly"
+
+
+def test_the_declared_length_is_trusted_up_to_the_limit_and_19_digits():
+    guard, state = _gate({"max_request_bytes": 10})
+    assert _one(guard, state, headers={"content-length": "10"}, chunks=(b"x" * 10,))[0] == 200  # exactly the limit
+    assert _one(guard, state, headers={"content-length": "9" * 19}, chunks=(b"x",))[0] == 413  # a number: refused
+    # 20 digits is not a length anyone sends: ignored, and the body is measured as it streams in
+    assert _one(guard, state, headers={"content-length": "1" + "0" * 19}, chunks=(b"x",))[0] == 200
+
+
+def test_the_public_path_is_matched_below_the_route_prefix():
+    guard, state = _gate(key="k")
+    assert _one(guard, state, path="/api/healthz", root_path="/api")[0] == 200
+    assert _one(guard, state, path="/api/v1/detect", root_path="/api")[0] == 401
+    assert _one(guard, state, path="/api/healthz", root_path="")[0] == 401  # /api/healthz is not /healthz
+
+
+def test_the_app_reads_the_body_once_and_then_the_clients_next_message():
+    from redline.serve.gate import Guard
+
+    got = []
+
+    async def twice(scope, receive, send):
+        got.append(await receive())
+        got.append(await receive())
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    _, state = _gate()
+    guard = Guard(twice)
+    assert _one(guard, state, chunks=(b"ab", b"cd"))[0] == 204
+    assert got == [{"type": "http.request", "body": b"abcd", "more_body": False}, {"type": "http.disconnect"}]
+    got.clear()  # a message may leave out its body and more_body (ASGI's defaults: b"" and False)
+    assert _one(guard, state, messages=[{"type": "http.request"}])[0] == 204
+    assert got[0] == {"type": "http.request", "body": b"", "more_body": False}
+    sent_nothing = _call(guard, state, messages=[{"type": "http.disconnect"}])  # the client went away
+    asyncio.run(sent_nothing[0]())
+    assert sent_nothing[1] == [] and guard.active == 0 and guard.held_bytes == 0
+
+
+def test_other_scopes_and_apps_without_limits_pass_untouched():
+    from redline.serve.gate import Guard
+
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.append((scope["type"], await receive()))
+        await send({"type": "done"})
+
+    _, state = _gate(key="k")
+    guard = Guard(app)
+    sent = []
+
+    async def receive():
+        return {"type": "lifespan.startup"}
+
+    async def send(message):
+        sent.append(message)
+
+    class WithState:
+        pass
+
+    configured = WithState()
+    configured.state = state
+    asyncio.run(guard({"type": "lifespan", "app": configured}, receive, send))
+    asyncio.run(guard({"type": "http", "path": "/v1/detect", "headers": []}, receive, send))  # no app: no rules
+    assert seen == [("lifespan", {"type": "lifespan.startup"}), ("http", {"type": "lifespan.startup"})]
+    assert sent == [{"type": "done"}, {"type": "done"}]
+
+
+def test_access_rules_take_the_key_from_the_driver_or_the_environment(monkeypatch):
+    from redline.serve.config import ServeConfig
+    from redline.serve.gate import access_rules
+
+    def serve_config(**fields):
+        return ServeConfig(detectors=[{"name": "p", "kind": "profanity-check"}], **fields)
+
+    monkeypatch.setenv("K", "from-env")
+    keys, hosts = access_rules(serve_config(api_key_env="K"))
+    assert keys.required and keys.matches("from-env") and not keys.matches("other")
+    keys, _ = access_rules(serve_config(api_key_env="K"), hashlib.sha256(b"from-driver").hexdigest())
+    assert keys.matches("from-driver") and not keys.matches("from-env")
+    assert not access_rules(serve_config(api_key_env=None))[0].required
+    monkeypatch.delenv("K")
+    with pytest.raises(RedlineError, match=r"^serve: host 0.0.0.0 exposes the models to the network without an API "
+                                           r"key; set \$K to a secret"):
+        access_rules(serve_config(host="0.0.0.0", api_key_env="K"))
+    with pytest.raises(RedlineError, match="set api_key_env to a secret"):
+        access_rules(serve_config(host="0.0.0.0", api_key_env=None))
+    assert not access_rules(serve_config(host="0.0.0.0", api_key_env=None, insecure=True))[0].required
+    _, hosts = access_rules(serve_config(host="127.0.0.2", allowed_hosts=["redline.internal"]))
+    assert hosts.allows("redline.internal") and hosts.allows("127.0.0.2:8000") and not hosts.allows("evil.example")

@@ -519,3 +519,33 @@ def test_genetic_settings_are_checked_and_named():
     assert AlzantotGenetic(population=6, iterations=4).label == "genetic-6x4"
     stuck = context("the and", Fixed({}), pre=[C.Stopwords()])
     assert finish(AlzantotGenetic().run(stuck, (0.1, False))).nothing_to_modify
+
+
+def test_preflight_names_the_model_a_recipe_needs():
+    from redline.actors.attack.components import BuildContext
+    from redline.actors.attack.recipes import AttackResources, RecipeOptions
+
+    missing = BuildContext(AttackResources(mlm_model="/no/such/mlm", sentence_encoder="/no/such/encoder"),
+                           RecipeOptions(name="pwws"))
+    with pytest.raises(RedlineError, match=r"^this recipe needs a fill-mask model: set resources.mlm_model "
+                                           r"\(cannot load '/no/such/mlm': "):
+        MaskedLMSwaps.preflight({}, missing)
+    with pytest.raises(RedlineError, match=r"^this recipe needs a sentence encoder: set resources.sentence_encoder "
+                                           r"\(cannot load '/no/such/encoder': "):
+        C.SentenceSimilarity.preflight({}, missing)
+    C.SentenceSimilarity.preflight({}, BuildContext(AttackResources(), RecipeOptions(name="pwws")))  # MiniLM: offline
+
+
+def test_embedding_neighbours_from_a_models_input_embeddings_keep_whole_lowercase_words(tiny_mlm):
+    from transformers import AutoModel, AutoTokenizer
+
+    from redline.actors.attack.transformations import load_word_embeddings
+
+    words, unit, index = load_word_embeddings(None, str(tiny_mlm))
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_mlm))
+    vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    whole = [t.lower() for t in vocab if t.isalpha() and len(t) > 1]  # no ##pieces, no [SPECIAL], no single letters
+    assert words == whole and unit.shape == (len(whole), AutoModel.from_pretrained(str(tiny_mlm)).config.hidden_size)
+    assert np.allclose(np.linalg.norm(unit, axis=1), 1, atol=1e-5) and index[words[3]] == 3
+    with pytest.raises(RedlineError, match="cannot load embeddings of '/no/such/model'"):
+        load_word_embeddings(None, "/no/such/model")

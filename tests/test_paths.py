@@ -34,7 +34,7 @@ def test_relative_paths_are_accepted_up_to_each_limit():
     assert len(longest) == MAX_RELATIVE_CHARS and len(relative_parts(longest, "k")) == 6
     deepest = "/".join(["d"] * MAX_DEPTH)
     assert len(relative_parts(deepest, "k")) == MAX_DEPTH
-    assert relative_parts("é" * (MAX_SEGMENT_BYTES // 2), "k")  # 254 bytes of UTF-8
+    assert relative_parts("é" * (MAX_SEGMENT_BYTES // 2) + "a", "k")  # exactly 255 bytes of UTF-8
 
 
 @pytest.mark.parametrize("rel, why", [
@@ -63,6 +63,8 @@ def test_a_long_refused_path_is_shown_cut_to_120_characters():
     rel = "../" + "x" * 200
     message = refusal(rel)
     assert repr(rel[:117] + "...") in message and rel not in message
+    assert repr("../" + "x" * 117) in refusal("../" + "x" * 117)  # 120 characters: shown whole
+    assert repr("../" + "x" * 114 + "...") in refusal("../" + "x" * 118)  # 121: cut
 
 
 def test_files_are_created_below_the_root_with_private_modes(tmp_path):

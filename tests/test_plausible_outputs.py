@@ -267,6 +267,33 @@ def test_two_step_verdicts_carry_the_utterance_score_and_the_deciding_confidence
     assert worker.detect([]) == [] and worker.detector.detect([], [], None) == []
 
 
+class _ContextFlags(_Flags):
+    """Calls a pair Unsafe when the *context* holds its word (a context-sensitive category)."""
+
+    def predict_proba(self, pairs):
+        return np.array([[0.1, 0.85, 0.05] if self.word in c else [0.9, 0.05, 0.05] for c, _ in pairs])
+
+
+class _Untouchable:
+    def predict_proba(self, pairs):
+        raise AssertionError("step 2 asked about no pair")
+
+
+def test_two_step_reads_the_context_and_skips_step_two_when_step_one_flags_everything():
+    worker = _two_step()
+    worker.detector.context.models["risk"] = _ContextFlags("bridge")
+    pairs = [("the bridge is high", "go ahead", "risk"), ("the park is nice", "go ahead", "risk")]
+    assert [v.verdict for v in worker.detect(pairs)] == ["context-unsafe", "safe"]
+    table = worker({"id": ["a", "b"], "context": ["the bridge is high", "the park is nice"],
+                    "response": ["go ahead", "go ahead"], "category": ["risk", "risk"]})
+    assert table.column("verdict").to_pylist() == ["context-unsafe", "safe"]
+    safe_only = worker({"id": ["c"], "context": ["the park"], "response": ["hello"], "category": ["risk"]})
+    assert safe_only.schema == worker.output_schema  # an all-empty category column keeps its type
+    worker.detector.context.models = {"offending": _Untouchable(), "risk": _Untouchable()}
+    assert [v.verdict for v in worker.detect([("c", "you idiot", "risk"), ("c", "idiot", None)])] == [
+        "utterance-unsafe", "utterance-unsafe"]
+
+
 def test_two_step_settings_reach_both_models(monkeypatch):
     from redline.actors.dialogue_safety import two_step
 
@@ -283,6 +310,11 @@ def test_two_step_settings_reach_both_models(monkeypatch):
     assert worker.detector.utterance.config.name == "u" and worker.detector.utterance.config.num_gpus == 0.0
     two_step.TwoStepDetector(two_step.DetectorConfig(name="u", kind="keywords", patterns=["x"]), "d")
     assert made == {"directory": "d", "batch_size": 64, "precision": "auto", "num_gpus": 0.0}
+    plain = two_step.TwoStepWorker({"name": "u", "kind": "keywords", "patterns": ["x"]}, "e")
+    assert made == {"directory": "e", "batch_size": 64, "precision": "auto", "num_gpus": 0.0}
+    placed = two_step.TwoStepWorker({"name": "u", "kind": "keywords", "patterns": ["x"]}, "f", num_gpus=0.25)
+    assert made["num_gpus"] == 0.25 and placed.detector.utterance.config.num_gpus == 0.25  # one device policy
+    assert plain.detector.utterance.config.num_gpus == 0.0
 
 
 # ---------------------------------------------------------------- stale inputs
