@@ -188,9 +188,11 @@ def test_composite_is_the_ordered_union_without_repeats_or_the_word_itself():
     assert describe(both) == "fixed + fixed" and describe(CharEdits()) == "char"
 
 
-def test_check_model_names_the_missing_model():
-    with pytest.raises(RedlineError, match="this recipe needs a fill-mask model .*cannot load '/no/such/model'"):
+def test_check_model_names_the_missing_model_and_why(tiny_mlm):
+    with pytest.raises(RedlineError, match=r"this recipe needs a fill-mask model \(cannot load '/no/such/model': "
+                                           r"(?!None\)).+\)$"):
         check_model("/no/such/model", "a fill-mask model")
+    check_model(str(tiny_mlm), "a fill-mask model")  # a model that loads passes
 
 
 def test_masked_lm_swaps_follow_the_models_own_fill_mask_ranking(tiny_mlm):
@@ -242,7 +244,7 @@ def test_max_words_perturbed_counts_changed_words():
 
 def test_position_rules_read_the_original_words():
     t = AttackedText.from_text("the ant ants are cats")
-    assert C.MinWordLength(3).allowed(t, t) == {0, 1, 2, 3, 4} and C.MinWordLength(4).allowed(t, t) == {2, 4}
+    assert C.MinWordLength().allowed(t, t) == {0, 1, 2, 3, 4} and C.MinWordLength(4).allowed(t, t) == {2, 4}
     changed = t.replace(0, "wolves").replace(1, "the")  # a stopword made content and back
     assert C.Stopwords().allowed(changed, t) == {1, 2, 4}
     assert C.RepeatModification().allowed(changed, t) == {2, 3, 4}
