@@ -140,7 +140,7 @@ ATTACK = Table(
         _count("error", "error", "attempts that failed with an error"),
         _count("examples", "examples", "adversarial examples written (several per seed when asked)"),
         _rate("asr", "ASR", "higher", "attack success rate: success / (success + failed); skipped and errors left out"),
-        Figure("mean_queries", "mean queries", ".1f", "lower", "victim queries per successful attempt"),
+        Figure("mean_queries", "mean queries", ".1f", "lower", "victim queries per decided attempt (a success or a failure)"),
         Figure("mean_pct_perturbed", "% words perturbed", ".1f", "lower", "share of the seed's words changed"),
         _rate("mean_similarity", "similarity", "higher", "sentence-encoder similarity of example and seed"),
         Figure("mean_seconds", "s / attempt (in flight)", ".3f", "lower", "wall time of an attempt, others in flight"),

@@ -375,3 +375,11 @@ def test_access_rules_take_the_key_from_the_driver_or_the_environment(monkeypatc
     assert not access_rules(serve_config(host="0.0.0.0", api_key_env=None, insecure=True))[0].required
     _, hosts = access_rules(serve_config(host="127.0.0.2", allowed_hosts=["redline.internal"]))
     assert hosts.allows("redline.internal") and hosts.allows("127.0.0.2:8000") and not hosts.allows("evil.example")
+
+
+def test_a_key_that_is_not_valid_unicode_still_works():
+    """An environment variable with bytes that are not UTF-8 reaches Python as lone surrogates."""
+    key = "k\udcff"
+    assert access.key_sha256(key) == hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+    check = access.KeyCheck.from_sha256(access.key_sha256(key))
+    assert check.matches(key) and not check.matches("k") and access.key_sha256(None) is None

@@ -166,7 +166,8 @@ def test_each_search_names_its_objective_and_goal():
     assert [H.goal_hit(s) for s in H.SEARCHES] == ["o-greedy-hit", "o-sample-avg-1-hit", "o-sample-min-1-hit",
                                                    "io-sample-avg-1-hit", "io-sample-min-1-hit"]
     assert [H.uses_lm(s) for s in H.SEARCHES] == [False, False, False, True, True]
-    with pytest.raises(ValueError, match="unknown hit type 'o-best'"):
+    with pytest.raises(ValueError, match=r"^unknown hit type 'o-best' \(known: o-greedy, o-sample-avg, o-sample-min, "
+                                         r"io-sample-avg, io-sample-min\)$"):
         H.objective_of("o-best")
 
 
@@ -436,10 +437,10 @@ def test_request_budgets_count_the_whole_request():
         (404, "not_found_error", "model_not_found", "detectors", "unknown detector 'c' (served: a, b)"),
         (404, "not_found_error", None, None, "this server hosts no detectors")]
     body = Sampling.model_validate({"model": "g", "n": 2, "max_tokens": 10, "temperature": 0.5, "top_p": 0.9,
-                                    "seed": 3, "stop": ["x"]})
+                                    "top_k": 4, "seed": 3, "stop": ["x"]})
     params = sampling_params(body, 2, limits)  # 2 x 2 x 10 = the limit exactly
-    assert (params.n, params.max_tokens, params.temperature, params.top_p, params.seed, params.stop) == (
-        2, 10, 0.5, 0.9, 3, ("x",))
+    assert (params.n, params.max_tokens, params.temperature, params.top_p, params.top_k, params.seed, params.stop) == (
+        2, 10, 0.5, 0.9, 4, 3, ("x",))
     assert generator(body, ["g"]) == "g"
     assert sampling_params(Sampling.model_validate({"model": "g"}), 1, limits).max_tokens == 7
     assert sampling_params(Sampling.model_validate({"model": "g", "max_completion_tokens": 9, "max_tokens": 3}), 1,
@@ -450,8 +451,8 @@ def test_request_budgets_count_the_whole_request():
         (400, bad, None, "n", "n=3 exceeds the limit of 2"),
         (400, bad, None, "max_tokens", "max_tokens=11 exceeds the limit of 10")]
     assert [_refusal(lambda b=b, s=s: generator(Sampling.model_validate(b), s)) for b, s in (
-        ({"model": "h"}, ["g"]), ({"model": "h"}, []), ({"model": "g", "stream": True}, ["g"]))] == [
-        (404, "not_found_error", "model_not_found", "model", "unknown model 'h' (served generators: g)"),
+        ({"model": "h"}, ["g", "k"]), ({"model": "h"}, []), ({"model": "g", "stream": True}, ["g"]))] == [
+        (404, "not_found_error", "model_not_found", "model", "unknown model 'h' (served generators: g, k)"),
         (404, "not_found_error", "model_not_found", "model", "unknown model 'h' (served generators: none)"),
         (400, bad, None, "stream", "streaming is not supported; send stream=false")]
 
@@ -516,6 +517,16 @@ def test_facets_offer_only_short_grouping_values():
     assert facets(pa.table({"seed_id": ["1", "1", "2", "3"], "u": ["p", "q", "r", "s"]})) == {}
     assert facets(pa.table({"k": ["same"] * 3})) == {} and facets(pa.table({"k": ["one"]})) == {"k": ["one"]}
     assert facets(pa.table({"n": [1, 2, 1]})) == {}
+    # the exact bounds: 40 values, 64 characters, unique per row only from 4 rows on, one value on one row
+    forty = [f"v{i:02d}" for i in range(40)]
+    assert facets(pa.table({"k": forty * 2})) == {"k": forty}
+    assert facets(pa.table({"k": (forty + ["v40"]) * 2})) == {}
+    assert facets(pa.table({"k": ["a" * 64, "b"] * 2})) == {"k": ["a" * 64, "b"]}
+    assert facets(pa.table({"k": ["a" * 65, "b"] * 2})) == {}
+    assert facets(pa.table({"k": ["a", "b", "c"]})) == {"k": ["a", "b", "c"]}
+    assert facets(pa.table({"k": ["a", "b", "c", "d"]})) == {}
+    assert facets(pa.table({"k": ["same", "same"]})) == {}
+    assert facets(pa.table({"id": ["a", "a", "b"], "ID": ["a", "a", "b"]})) == {"ID": ["a", "b"]}
     assert pair_of(pa.table({"seed_text": ["a"], "perturbed_text": ["b"]})) == ("seed_text", "perturbed_text")
     assert pair_of(pa.table({"seed_text": ["a"], "text": ["b"]})) == ("seed_text", "text")
     assert pair_of(pa.table({"text": ["a"]})) is None
@@ -585,3 +596,51 @@ def test_fingerprints_keep_the_form_older_manifests_recorded(tmp_path):
     (folder / "a").write_bytes(b"1")
     got = fingerprints.of([str(folder)])[str(folder)]
     assert set(got) == {"files", "sha256_listing"} and got["files"] == 1 and len(got["sha256_listing"]) == 32
+
+
+# ---------------------------------------------------------------- figures of empty groups and several groups
+
+
+def test_attack_figures_of_a_group_without_successes_are_absent_not_zero():
+    table = pa.table({"recipe": ["r", "r"], "goal": ["tae", "tae"], "victim": ["v", "v"],
+                      "status": ["failed", "failed"], "queries": [5, 7], "perturbed_pct": [None, None],
+                      "similarity": [None, None], "seconds": [None, None], "more_examples": [None, None]})
+    (row,) = M.attack_summary(table, None)
+    assert (row["asr"], row["examples"]) == (0.0, 0)
+    assert row["mean_pct_perturbed"] is None and row["mean_seconds"] is None and row["mean_queries"] == 6.0
+    assert (row["recipe"], row["goal"], row["victim"]) == ("r", "tae", "v")
+
+
+def test_transfer_rates_per_dataset_and_groups_without_rows():
+    rows = {"detector": ["v"] * 5, "status": ["ok"] * 5, "dataset": ["a", "a", "b", "b", "b"],
+            "split": ["tae", "seed", "tae", "tae", "seed"], "pred_toxic": [False, True, True, False, True]}
+    by = {(r["victim"], r["dataset"]): r for r in M.transfer_metrics(pa.table(rows))}
+    assert set(by) == {("v", "all"), ("v", "a"), ("v", "b")}
+    assert (by[("v", "a")]["tae_rate"], by[("v", "b")]["tae_rate"], by[("v", "all")]["tae_rate"]) == (1.0, 0.5,
+                                                                                                     pytest.approx(2 / 3))
+    assert by[("v", "all")]["bae_rate"] is None and by[("v", "all")]["bae_n"] == 0  # no BAE rows: no rate
+    assert by[("v", "all")]["not_scored"] == 0 and by[("v", "a")]["not_scored"] is None  # counted once, on all
+
+
+def test_leaderboard_groups_without_rows_and_models_without_figures():
+    rows = [("m1", "risk", "safe"), ("m1", "risk", "context-unsafe"), ("m2", "risk", "error: x")]
+    scored = pa.table({"model": [r[0] for r in rows], "category": [r[1] for r in rows],
+                       "verdict": [r[2] for r in rows], "empty": [False, False, False]})
+    m1, m2 = M.leaderboard(scored, ["risk", "offending"])
+    assert m1["model"] == "m1" and m1["offending"] is None and m1["risk"] == 0.5 and m1["empty"] == 0
+    assert m1["overall"] == pytest.approx((0.5 + 0.0) / 2)  # the category without rows is left out
+    assert m2["model"] == "m2" and m2["overall"] is None and m2["utterance"] is None  # no figure: listed last
+
+
+def test_table3_and_source_checks_keep_models_and_lists_apart():
+    rows = [{"model": "m", "list": "mal", "target": "t1", "search": "o-greedy", "status": "ok", "hits": ["o-greedy-hit"]},
+            {"model": "m", "list": "normal", "target": "t2", "search": "o-greedy", "status": "ok", "hits": []},
+            {"model": "k", "list": "mal", "target": "t3", "search": "o-greedy", "status": "ok", "hits": []}]
+    got = {(r["model"], r["list"]): r for r in M.table3(pa.Table.from_pylist(rows))}
+    assert {k: (r["targets"], r["o-greedy-hit"]) for k, r in got.items()} == {
+        ("m", "mal"): (1, 1.0), ("m", "normal"): (1, 0.0), ("k", "mal"): (1, 0.0)}
+    base = {"status": "ok", "source_reaches": True, "reached": True, "objective": 1.0, "source_objective": 0.5}
+    checks = M.source_checks(pa.Table.from_pylist([{**base, "model": "m", "list": "normal", "search": "o-greedy"},
+                                                   {**base, "model": "k", "list": "planted", "search": "o-sample-min"}]))
+    assert {(c["model"], c["list"], c["search"]) for c in checks} == {("m", "normal", "o-greedy"),
+                                                                      ("k", "planted", "o-sample-min")}

@@ -30,7 +30,7 @@ def objective_of(search: str) -> str:
     """The per-target objective a search climbs: greedy margins, or the average / minimum log-prob."""
     if search not in SEARCHES:
         raise ValueError(f"unknown hit type '{search}' (known: {', '.join(SEARCHES)})")
-    return {"o-greedy": "greedy", "o-sample-avg": "avg", "o-sample-min": "min"}.get(search, search.split("-")[-1])
+    return search.rsplit("-", 1)[-1]  # o-greedy -> greedy, (i)o-sample-avg -> avg, (i)o-sample-min -> min
 
 
 def uses_lm(search: str) -> bool:
