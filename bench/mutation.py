@@ -53,8 +53,60 @@ TARGETS: dict[str, list[str]] = {
     "cluster/paths.py": ["tests/test_hardening.py", "tests/test_paths.py"],
 }
 
-# mutant name -> why it cannot change behaviour (reviewed by hand; a new survivor is never added blindly)
-EQUIVALENT: dict[str, str] = {}
+# mutant name -> why it cannot change behaviour, reviewed by hand against its diff (`mutmut show NAME`).
+# Names number the mutants of one version of a module: when a module changes, its survivors are reviewed
+# again, never carried over blindly.
+_GATE, _PATHS, _TWO_STEP = "redline.serve.gate.", "redline.cluster.paths.", "redline.actors.dialogue_safety.two_step."
+_CONSTRAINTS = "redline.actors.attack.constraints."
+_REASONS = {
+    "receive": "the `receive` handed to a JSONResponse is never called (Starlette's Response only sends)",
+    "header-case": "Starlette lower-cases response header names, so Retry-After is sent the same way",
+    "codec-case": "codec names are case-insensitive: LATIN-1 is latin-1",
+    "asgi-default": "the ASGI spec requires `path` and `headers` in an http scope, and a missing or false "
+                    "`root_path` leaves the path as it is, so these defaults never decide anything",
+    "falsy": "the default replaced is read only for its truth, and the replacement is as false",
+    "nofollow": "os.O_NOFOLLOW exists wherever redline runs (Linux, macOS): the fallback is never taken",
+    "directory": "O_RDONLY is 0, so the root is opened without O_DIRECTORY; a root that is not a folder then "
+                 "fails the next open relative to it with the same ENOTDIR, read as the same refusal",
+    "types-twice": "each column's type is given twice (the array's type and the table's schema): dropping "
+                   "one leaves the other to decide the same type",
+    "no-pairs": "per_category of no pairs asks no classifier and returns no verdicts, as the guard does",
+    "cosine-only": "WordEmbeddingDistance reads only cosines; k sizes neighbour lists it never asks for",
+    "bool-array": "a list of Python bools makes a bool array with or without dtype=bool",
+    "softmax-shift": "softmax is shift-invariant: exp((s + max) / T) normalises to the same parent odds as "
+                     "exp((s - max) / T), and goal scores lie in [0, 1], so neither overflows",
+    "last-part": "every hit type holds a '-' (checked just before): its last part is the same however many "
+                 "times it is split, and a split from the right in two has that part at index 1 and -1",
+}
+EQUIVALENT: dict[str, str] = {
+    **{_GATE + n: _REASONS["receive"] for n in (
+        "x__busy__mutmut_13", "x__reply__mutmut_4", "xǁGuardǁ__call____mutmut_75", "xǁGuardǁ__call____mutmut_106",
+        "xǁGuardǁ__call____mutmut_147", "xǁGuardǁ__call____mutmut_163", "xǁGuardǁ__call____mutmut_181",
+        "xǁGuardǁ__call____mutmut_203", "xǁGuardǁ__call____mutmut_218")},
+    **{_GATE + n: _REASONS["header-case"] for n in ("x__busy__mutmut_26", "x__busy__mutmut_27")},
+    **{_GATE + n: _REASONS["codec-case"] for n in ("xǁGuardǁ__call____mutmut_58", "xǁGuardǁ__call____mutmut_61")},
+    **{_GATE + n: _REASONS["asgi-default"] for n in (
+        "xǁGuardǁ__call____mutmut_36", "xǁGuardǁ__call____mutmut_38", "xǁGuardǁ__call____mutmut_41",
+        "xǁGuardǁ__call____mutmut_43", "xǁGuardǁ__call____mutmut_45", "xǁGuardǁ__call____mutmut_48",
+        "xǁGuardǁ__call____mutmut_63", "xǁGuardǁ__call____mutmut_65")},
+    **{_GATE + n: _REASONS["falsy"] for n in (
+        "x__read_body__mutmut_24", "x__read_body__mutmut_26", "xǁGuardǁ__call____mutmut_233")},
+    _GATE + "xǁGuardǁ__call____mutmut_135": "a missing Content-Length read as 'XXXX' is not digits either: "
+                                            "no declared length, as with ''",
+    **{_PATHS + n: _REASONS["nofollow"] for n in (
+        "x_read_local_below__mutmut_7", "x_read_local_below__mutmut_10", "x_read_local_below__mutmut_13")},
+    _PATHS + "x_read_local_below__mutmut_20": _REASONS["directory"],
+    _PATHS + "x_relative_parts__mutmut_1": _REASONS["falsy"],
+    _TWO_STEP + "xǁTwoStepDetectorǁdetect__mutmut_18": _REASONS["no-pairs"],
+    **{_CONSTRAINTS + f"xǁWordEmbeddingDistanceǁ__init____mutmut_{k}": _REASONS["cosine-only"] for k in (1, 7, 10)},
+    **{_CONSTRAINTS + f"xǁWordEmbeddingDistanceǁcheck__mutmut_{k}": _REASONS["bool-array"] for k in (18, 20)},
+    **{f"redline.actors.triggers.hits.x_objective_of__mutmut_{k}": _REASONS["last-part"] for k in (8, 11, 12)},
+    "redline.actors.attack.search.xǁAlzantotGeneticǁrun__mutmut_92": _REASONS["softmax-shift"],
+    "redline.actors.attack.search.xǁAlzantotGeneticǁrun__mutmut_25": "int.from_bytes reads big-endian by default "
+                                                                     "since Python 3.11 (redline needs 3.11)",
+    **{_TWO_STEP + f"xǁTwoStepWorkerǁ__call____mutmut_{k}": _REASONS["types-twice"]
+       for k in (18, 20, 24, 26, 33, 35, 39, 41, 45, 47)},
+}
 
 # tests that need a fixture of this kind run outside this process (Ray, a server, a subprocess), or
 # train a model for every mutant (a module fixture is built again in each mutant's test run). The tiny
@@ -120,6 +172,10 @@ def stage(targets: dict[str, list[str]]) -> None:
     shutil.copytree(ROOT, WORK / "redline", ignore=ignore)
     shutil.copytree(ROOT / "tests", WORK / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     (WORK / "tests" / "inprocess.py").write_text(INPROCESS_PLUGIN)
+    write_config(targets)
+
+
+def write_config(targets: dict[str, list[str]]) -> None:
     tests = sorted({t for files in targets.values() for t in files if (ROOT / t).exists()})
     config = {
         "source_paths": ["redline"],
@@ -133,6 +189,18 @@ def stage(targets: dict[str, list[str]]) -> None:
     lines += ["", "[tool.pytest.ini_options]", 'testpaths = ["tests"]', 'pythonpath = ["tests"]',
               'filterwarnings = ["ignore::DeprecationWarning"]']
     (WORK / "pyproject.toml").write_text("\n".join(lines) + "\n")
+
+
+def refresh_tests(targets: dict[str, list[str]]) -> None:
+    """The current tests into the work folder (and its mutants' copy), with a fresh record of which tests
+    run which function, so re-tested survivors meet tests written since."""
+    for where in (WORK / "tests", WORK / "mutants" / "tests"):
+        if where.exists():
+            shutil.rmtree(where)
+        shutil.copytree(ROOT / "tests", where, ignore=shutil.ignore_patterns("__pycache__"))
+        (where / "inprocess.py").write_text(INPROCESS_PLUGIN)
+    write_config(targets)
+    (WORK / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
 
 
 def results(targets: dict[str, list[str]]) -> tuple[list[dict], list[str]]:
@@ -179,6 +247,9 @@ def main() -> int:
     parser.add_argument("--children", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--show-survivors", action="store_true", help="print each survivor's diff")
     parser.add_argument("--report-only", action="store_true", help="read the last run's results, run nothing")
+    parser.add_argument("--survivors", action="store_true",
+                        help="test only the last run's survivors of these modules again, against the tests as they "
+                             "are now (the work folder of that run still holds its mutants)")
     args = parser.parse_args()
     targets = {m: t for m, t in TARGETS.items() if not args.only or m in args.only}
     unknown = set(args.only or ()) - set(TARGETS)
@@ -189,9 +260,14 @@ def main() -> int:
            "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", "REDLINE_PROGRESS": "0", "REDLINE_TEST_STATE": str(STATE)}
     wall = None
     if not args.report_only:
-        stage(targets)
+        names: list[str] = []
+        if args.survivors:
+            names = results(targets)[1]
+            refresh_tests(targets)
+        else:
+            stage(targets)
         started = time.monotonic()
-        proc = subprocess.run([str(mutmut), "run", "--max-children", str(args.children)], cwd=WORK, env=env,
+        proc = subprocess.run([str(mutmut), "run", "--max-children", str(args.children), *names], cwd=WORK, env=env,
                               capture_output=True, text=True)
         wall = round(time.monotonic() - started, 1)
         if proc.returncode != 0:

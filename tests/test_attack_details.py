@@ -314,6 +314,9 @@ def test_word_embedding_distance_boundary_and_unknown_words(tmp_path):
     cands = [t.replace(1, "fool"), t.replace(1, "cat"), t.replace(1, "unseen")]
     assert C.WordEmbeddingDistance(0.6, embeddings_file=str(f)).check(t, cands, [1, 1, 1]).tolist() == [True, False, False]
     assert C.WordEmbeddingDistance(0.61, embeddings_file=str(f)).check(t, cands[:1], [1]).tolist() == [False]
+    exact = C.WordEmbeddingDistance(embeddings_file=str(f))
+    exact.min_cosine = exact.space.cosine("idiot", "fool")  # a candidate exactly at the bound passes
+    assert exact.check(t, cands[:1], [1]).tolist() == [True]
 
 
 # ---------------------------------------------------------------- searches
@@ -551,3 +554,83 @@ def test_embedding_neighbours_from_a_models_input_embeddings_keep_whole_lowercas
     assert np.allclose(np.linalg.norm(unit, axis=1), 1, atol=1e-5) and index[words[3]] == 3
     with pytest.raises(RedlineError, match="cannot load embeddings of '/no/such/model'"):
         load_word_embeddings(None, "/no/such/model")
+
+
+def test_components_built_for_a_recipe_take_its_overrides_over_their_arguments(tiny_mlm, tmp_path):
+    from redline.actors.attack.components import BuildContext
+    from redline.actors.attack.recipes import AttackResources, RecipeOptions
+
+    vectors = tmp_path / "vec.txt"
+    vectors.write_text("idiot 1 0\nfool 0.6 0.8\ncat 0 1\n")
+    resources = AttackResources(mlm_model=str(tiny_mlm), embeddings_file=str(vectors))
+    plain = BuildContext(resources, RecipeOptions(name="pwws"))
+    tuned = BuildContext(resources, RecipeOptions(name="pwws", beam_width=5, top_k=3, max_mod_rate=0.5))
+    assert Beam.build({"width": 2}, plain).width == 2 and Beam.build({}, plain).width == 4
+    assert Beam.build({"width": 2}, tuned).width == 5
+    assert MaskedLMSwaps.build({"top_k": 7}, plain).top_k == 7 and MaskedLMSwaps.build({}, plain).top_k == 20
+    mlm = MaskedLMSwaps.build({"top_k": 7}, tuned)
+    assert mlm.top_k == 3 and mlm.device == "cpu" and len(mlm.swaps(AttackedText.from_text("you idiot"), [1])[1]) == 3
+    rate = C.MaxModificationRate.build({"rate": 0.2, "min_words": 2}, plain)
+    assert (rate.rate, rate.min_words) == (0.2, 2)
+    rate = C.MaxModificationRate.build({"rate": 0.2, "min_words": 2}, tuned)
+    assert (rate.rate, rate.min_words) == (0.5, 2)
+    distance = C.WordEmbeddingDistance.build({"min_cosine": 0.7}, plain)
+    assert distance.min_cosine == 0.7 and distance.space.cosine("idiot", "fool") == pytest.approx(0.6)
+    assert C.WordEmbeddingDistance.build({}, plain).min_cosine == 0.5 and Beam().width == 4
+    by_model = C.WordEmbeddingDistance(model=str(tiny_mlm))  # no file: the model's input embeddings
+    words = by_model.space.words
+    assert by_model.space.cosine(words[0], words[1]) == EmbeddingNeighbours(model=str(tiny_mlm)).cosine(words[0], words[1])
+
+
+def test_searches_report_nothing_to_modify_with_the_seed_and_its_score():
+    for search in (Beam(2), AlzantotGenetic(population=2, iterations=1), GreedyWIR("delete")):
+        stuck = context("the and", Fixed({}), pre=[C.Stopwords()])
+        outcome = finish(search.run(stuck, (0.25, False)))
+        assert (outcome.text, outcome.score, outcome.success, outcome.nothing_to_modify) == (
+            stuck.original, 0.25, False, True)
+
+
+def test_a_failed_search_returns_its_best_text_and_that_texts_score():
+    weights = {"w0": 0.3, "w1": 0.3, "w2": 0.3}
+    scorer = weighted(weights, threshold=0.05)  # never reached: every edit leaves some toxicity
+    swaps = {0: ["x0"], 1: ["x1"], 2: ["x2"]}
+    for search in (Beam(2), AlzantotGenetic(population=4, iterations=3)):
+        ctx = context("w0 w1 w2", Fixed(swaps), pre=[C.MaxWordsPerturbed(2)])
+        outcome, asked = run_search(search.run(ctx, scorer("w0 w1 w2")), scorer)
+        assert not outcome.success and not outcome.more
+        assert len(outcome.text.modified) == 2 and outcome.score == pytest.approx(scorer(outcome.text.text)[0])
+        assert outcome.score == pytest.approx(max(scorer(t)[0] for step in asked for t in step))
+
+
+def test_beam_expands_only_texts_that_did_not_succeed_and_stops_on_a_tie():
+    # step 1: 'v0 w1' succeeds (kept aside) and 'w0 v1' improves; step 2 from 'w0 v1' only
+    scorer = weighted({"w0": 0.5, "w1": 0.2, "v1": 0.1, "u0": 0.5}, threshold=0.25)
+    ctx = context("w0 w1", Fixed({0: ["v0", "u0"], 1: ["v1"]}), pre=[C.RepeatModification()])
+    ctx.wanted = 2
+    outcome, asked = run_search(Beam(width=3).run(ctx, scorer("w0 w1")), scorer)
+    assert asked[0] == ["v0 w1", "u0 w1", "w0 v1"]
+    assert asked[1] == ["v0 v1", "u0 v1"]  # the beam held 'u0 w1' (no gain) and 'w0 v1'; only new texts asked
+    tie = weighted({"w0": 0.5, "v0": 0.4, "w1": 0.4, "v1": 0.5}, threshold=0.05)
+    ctx = context("w0 w1", Fixed({0: ["v0"], 1: ["v1"]}), pre=[C.RepeatModification()])
+    outcome, asked = run_search(Beam(width=1).run(ctx, tie("w0 w1")), tie)
+    assert asked == [["v0 w1", "w0 v1"], ["v0 v1"]]  # 'v0 v1' scores as 'v0 w1' did: no gain, stop
+    assert outcome.text.text == "v0 w1" and not outcome.success
+
+
+def test_genetic_settings_at_their_bounds():
+    assert AlzantotGenetic(population=2, iterations=1).give_up is True
+    assert AlzantotGenetic(temperature=1e-9).temperature == 1e-9
+    with pytest.raises(RedlineError, match=r"^genetic search needs population >= 2, iterations >= 1 and "
+                                           r"temperature > 0$"):
+        AlzantotGenetic(temperature=0)
+
+
+def test_genetic_stops_at_the_first_success_and_survives_a_transformation_with_nothing_to_offer():
+    scorer = weighted({"w0": 0.6, "w1": 0.6}, threshold=0.7)
+    ctx = context("w0 w1", Fixed({0: ["v0"], 1: ["v1"]}))
+    outcome, asked = run_search(AlzantotGenetic(population=4, iterations=5).run(ctx, scorer("w0 w1")), scorer)
+    assert outcome.success and outcome.text.text in ("v0 w1", "w0 v1")
+    assert len(asked) == 1  # both one-word edits succeed in the first step: nothing more is asked
+    dry = context("w0 w1", Fixed({}))  # words to modify, but no candidate for any of them
+    outcome, asked = run_search(AlzantotGenetic(population=3, iterations=2).run(dry, (0.2, False)), scorer)
+    assert asked == [] and not outcome.success and outcome.text == dry.original and outcome.score == 0.2
