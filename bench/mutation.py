@@ -57,7 +57,7 @@ TARGETS: dict[str, list[str]] = {
 # Names number the mutants of one version of a module: when a module changes, its survivors are reviewed
 # again, never carried over blindly.
 _GATE, _PATHS, _TWO_STEP = "redline.serve.gate.", "redline.cluster.paths.", "redline.actors.dialogue_safety.two_step."
-_CONSTRAINTS = "redline.actors.attack.constraints."
+_CONSTRAINTS, _SEARCH = "redline.actors.attack.constraints.", "redline.actors.attack.search."
 _REASONS = {
     "receive": "the `receive` handed to a JSONResponse is never called (Starlette's Response only sends)",
     "header-case": "Starlette lower-cases response header names, so Retry-After is sent the same way",
@@ -101,9 +101,9 @@ EQUIVALENT: dict[str, str] = {
     **{_CONSTRAINTS + f"xǁWordEmbeddingDistanceǁ__init____mutmut_{k}": _REASONS["cosine-only"] for k in (1, 7, 10)},
     **{_CONSTRAINTS + f"xǁWordEmbeddingDistanceǁcheck__mutmut_{k}": _REASONS["bool-array"] for k in (18, 20)},
     **{f"redline.actors.triggers.hits.x_objective_of__mutmut_{k}": _REASONS["last-part"] for k in (8, 11, 12)},
-    "redline.actors.attack.search.xǁAlzantotGeneticǁrun__mutmut_92": _REASONS["softmax-shift"],
-    "redline.actors.attack.search.xǁAlzantotGeneticǁrun__mutmut_25": "int.from_bytes reads big-endian by default "
-                                                                     "since Python 3.11 (redline needs 3.11)",
+    _SEARCH + "xǁAlzantotGeneticǁrun__mutmut_92": _REASONS["softmax-shift"],
+    _SEARCH + "xǁAlzantotGeneticǁrun__mutmut_25": "int.from_bytes reads big-endian by default "
+                                                  "since Python 3.11 (redline needs 3.11)",
     **{_TWO_STEP + f"xǁTwoStepWorkerǁ__call____mutmut_{k}": _REASONS["types-twice"]
        for k in (18, 20, 24, 26, 33, 35, 39, 41, 45, 47)},
 }
