@@ -209,7 +209,8 @@ def results(targets: dict[str, list[str]]) -> tuple[list[dict], list[str]]:
     kept = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     for module in targets:
         codes = kept.get(module, {}).get("exit_code_by_key", {})
-        row = {"module": module, "measured": kept.get(module, {}).get("at"), "mutants": len(codes), "killed": 0, "timeouts": 0, "survived": 0, "no_tests": 0,
+        row = {"module": module, "measured": kept.get(module, {}).get("at"), "mutants": len(codes), "killed": 0,
+               "timeouts": 0, "survived": 0, "no_tests": 0,
                "equivalent": 0}
         for name, code in codes.items():
             if name in EQUIVALENT:

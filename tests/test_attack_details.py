@@ -125,7 +125,8 @@ def test_short_words_and_the_kept_ends():
 def test_char_swaps_edit_each_asked_word():
     t = AttackedText.from_text("you absolute monster")
     out = CharEdits(ops=("delete",), per_op=10).swaps(t, [0, 2])
-    assert set(out) == {0, 2} and out[0] == ["yu"] and set(out[2]) == set(CharEdits(ops=("delete",), per_op=10).edit(WORD))
+    assert set(out) == {0, 2} and out[0] == ["yu"]
+    assert set(out[2]) == set(CharEdits(ops=("delete",), per_op=10).edit(WORD))
 
 
 @pytest.fixture
@@ -288,7 +289,8 @@ def test_sentence_similarity_threshold_metric_and_window():
     assert C.SentenceSimilarity(min_similarity=cos, window=4).check(t, [cand], [4]).tolist() == [True]
     assert C.SentenceSimilarity(min_similarity=cos + 1e-6, window=4).check(t, [cand], [4]).tolist() == [False]
     between = (cos + angular) / 2
-    assert C.SentenceSimilarity(min_similarity=between, metric="angular", window=4).check(t, [cand], [4]).tolist() == [True]
+    angular_check = C.SentenceSimilarity(min_similarity=between, metric="angular", window=4)
+    assert angular_check.check(t, [cand], [4]).tolist() == [True]
     assert C.SentenceSimilarity(min_similarity=between, window=4).check(t, [cand], [4]).tolist() == [False]
     # a change outside the window around the given word is not seen by a windowed check
     far = t.replace(0, "a")
@@ -312,7 +314,8 @@ def test_word_embedding_distance_boundary_and_unknown_words(tmp_path):
     f.write_text("idiot 1 0\nfool 0.6 0.8\ncat 0 1\n")
     t = AttackedText.from_text("you idiot")
     cands = [t.replace(1, "fool"), t.replace(1, "cat"), t.replace(1, "unseen")]
-    assert C.WordEmbeddingDistance(0.6, embeddings_file=str(f)).check(t, cands, [1, 1, 1]).tolist() == [True, False, False]
+    distance = C.WordEmbeddingDistance(0.6, embeddings_file=str(f))
+    assert distance.check(t, cands, [1, 1, 1]).tolist() == [True, False, False]
     assert C.WordEmbeddingDistance(0.61, embeddings_file=str(f)).check(t, cands[:1], [1]).tolist() == [False]
     exact = C.WordEmbeddingDistance(embeddings_file=str(f))
     exact.min_cosine = exact.space.cosine("idiot", "fool")  # a candidate exactly at the bound passes
@@ -579,7 +582,8 @@ def test_components_built_for_a_recipe_take_its_overrides_over_their_arguments(t
     assert C.WordEmbeddingDistance.build({}, plain).min_cosine == 0.5 and Beam().width == 4
     by_model = C.WordEmbeddingDistance(model=str(tiny_mlm))  # no file: the model's input embeddings
     words = by_model.space.words
-    assert by_model.space.cosine(words[0], words[1]) == EmbeddingNeighbours(model=str(tiny_mlm)).cosine(words[0], words[1])
+    same_space = EmbeddingNeighbours(model=str(tiny_mlm))
+    assert by_model.space.cosine(words[0], words[1]) == same_space.cosine(words[0], words[1])
 
 
 def test_searches_report_nothing_to_modify_with_the_seed_and_its_score():
