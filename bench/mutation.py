@@ -1,6 +1,8 @@
 """Mutation score of the modules whose bugs come out as plausible output, with mutmut.
 
     .venv/bin/python bench/mutation.py [--only cluster/access.py ...] [--children 2] [--show-survivors]
+    .venv/bin/python bench/mutation.py --survivors --only actors/attack/search.py   # after writing tests
+    .venv/bin/python bench/mutation.py --report-only                                # every module, as last measured
 
 mutmut is not a project dependency: the first run makes its own environment in bench/.mutmut-venv
 (mutmut from PyPI, plus a path file that lends it this checkout's installed dependencies). Each run
@@ -10,9 +12,15 @@ that execute the mutated function (mutmut records them in a first, clean run). O
 in-process take part: a test that starts Ray, a server or a subprocess cannot see a mutant that lives
 in this process, so it is left out (see `inprocess.py`, written next to the tests).
 
+The tiny test models are built once and kept for every mutant (REDLINE_TEST_STATE), memoised functions
+are cleared in each mutant's run, and each module's latest verdicts are kept in .mutmut-results.json,
+so modules measured in separate runs report together (`--survivors` re-tests only a module's last
+survivors against the tests as they are now).
+
 Prints one JSON line per module (mutants, killed, survived, timeouts, equivalent, score) and the
 total, then each surviving mutant that is not in EQUIVALENT with its diff (with --show-survivors),
-and each equivalent one with one line of why. Score = (killed + timeouts) / (mutants - equivalent).
+and each equivalent one with one line of why. Score = (killed + timeouts) / (mutants - equivalent);
+a mutant no test runs counts as a survivor. Exits 1 when a module is below 80%.
 """
 
 from __future__ import annotations
@@ -292,7 +300,7 @@ def main() -> int:
     below = [r["module"] for r in rows if r["score"] is not None and r["score"] < 0.8]
     if below:
         print(f"below 80%: {', '.join(below)}")
-    return 0
+    return 1 if below else 0
 
 
 if __name__ == "__main__":
