@@ -1,6 +1,7 @@
 """Progress on long work: a rich bar on a terminal; where stderr is not one (Ray job logs, CI,
 `| tee`) a plain line at most every `REDLINE_PROGRESS_INTERVAL` seconds (10 by default) with the
-stage, done/total, rate and ETA, and one when the work ends. `REDLINE_PROGRESS=0` silences both."""
+stage, done/total, rate and ETA, and one when the work ends. `REDLINE_PROGRESS=0` silences both;
+`lines` asks for the plain lines even on a terminal (a pod's log), `1` for the bar anywhere."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ def progress_mode() -> str:
     setting = os.environ.get("REDLINE_PROGRESS", "").lower()
     if setting in ("0", "false", "off"):
         return "off"
+    if setting == "lines":
+        return "lines"
     if sys.stderr.isatty() or setting in ("1", "true", "on", "bar"):
         return "bar"
     return "lines"
