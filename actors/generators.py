@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, model_validator
 
 from redline.actors.providers import (
     ChatClient,
@@ -29,7 +29,7 @@ from redline.actors.providers import (
     providers,
 )
 from redline.cluster.artifacts import local_path
-from redline.cluster.config import RemoteApi
+from redline.cluster.config import Execution, Input, RemoteApi, Result
 from redline.cluster.devices import PRECISION_HELP, Precision, placement
 from redline.errors import RedlineError, first_line
 
@@ -43,39 +43,40 @@ class GeneratorConfig(RemoteApi):
     """A dialogue response generator: a Hugging Face model (`hf`), an OpenAI-compatible server
     (`openai`), a generator served by redline (`redline`) or a model on AWS Bedrock (`bedrock`)."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="Name used in outputs and as the served model id.")
-    kind: ProviderName = Field("hf", description="The provider, a name of the registry (`redline list providers`): "
+    name: str = Result(pattern=r"^[A-Za-z0-9_.\-]+$", description="Name used in outputs and as the served model id.")
+    kind: ProviderName = Result("hf", description="The provider, a name of the registry (`redline list providers`): "
                                                  "a local HF model, an OpenAI-compatible API, redline Serve, or AWS "
                                                  "Bedrock.")
-    model: str | None = Field(None, description="hf: hub id or local directory; openai/redline: the model name to "
+    model: str | None = Input(None, description="hf: hub id or local directory; openai/redline: the model name to "
                                                 "request; bedrock: the model id or inference-profile ARN.")
     # hf
-    architecture: Literal["auto", "causal", "seq2seq"] = "auto"
-    revision: str | None = None
-    precision: Precision = Field("auto", validation_alias=AliasChoices("precision", "dtype"), description=PRECISION_HELP)
-    chat_template: str | None = Field(None, description="A Jinja chat template overriding the tokenizer's own.")
-    max_input_tokens: int = Field(1024, gt=0, description="Longer prompts are refused with a clear error.")
-    backend: Literal["hf", "vllm"] = Field("hf", description="Serve only: vllm serves the model through "
+    architecture: Literal["auto", "causal", "seq2seq"] = Result("auto")
+    revision: str | None = Result(None)
+    precision: Precision = Result(
+        "auto", validation_alias=AliasChoices("precision", "dtype"), description=PRECISION_HELP)
+    chat_template: str | None = Result(None, description="A Jinja chat template overriding the tokenizer's own.")
+    max_input_tokens: int = Result(1024, gt=0, description="Longer prompts are refused with a clear error.")
+    backend: Literal["hf", "vllm"] = Result("hf", description="Serve only: vllm serves the model through "
                                                               "ray.serve.llm (needs vLLM and a GPU).")
     # remote providers
-    base_url: str | None = Field(None, description="openai, redline: the server's base URL, e.g. "
+    base_url: str | None = Execution(None, description="openai, redline: the server's base URL, e.g. "
                                                    "http://127.0.0.1:8000/v1.")
-    api_key_env: str | None = Field(None, description="openai, redline: environment variable holding the key "
+    api_key_env: str | None = Execution(None, description="openai, redline: environment variable holding the key "
                                                       "(default OPENAI_API_KEY / REDLINE_API_KEY).")
-    timeout_s: float = Field(60.0, gt=0)
-    max_retries: int = Field(2, ge=0, description="Retries of a request on 429, 5xx and timeouts.")
-    backoff_s: float = Field(0.5, gt=0, description="First retry delay; doubles each retry.")
-    concurrency: int = Field(8, gt=0, description="Remote providers: requests in flight at once.")
-    requests_per_second: float = Field(20.0, gt=0, description="Remote providers: rate limit per actor.")
+    timeout_s: float = Execution(60.0, gt=0)
+    max_retries: int = Execution(2, ge=0, description="Retries of a request on 429, 5xx and timeouts.")
+    backoff_s: float = Execution(0.5, gt=0, description="First retry delay; doubles each retry.")
+    concurrency: int = Execution(8, gt=0, description="Remote providers: requests in flight at once.")
+    requests_per_second: float = Execution(20.0, gt=0, description="Remote providers: rate limit per actor.")
     # bedrock (credentials: boto3's usual chain: environment, profile, SSO, instance role)
-    region: str | None = Field(None, description="bedrock: AWS region; default: the AWS configuration's.")
-    endpoint_url: str | None = Field(None, description="bedrock: a VPC endpoint or a compatible stand-in.")
-    additional_fields: dict[str, Any] = Field(
+    region: str | None = Result(None, description="bedrock: AWS region; default: the AWS configuration's.")
+    endpoint_url: str | None = Result(None, description="bedrock: a VPC endpoint or a compatible stand-in.")
+    additional_fields: dict[str, Any] = Result(
         default_factory=dict, description="bedrock: model-specific request fields (additionalModelRequestFields); "
                                           "top_k is sent as {top_k: K} here, the name Anthropic and Mistral models use.")
     # resources
-    num_cpus: float = Field(1.0, ge=0)
-    num_gpus: float = Field(0.0, ge=0, description="hf: the GPU the model runs on (the actor's).")
+    num_cpus: float = Execution(1.0, ge=0)
+    num_gpus: float = Execution(0.0, ge=0, description="hf: the GPU the model runs on (the actor's).")
 
     @model_validator(mode="after")
     def _check_kind(self) -> "GeneratorConfig":
@@ -261,10 +262,10 @@ class GenerationWorker:
     output_schema: ClassVar[pa.Schema] = pa.schema([("id", pa.string()), ("responses", pa.list_(pa.string())),
                                                     ("gen_error", pa.string())])
 
-    def __init__(self, config: dict[str, Any], sampling: dict[str, Any] | None = None) -> None:
-        self.config = GeneratorConfig.model_validate(config)
-        self.generator = build_generator(self.config)
-        self.params = SamplingParams.model_validate(sampling or {})
+    def __init__(self, config: GeneratorConfig, sampling: SamplingParams | None = None) -> None:
+        self.config = config
+        self.generator = build_generator(config)
+        self.params = sampling or SamplingParams()
 
     def generate(self, prompts: list[str], params: SamplingParams) -> list[PromptResult]:
         return self.generator.generate(prompts, params)

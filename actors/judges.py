@@ -18,7 +18,7 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 import pyarrow as pa
-from pydantic import Field, model_validator
+from pydantic import model_validator
 
 from redline.actors.providers import (
     ChatClient,
@@ -31,7 +31,7 @@ from redline.actors.providers import (
     providers,
 )
 from redline.cluster.artifacts import local_path
-from redline.cluster.config import RemoteApi
+from redline.cluster.config import Execution, Input, RemoteApi, Result
 from redline.errors import RedlineError
 
 YES, NO, UNSURE = "yes", "no", "unsure"
@@ -86,19 +86,19 @@ def parse_answer(answer: str) -> tuple[str, str | None]:
 class ChatModelOptions(RemoteApi):
     """How to reach a chat model: a provider and what it needs."""
 
-    provider: ProviderName = Field("openai", description="A provider of the registry (`redline list providers`): "
+    provider: ProviderName = Result("openai", description="A provider of the registry (`redline list providers`): "
                                                           "openai, an OpenAI-compatible API; redline, redline's Serve "
                                                           "app; bedrock, AWS Bedrock; hf, a local HF model.")
-    model: str = Field(description="Model name the server knows (openai, redline), Bedrock model id, or HF hub id / "
+    model: str = Input(description="Model name the server knows (openai, redline), Bedrock model id, or HF hub id / "
                                    "directory (hf).")
-    base_url: str | None = Field(None, description="openai, redline: base URL, e.g. http://127.0.0.1:8000/v1.")
-    api_key_env: str | None = Field(None, description="Environment variable holding the key (default "
+    base_url: str | None = Execution(None, description="openai, redline: base URL, e.g. http://127.0.0.1:8000/v1.")
+    api_key_env: str | None = Execution(None, description="Environment variable holding the key (default "
                                                       "OPENAI_API_KEY, REDLINE_API_KEY for provider redline).")
-    region: str | None = Field(None, description="bedrock: AWS region; default: the AWS configuration's.")
-    endpoint_url: str | None = Field(None, description="bedrock: a VPC endpoint or a compatible stand-in.")
-    additional_fields: dict[str, Any] = Field(default_factory=dict,
+    region: str | None = Result(None, description="bedrock: AWS region; default: the AWS configuration's.")
+    endpoint_url: str | None = Result(None, description="bedrock: a VPC endpoint or a compatible stand-in.")
+    additional_fields: dict[str, Any] = Result(default_factory=dict,
                                               description="bedrock: model-specific request fields.")
-    timeout_s: float = Field(30.0, gt=0)
+    timeout_s: float = Execution(30.0, gt=0)
 
     @model_validator(mode="after")
     def _reachable(self) -> "ChatModelOptions":
@@ -115,19 +115,19 @@ class ChatModelOptions(RemoteApi):
 class ChatJudgeOptions(ChatModelOptions):
     """How to ask a chat model about a text (judges and LLM-based detectors)."""
 
-    template: str | None = Field(None, description="Prompt with a {text} placeholder; default: the kind's own.")
-    template_file: str | None = Field(None, description="Read the template from this file instead.")
-    system_prompt: str | None = None
-    max_tokens: int = Field(8, gt=0)
-    temperature: float = Field(0.0, ge=0)
-    concurrency: int = Field(8, gt=0, description="Requests in flight per actor.")
-    requests_per_second: float = Field(20.0, gt=0, description="Rate limit per actor.")
-    max_retries: int = Field(4, ge=0, description="Retries on 429, 5xx, timeouts and connection errors.")
-    backoff_s: float = Field(0.5, gt=0, description="First retry delay; doubles each retry.")
-    cache_dir: str | None = Field("auto", description="Answer cache (SQLite) directory; auto: this user's cache "
+    template: str | None = Result(None, description="Prompt with a {text} placeholder; default: the kind's own.")
+    template_file: str | None = Input(None, description="Read the template from this file instead.")
+    system_prompt: str | None = Result(None)
+    max_tokens: int = Result(8, gt=0)
+    temperature: float = Result(0.0, ge=0)
+    concurrency: int = Execution(8, gt=0, description="Requests in flight per actor.")
+    requests_per_second: float = Execution(20.0, gt=0, description="Rate limit per actor.")
+    max_retries: int = Execution(4, ge=0, description="Retries on 429, 5xx, timeouts and connection errors.")
+    backoff_s: float = Execution(0.5, gt=0, description="First retry delay; doubles each retry.")
+    cache_dir: str | None = Execution("auto", description="Answer cache (SQLite) directory; auto: this user's cache "
                                                       "($REDLINE_CACHE or ~/.cache/redline)/judge; null turns it off.")
-    price_per_1k_prompt_tokens: float = Field(0.0, ge=0)
-    price_per_1k_completion_tokens: float = Field(0.0, ge=0)
+    price_per_1k_prompt_tokens: float = Result(0.0, ge=0)
+    price_per_1k_completion_tokens: float = Result(0.0, ge=0)
 
     def prompt_template(self, default: str) -> str:
         if self.template_file:
@@ -141,11 +141,11 @@ class ChatJudgeOptions(ChatModelOptions):
 class JudgeConfig(ChatJudgeOptions):
     """The TaeBench label filter's LLM judge (default template: the paper's 5-shot Yes/No/Unsure format)."""
 
-    name: str = "llm-judge"
-    actors: int = Field(1, gt=0)
-    num_cpus: float = Field(0.25, ge=0)
-    num_gpus: float = Field(0.0, ge=0, description="provider hf: the GPU the local model runs on.")
-    batch_size: int = Field(64, gt=0)
+    name: str = Result("llm-judge")
+    actors: int = Execution(1, gt=0)
+    num_cpus: float = Execution(0.25, ge=0)
+    num_gpus: float = Execution(0.0, ge=0, description="provider hf: the GPU the local model runs on.")
+    batch_size: int = Execution(64, gt=0)
 
 
 @dataclass
@@ -223,9 +223,8 @@ class JudgeWorker:
     input_columns: ClassVar[list[str]] = ["id", "text"]
     output_schema: ClassVar[pa.Schema] = JUDGE_SCHEMA
 
-    def __init__(self, config: dict[str, Any]) -> None:
-        cfg = JudgeConfig.model_validate(config)
-        self.judge = LLMJudge(cfg, num_gpus=cfg.num_gpus)
+    def __init__(self, config: JudgeConfig) -> None:
+        self.judge = LLMJudge(config, num_gpus=config.num_gpus)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> pa.Table:
         results = self.judge.judge([str(t) for t in batch["text"]])

@@ -50,11 +50,9 @@ def main() -> int:
         for name, call in calls.items():
             rates = {}
             for mode in ("cached", "new_per_call"):
-                ttl = storage.S3_FILESYSTEM_TTL_S
                 if mode == "new_per_call":
-                    storage.S3_FILESYSTEM_TTL_S = 0.0
                     original = storage.s3_cached
-                    storage.s3_cached = lambda kind, make, ttl_s=None: make()  # type: ignore[assignment]
+                    storage.s3_cached = lambda kind, make: make()  # type: ignore[assignment]
                 call()
                 started = time.perf_counter()
                 for _ in range(args.calls):
@@ -62,7 +60,6 @@ def main() -> int:
                 rates[mode] = args.calls / (time.perf_counter() - started)
                 if mode == "new_per_call":
                     storage.s3_cached = original  # type: ignore[assignment]
-                storage.S3_FILESYSTEM_TTL_S = ttl
             print(json.dumps({"what": f"{name} on moto S3, calls/s", "calls": args.calls,
                               "cached": round(rates["cached"], 1), "new_per_call": round(rates["new_per_call"], 1),
                               "ratio": round(rates["cached"] / rates["new_per_call"], 2)}), flush=True)

@@ -10,35 +10,93 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
 
 from redline.errors import RedlineError, first_line
 
 LabelValue = str | int | float | bool
 
 
+class KeyRole(StrEnum):
+    """What a config field is to the run key (the run directory `<pipeline>-<hash>` a rerun resumes).
+    Every field says which one it is, where it is declared (`Result(...)`, `Execution(...)`,
+    `Input(...)` in place of pydantic's `Field`); a field holding nested configs takes its role from
+    theirs. A model with a field that says nothing fails when its class is defined."""
+
+    RESULT = "result"  # changes what a run computes: in the key
+    EXECUTION = "execution"  # where, how fast or how politely work runs: out of the key, so that a rerun
+    # with more actors (or another endpoint of the same service) resumes the same run
+    INPUT = "input"  # names a file, directory or model the run reads: in the key, and its fingerprint is
+    # recorded in the manifest (a run refuses reuse once the input has changed)
+
+
+def _role_field(role: KeyRole) -> Callable[..., Any]:
+    def make(default: Any = PydanticUndefined, **kwargs: Any) -> Any:
+        extra = kwargs.pop("json_schema_extra", None) or {}
+        return Field(default, json_schema_extra={**extra, "run_key": role.value}, **kwargs)
+
+    make.__name__ = role.name.title()
+    make.__doc__ = f"pydantic's `Field`, marking the field as a {role.value} field of the run key."
+    return make
+
+
+Result = _role_field(KeyRole.RESULT)
+Execution = _role_field(KeyRole.EXECUTION)
+Input = _role_field(KeyRole.INPUT)
+
+
+def holds_models(annotation: Any) -> bool:
+    """Whether a field's type is (or contains: a list, union or mapping of) config models."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return True
+    return any(holds_models(arg) for arg in get_args(annotation))
+
+
+def key_role(field: FieldInfo) -> KeyRole | None:
+    """A field's role in the run key; None for an unmarked field holding nested configs (theirs decide)."""
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    role = extra.get("run_key")
+    return KeyRole(role) if role else None
+
+
 class Strict(BaseModel):
     """Unknown keys are mistakes (a typo would otherwise be silently ignored), and so is an empty
     string anywhere (a name, a path, a pattern, a list item, a mapping key): `patterns: [""]` would
-    match everything. A field where "" means something says so with its own `min_length=0`."""
+    match everything. A field where "" means something says so with its own `min_length=0`.
+
+    Every field declares its role in the run key (see KeyRole): one left unmarked is refused here,
+    when its class is defined, so a new field is never in or out of the key by accident."""
 
     model_config = ConfigDict(extra="forbid", str_min_length=1)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        unmarked = [name for name, field in cls.model_fields.items()
+                    if key_role(field) is None and not holds_models(field.annotation)]
+        if unmarked:
+            raise TypeError(f"{cls.__module__}.{cls.__qualname__}: mark {', '.join(unmarked)} with Result(...), "
+                            "Execution(...) or Input(...) in place of Field(...) (its role in the run key)")
 
 
 class RemoteApi(Strict):
     """What every config of a component that calls a remote API shares (the rest of its call policy,
     such as retries and rates, has defaults that differ by service and stays with the component)."""
 
-    allow_insecure_http: bool = Field(False, description="Allow sending the API key over plain http:// to a "
+    allow_insecure_http: bool = Execution(False, description="Allow sending the API key over plain http:// to a "
                                                          "non-loopback host (refused otherwise).")
-    max_retry_after_s: float = Field(300.0, gt=0, le=86_400, description=(
+    max_retry_after_s: float = Execution(300.0, gt=0, le=86_400, description=(
         "The longest a 429/503's Retry-After may pause the run at a time; a service that asks for more 3 times in a "
         "row fails the stage."))
-    max_failed_in_row: int = Field(10, ge=1, le=10_000, description=(
+    max_failed_in_row: int = Execution(10, ge=1, le=10_000, description=(
         "Requests that failed after all their retries, one after another with no success between them, before the "
         "stage stops (the service is down for everyone; a lone failure is that row's error)."))
 
@@ -62,8 +120,8 @@ SafeName = Annotated[str | None, AfterValidator(check_safe_name)]
 class RunConfig(Strict):
     """What every pipeline config has: where its run directory goes and what it is called."""
 
-    output: str = Field("redline-runs", description="Local directory or s3:// URI holding run directories.")
-    run_name: SafeName = Field(None, description="Run directory name; default: <pipeline>-<config hash>.")
+    output: str = Execution("redline-runs", description="Local directory or s3:// URI holding run directories.")
+    run_name: SafeName = Execution(None, description="Run directory name; default: <pipeline>-<config hash>.")
 
 
 def unique_names(items: list[Any], what: str) -> list[Any]:
@@ -74,57 +132,95 @@ def unique_names(items: list[Any], what: str) -> list[Any]:
     return items
 
 
-# Fields that change where or how fast work runs but not what it computes: left out of the run key
-# so that, e.g., a rerun with more actors resumes the same run directory.
-EXECUTION_FIELDS = {"output", "run_name", "batch_size", "actors", "num_cpus", "num_gpus", "tune_trials", "trial_cpus",
-                    "trial_gpus",
-                    # where and how politely an API is called, not what it answers (a failed call fails the
-                    # run, so a run finished against a wrong endpoint cannot exist to be reused)
-                    "base_url", "api_key_env", "concurrency", "requests_per_second", "timeout_s", "max_retries",
-                    "backoff_s", "cache_dir", "allow_insecure_http", "max_retry_after_s",
-                    "max_failed_in_row"}
+def _fields(config: BaseModel) -> dict[str, tuple[Any, KeyRole | None]]:
+    """Each field of a config instance with its value and role, extra fields included: a model that
+    allows them (a detector's kind options) says what they are with `extra_fields()`; an extra field
+    it does not describe counts as a result field."""
+    fields = {name: (getattr(config, name), key_role(field)) for name, field in type(config).model_fields.items()}
+    if config.model_extra:
+        described = config.extra_fields() if hasattr(config, "extra_fields") else {}
+        for name, value in config.model_extra.items():
+            fields[name] = (value, key_role(described[name]) if name in described else KeyRole.RESULT)
+    return fields
+
+
+def _key_view(value: Any, dumped: Any) -> Any:
+    """A config's JSON form without its execution fields, at every depth."""
+    if isinstance(value, BaseModel):
+        return {name: _key_view(v, dumped[name]) for name, (v, role) in _fields(value).items()
+                if role is not KeyRole.EXECUTION}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_key_view(v, d) for v, d in zip(value, dumped, strict=True)]
+    if isinstance(value, dict):
+        return {k: _key_view(v, d) for (k, d), v in zip(dumped.items(), value.values(), strict=True)}
+    return dumped
 
 
 def config_hash(config: BaseModel) -> str:
     """A short stable hash of the result-affecting part of a config: the run directory key."""
-
-    def strip(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if k not in EXECUTION_FIELDS}
-        if isinstance(value, list):
-            return [strip(v) for v in value]
-        return value
-
-    canonical = json.dumps(strip(config.model_dump(mode="json")), sort_keys=True)
+    canonical = json.dumps(_key_view(config, config.model_dump(mode="json")), sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
-# Config fields that name files, directories or models a run reads: their fingerprints are recorded
-# in the manifest, and a run refuses to be reused or resumed once one of them has changed.
-INPUT_FIELDS = {"path", "model", "patterns_file", "checkpoint", "classifiers", "contexts", "train", "val", "test",
-                "taebench", "attacks", "base_model", "lm", "embeddings_file", "mlm_model", "sentence_encoder",
-                "embedding_model", "template_file"}
+def input_values(config: BaseModel) -> list[str]:
+    """Every string an input field of the config holds, at every depth (paths, s3:// URIs, model ids),
+    and those of the configs it builds from loose settings (`sub_configs()`, as a card does)."""
+    found: list[str] = []
+
+    def walk(value: Any, role: KeyRole | None) -> None:
+        if isinstance(value, BaseModel):
+            for v, field_role in _fields(value).values():
+                walk(v, field_role)
+            for sub in value.sub_configs() if hasattr(value, "sub_configs") else ():
+                walk(sub, None)
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            for v in value:
+                walk(v, role)
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v, role)
+        elif role is KeyRole.INPUT and isinstance(value, str) and value:
+            found.append(value)
+
+    walk(config, None)
+    return found
+
+
+def map_inputs(config: BaseModel, change: Callable[[str], str]) -> BaseModel:
+    """A copy of the config with every string of its input fields passed through `change` (as
+    submission pins relative paths to absolute ones); what is unchanged is shared, not copied."""
+
+    def walk(value: Any, role: KeyRole | None) -> Any:
+        if isinstance(value, BaseModel):
+            update = {}
+            for name, (v, field_role) in _fields(value).items():
+                new = walk(v, field_role)
+                if new is not v:
+                    update[name] = new
+            return value.model_copy(update=update) if update else value
+        if isinstance(value, (list, tuple)):
+            items = [walk(v, role) for v in value]
+            return type(value)(items) if any(a is not b for a, b in zip(items, value, strict=True)) else value
+        if isinstance(value, dict):
+            items = {k: walk(v, role) for k, v in value.items()}
+            return items if any(items[k] is not value[k] for k in value) else value
+        if role is KeyRole.INPUT and isinstance(value, str) and value:
+            new = change(value)
+            return value if new == value else new
+        return value
+
+    return walk(config, None)
 
 
 def input_uris(config: BaseModel) -> list[str]:
     """Every s3:// URI or existing local path a config names in an input field (hub ids and model
     names of remote APIs are not files and are left out)."""
     found: list[str] = []
-
-    def walk(value: Any, key: str | None = None) -> None:
-        if isinstance(value, dict):
-            for k, v in value.items():
-                walk(v, k)
-        elif isinstance(value, list):
-            for v in value:
-                walk(v, key)
-        elif key in INPUT_FIELDS and isinstance(value, str) and value:
-            if value.startswith("s3://"):
-                found.append(value)
-            elif Path(value).expanduser().exists():
-                found.append(str(Path(value).expanduser().absolute()))
-
-    walk(config.model_dump(mode="json"))
+    for value in input_values(config):
+        if value.startswith("s3://"):
+            found.append(value)
+        elif Path(value).expanduser().exists():
+            found.append(str(Path(value).expanduser().absolute()))
     return list(dict.fromkeys(found))
 
 

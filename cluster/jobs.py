@@ -43,22 +43,20 @@ def client(address: str) -> Any:
         raise RedlineError(f"cannot reach the Ray Jobs API at {address}: {first_line(err)}") from None
 
 
-def _absolute_local_paths(data: Any, key: str | None = None) -> Any:
-    """Relative local paths would resolve inside the job's temporary working directory: pin every
-    input field that names an existing local path, and the output directory, to absolute paths."""
-    from redline.cluster.config import INPUT_FIELDS
+def _pinned(config: BaseModel) -> BaseModel:
+    """Relative local paths would resolve inside the job's temporary working directory: every input
+    that names an existing local path, and the output directory, become absolute paths."""
+    from redline.cluster.config import map_inputs
 
-    if isinstance(data, dict):
-        for k, v in data.items():
-            data[k] = _absolute_local_paths(v, k)
-        if isinstance(data.get("output"), str) and not storage.is_s3(data["output"]):
-            data["output"] = str(Path(data["output"]).expanduser().absolute())
-        return data
-    if isinstance(data, list):
-        return [_absolute_local_paths(v, key) for v in data]
-    if key in INPUT_FIELDS and isinstance(data, str) and not storage.is_s3(data) and Path(data).expanduser().exists():
-        return str(Path(data).expanduser().absolute())
-    return data
+    def absolute(value: str) -> str:
+        path = Path(value).expanduser()
+        return str(path.absolute()) if not storage.is_s3(value) and path.exists() else value
+
+    config = map_inputs(config, absolute)
+    output = getattr(config, "output", None)
+    if isinstance(output, str) and not storage.is_s3(output):
+        config = config.model_copy(update={"output": str(Path(output).expanduser().absolute())})
+    return config
 
 
 # Settings (never secrets) a job inherits from the submitting shell so that it reaches the same S3 and
@@ -77,36 +75,28 @@ def job_env(names: list[str]) -> dict[str, str]:
     return {k: os.environ[k] for k in (*FORWARDED_ENV, *names) if k in os.environ}
 
 
-def entrypoint(command: str, sets: list[str]) -> str:
+def entrypoint(command: str) -> str:
     """The job's command line (`command` as in "run score"), every argument quoted: the job supervisor
-    runs it through a shell."""
-    return shlex.join(["redline", *command.split(), "--config", "config.yaml",
-                       *[arg for s in sets for arg in ("--set", s)]])
+    runs it through a shell. Overrides travel in config.yaml, never on this line."""
+    return shlex.join(["redline", *command.split(), "--config", "config.yaml"])
 
 
 def submit(pipeline: str, command: str, model: type[BaseModel], config_path: Path, address: str, sets: list[str],
            env_names: list[str] | None = None) -> str:
-    """Validate the config (with its overrides) here, then send `redline <command>` as a Ray job that
-    carries the config in its working directory; returns the job id."""
-    import copy
+    """Validate the config (with its overrides) here, so that a mistake fails here and not on the
+    cluster, then send `redline <command>` as a Ray job that carries the validated config, overrides
+    applied and local paths pinned, in its working directory; returns the job id."""
+    from redline.cluster.config import load_config, parse_overrides
 
-    from redline.cluster.config import (
-        apply_overrides,
-        load_yaml,
-        parse_overrides,
-        validate_config,
-    )
-
-    data = load_yaml(config_path)
-    checked = apply_overrides(copy.deepcopy(data), parse_overrides(sets), str(config_path))
-    validate_config(model, checked, source=str(config_path))  # fail here, not on the cluster
+    config = _pinned(load_config(model, config_path, parse_overrides(sets)))
     env = job_env(env_names or [])
-    _absolute_local_paths(data)
     jobs = client(address)
     workdir = Path(tempfile.mkdtemp(prefix="redline-job-"))
     try:
-        (workdir / "config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-        line = entrypoint(command, sets)
+        # what the user set, not the defaults of this install: the cluster's own defaults apply
+        settings = config.model_dump(mode="json", exclude_unset=True)
+        (workdir / "config.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
+        line = entrypoint(command)
         job_id = f"redline-{pipeline}-{os.urandom(6).hex()}"
         deadline = time.monotonic() + AGENT_WAIT_S
         while True:

@@ -59,6 +59,7 @@ class DetectorInfo(BaseModel):
     multi_label: bool
     threshold: float | dict[str, float]
     rule: str
+    label_thresholds: dict[str, float] = {}  # the threshold each label is flagged at (the rule's, per label)
 
 
 class Detection(BaseModel):

@@ -1,8 +1,10 @@
 """Local paths and s3:// URIs behind one set of helpers; atomic writes; run directories and manifests.
 
-S3 goes through `pyarrow.fs.S3FileSystem` (the same filesystem Ray Data reads), with credentials,
-region and endpoint resolved by boto3 so that profiles, SSO, instance roles and `AWS_ENDPOINT_URL`
-(e.g. a MinIO or moto server) work the way AWS users expect.
+S3 goes through `pyarrow.fs.S3FileSystem` (the same filesystem Ray Data reads), one per process and
+S3 settings. It follows the AWS default credential chain itself (environment, profiles with
+`credential_process`, SSO, web identity, container and instance roles) and refreshes temporary
+credentials when they expire, so a run outlives them; the region comes from boto3's configuration
+and `AWS_ENDPOINT_URL` (e.g. a MinIO or moto server) is honoured.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import io
 import json
 import os
 import platform
-import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -44,34 +45,33 @@ def is_s3(uri: str) -> bool:
 # What an S3 connection is made of: a change in any of these (a test's second endpoint, a new key)
 # makes a new one; otherwise each process reuses its connection instead of resolving credentials per call.
 S3_SETTINGS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE",
-               "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
-S3_FILESYSTEM_TTL_S = 300.0  # its credentials are frozen copies: temporary ones are fetched again this often
-_s3_cache: dict[tuple[Any, ...], tuple[float, Any]] = {}
+               "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+               "AWS_SESSION_TOKEN")
+_s3_cache: dict[tuple[Any, ...], Any] = {}
 
 
-def s3_cached(kind: str, make: Callable[[], Any], ttl_s: float | None = None) -> Any:
-    """One `kind` of S3 connection per process and S3 settings, made by `make` (again after `ttl_s`)."""
+def s3_cached(kind: str, make: Callable[[], Any]) -> Any:
+    """One `kind` of S3 connection per process and S3 settings, made by `make`. Each refreshes its
+    own credentials, so none is ever made again for that."""
     key = (kind, os.getpid(), *(os.environ.get(k) for k in S3_SETTINGS))
-    hit = _s3_cache.get(key)
-    if hit is None or (ttl_s is not None and time.monotonic() - hit[0] >= ttl_s):
-        hit = _s3_cache[key] = (time.monotonic(), make())
-    return hit[1]
+    if key not in _s3_cache:
+        _s3_cache[key] = make()
+    return _s3_cache[key]
 
 
 def s3_filesystem() -> pafs.S3FileSystem:
     """This process's S3 filesystem (pyarrow)."""
-    return s3_cached("filesystem", _new_s3_filesystem, S3_FILESYSTEM_TTL_S)
+    return s3_cached("filesystem", _new_s3_filesystem)
 
 
 def _new_s3_filesystem() -> pafs.S3FileSystem:
     import boto3
 
-    session = boto3.Session()
-    kwargs: dict[str, Any] = {"region": session.region_name or os.environ.get("AWS_REGION", "us-east-1")}
-    creds = session.get_credentials()
-    if creds is not None:
-        frozen = creds.get_frozen_credentials()
-        kwargs.update(access_key=frozen.access_key, secret_key=frozen.secret_key, session_token=frozen.token)
+    # No keys handed over: frozen copies of temporary credentials (instance roles, SSO, web identity,
+    # credential_process) would expire hours into a run. The AWS SDK inside pyarrow resolves and
+    # refreshes them itself, on whichever node the filesystem is used (a pickled one included).
+    region = boto3.Session().region_name or os.environ.get("AWS_REGION", "us-east-1")
+    kwargs: dict[str, Any] = {"region": region}
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     if endpoint:
         parsed = urlparse(endpoint)

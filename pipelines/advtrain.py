@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from redline.cluster import storage
-from redline.cluster.config import RunConfig, Strict
+from redline.cluster.config import Execution, Input, Result, RunConfig, Strict
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, require_finished
 from redline.errors import RedlineError, last_line
 from redline.pipelines.corpora import CorpusConfig, read_corpus
@@ -41,10 +41,10 @@ VARIANTS = ("no_tae", "unfiltered_tae", "taebench", "taebench_plus", "balanced_t
 class SearchSpace(Strict):
     """Hyper-parameters swept by Ray Tune: every combination of the lists, `num_samples` times each."""
 
-    learning_rate: list[float] = Field([5e-5], min_length=1)
-    batch_size: list[int] = Field([16], min_length=1)
-    epochs: list[int] = Field([3], min_length=1)
-    augment_ratio: list[float] = Field([1.0], min_length=1,
+    learning_rate: list[float] = Result([5e-5], min_length=1)
+    batch_size: list[int] = Execution([16], min_length=1)
+    epochs: list[int] = Result([3], min_length=1)
+    augment_ratio: list[float] = Result([1.0], min_length=1,
                                        description="Adversarial rows added per base training row, at most (1.0: up to "
                                                    "as many as the base set has).")
 
@@ -52,29 +52,30 @@ class SearchSpace(Strict):
 class AdvTrainConfig(RunConfig):
     """`redline run advtrain`: adversarial-training variants (the paper's Table 5) as a Ray Tune sweep."""
 
-    taebench: str = Field(description="A finished `redline run taebench` run directory.")
+    taebench: str = Input(description="A finished `redline run taebench` run directory.")
     train_corpus: CorpusConfig = Field(description="The seed training set every variant starts from.")
     test_corpus: CorpusConfig = Field(description="The seed test split (F1 / ROC-AUC column).")
-    base_model: str = Field(description="Hub id or local directory of the model to fine-tune.")
-    variants: list[Literal["no_tae", "unfiltered_tae", "taebench", "taebench_plus", "balanced_taebench_plus"]] = Field(
+    base_model: str = Input(description="Hub id or local directory of the model to fine-tune.")
+    variants: list[Literal["no_tae", "unfiltered_tae", "taebench", "taebench_plus", "balanced_taebench_plus"]] = Result(
         list(VARIANTS), min_length=1)
-    holdout_recipes: list[str] = Field(default_factory=list,
+    holdout_recipes: list[str] = Result(default_factory=list,
                                        description="Recipes left out of training TAE, to measure robustness to unseen attacks.")
     search: SearchSpace = Field(default_factory=SearchSpace)
-    num_samples: int = Field(1, gt=0, description="Trials per grid point (different seeds).")
-    scheduler: Literal["fifo", "asha"] = "fifo"
-    grace_period: int = Field(1, gt=0, description="ASHA: epochs before a trial can be stopped.")
-    reduction_factor: float = Field(2.0, gt=1)
-    metric: Literal["val_f1", "val_balanced_accuracy"] = Field("val_f1", description="Chooses the best trial per variant.")
-    schedule: Literal["linear", "cosine_with_restarts"] = "linear"
-    warmup_ratio: float = Field(0.1, ge=0, lt=1)
-    patience: int | None = Field(None, gt=0, description="Early stopping: epochs without a better validation metric.")
-    max_length: int = Field(128, gt=0)
-    max_train_rows: int | None = Field(None, gt=0, description="Cap on base training rows (a seeded sample).")
-    max_concurrent_trials: int | None = Field(None, gt=0)
-    num_cpus: float = Field(1.0, gt=0, description="CPUs per trial.")
-    num_gpus: float = Field(0.0, ge=0, description="GPUs per trial.")
-    seed: int = 0
+    num_samples: int = Result(1, gt=0, description="Trials per grid point (different seeds).")
+    scheduler: Literal["fifo", "asha"] = Result("fifo")
+    grace_period: int = Result(1, gt=0, description="ASHA: epochs before a trial can be stopped.")
+    reduction_factor: float = Result(2.0, gt=1)
+    metric: Literal["val_f1", "val_balanced_accuracy"] = Result(
+        "val_f1", description="Chooses the best trial per variant.")
+    schedule: Literal["linear", "cosine_with_restarts"] = Result("linear")
+    warmup_ratio: float = Result(0.1, ge=0, lt=1)
+    patience: int | None = Result(None, gt=0, description="Early stopping: epochs without a better validation metric.")
+    max_length: int = Result(128, gt=0)
+    max_train_rows: int | None = Result(None, gt=0, description="Cap on base training rows (a seeded sample).")
+    max_concurrent_trials: int | None = Result(None, gt=0)
+    num_cpus: float = Execution(1.0, gt=0, description="CPUs per trial.")
+    num_gpus: float = Execution(0.0, ge=0, description="GPUs per trial.")
+    seed: int = Result(0)
 
 
 EVAL_SETS = ("seed_test", "tae_test", "bae_test", "unseen_tae")
@@ -144,8 +145,9 @@ def _rates(y: np.ndarray, p: np.ndarray) -> dict[str, float | None]:
             "balanced_accuracy": None if tpr is None or tnr is None else (tpr + tnr) / 2}
 
 
-def trial(params: dict[str, Any]) -> None:
-    """One Tune trial: fine-tune on base + this variant's adversarial rows, report every epoch."""
+def trial(params: dict[str, Any], config: AdvTrainConfig, paths: dict[str, str]) -> None:
+    """One Tune trial: fine-tune on base + this variant's adversarial rows, report every epoch. The
+    sweep's axes come in `params`; the typed config and data paths through the object store."""
     from ray import tune
 
     from redline.actors.trainer import (
@@ -155,8 +157,6 @@ def trial(params: dict[str, Any]) -> None:
         split_held_out,
     )
 
-    cfg = AdvTrainConfig.model_validate(params["config"])
-    paths = params["paths"]
     base = storage.read_parquet(paths["base"]).to_pylist()
     adv = storage.read_parquet(paths[f"adv_{params['variant']}"]).to_pylist()
     rng = random.Random(params["seed"])
@@ -169,11 +169,11 @@ def trial(params: dict[str, Any]) -> None:
     val_texts, val_y = [rows[i]["text"] for i in val_idx], np.array([rows[i]["label"] for i in val_idx])
     evals = {name: storage.read_parquet(paths[name]).to_pylist() for name in EVAL_SETS}
     settings = TrainSettings(epochs=params["epochs"], learning_rate=params["learning_rate"],
-                             batch_size=params["batch_size"], warmup_ratio=cfg.warmup_ratio, schedule=cfg.schedule,
-                             max_length=cfg.max_length, seed=params["seed"])
+                             batch_size=params["batch_size"], warmup_ratio=config.warmup_ratio, schedule=config.schedule,
+                             max_length=config.max_length, seed=params["seed"])
     # Resumed after an interruption: continue from the last checkpoint's weights and epoch (the
     # optimizer and schedule restart for the remaining epochs).
-    source, start, workdir = cfg.base_model, 1, tempfile.mkdtemp(prefix="redline-trial-")
+    source, start, workdir = config.base_model, 1, tempfile.mkdtemp(prefix="redline-trial-")
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         source = checkpoint.to_directory(os.path.join(workdir, "resume"))
@@ -210,9 +210,9 @@ def trial(params: dict[str, Any]) -> None:
             with open(os.path.join(tmp, EPOCH_FILE), "w") as f:
                 json.dump({"epoch": epoch, "variant": params["variant"]}, f)
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))
-        score = metrics[cfg.metric] or 0.0
+        score = metrics[config.metric] or 0.0
         best, since_best = (score, 0) if score > best else (best, since_best + 1)
-        if cfg.patience is not None and since_best >= cfg.patience:
+        if config.patience is not None and since_best >= config.patience:
             break
 
 
@@ -256,7 +256,8 @@ def execute(config: AdvTrainConfig, run: Run, watch: Stopwatch, verbose: bool) -
     ensure_ray(verbose=verbose)
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     check_placeable("each advtrain trial", config.num_cpus, config.num_gpus)
-    trainable = tune.with_resources(trial, {"cpu": config.num_cpus, "gpu": config.num_gpus})
+    trainable = tune.with_resources(tune.with_parameters(trial, config=config, paths=paths),
+                                    {"cpu": config.num_cpus, "gpu": config.num_gpus})
     storage_path = run.uri if storage.is_s3(run.uri) else os.path.abspath(run.uri)
     sweep = storage.join(storage_path, "sweep")
     if tune.Tuner.can_restore(sweep):
@@ -268,8 +269,7 @@ def execute(config: AdvTrainConfig, run: Run, watch: Stopwatch, verbose: bool) -
         space = {"variant": tune.grid_search(list(config.variants)),
                  "learning_rate": tune.grid_search(s.learning_rate), "batch_size": tune.grid_search(s.batch_size),
                  "epochs": tune.grid_search(s.epochs), "augment_ratio": tune.grid_search(s.augment_ratio),
-                 "seed": tune.randint(0, 2**31 - 1) if config.num_samples > 1 else config.seed,
-                 "config": config.model_dump(mode="json"), "paths": paths}
+                 "seed": tune.randint(0, 2**31 - 1) if config.num_samples > 1 else config.seed}
         scheduler = (ASHAScheduler(time_attr="training_iteration", max_t=max(s.epochs),
                                    grace_period=config.grace_period, reduction_factor=config.reduction_factor)
                      if config.scheduler == "asha" else None)

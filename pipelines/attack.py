@@ -23,7 +23,7 @@ from redline.actors.attack.recipes import AttackResources, RecipeOptions
 from redline.actors.attack.recipes import preflight as recipe_preflight
 from redline.actors.attack.recipes import uses_gpu as recipe_uses_gpu
 from redline.actors.detectors import DetectorConfig, detector_class, preflight_detector
-from redline.cluster.config import RunConfig
+from redline.cluster.config import Execution, Result, RunConfig
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.cluster.tables import STATUS_OK, conform
 from redline.errors import RedlineError
@@ -48,21 +48,21 @@ class AttackConfig(RunConfig):
     victim: DetectorConfig = Field(description="The detector under attack (any detector kind).")
     recipes: list[RecipeOptions] = Field(min_length=1, description="Recipe names, {name: ..., query_budget: ...} "
                                                                    "overrides, or recipes declared from components.")
-    goals: list[Literal["tae", "bae"]] = Field(["tae"], min_length=1,
+    goals: list[Literal["tae", "bae"]] = Result(["tae"], min_length=1,
                                                description="tae: toxic seeds -> benign; bae: benign seeds -> toxic.")
-    only_correct: bool = Field(True, description="Skip seeds the victim already gets wrong (TextAttack's `skipped`).")
-    max_seeds: int | None = Field(None, gt=0, description="At most this many seeds per goal (a seeded sample).")
-    similarity: Literal["auto", "always", "never"] = Field(
+    only_correct: bool = Result(True, description="Skip seeds the victim already gets wrong (TextAttack's `skipped`).")
+    max_seeds: int | None = Result(None, gt=0, description="At most this many seeds per goal (a seeded sample).")
+    similarity: Literal["auto", "always", "never"] = Result(
         "auto", description="Sentence-encoder similarity of seed and result: auto = for recipes with a "
                             "similarity constraint (their encoder is loaded anyway); always costs a model pass.")
-    seed: int = 0
+    seed: int = Result(0)
     resources: AttackResources = Field(default_factory=AttackResources,
                                        description="Models and files recipes use (see README).")
-    actors: int = Field(1, gt=0, description="Attacker actors; each loads the victim and recipe models once.")
-    num_cpus: float = Field(1.0, ge=0)
-    num_gpus: float = Field(0.0, ge=0)
-    batch_size: int = Field(64, gt=0, description="Attempts each actor runs at once (their queries are batched).")
-    shard_size: int = Field(500, gt=0, description="Attempts per output shard (the unit of resume).")
+    actors: int = Execution(1, gt=0, description="Attacker actors; each loads the victim and recipe models once.")
+    num_cpus: float = Execution(1.0, ge=0)
+    num_gpus: float = Execution(0.0, ge=0)
+    batch_size: int = Execution(64, gt=0, description="Attempts each actor runs at once (their queries are batched).")
+    shard_size: int = Result(500, gt=0, description="Attempts per output shard (the unit of resume).")
 
     @field_validator("recipes", mode="before")
     @classmethod
@@ -170,9 +170,8 @@ def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> 
     shards = sharded.prepare_inputs(run, lambda: build_attempts(config), config.shard_size, attempt_counts)
     watch.lap("build_attempts_s")
     pending = sharded.pending_shards(run, OUTPUT_DIR, len(shards))
-    worker_kwargs = {"victim": config.victim.model_dump(mode="json"),
-                     "recipes": [r.model_dump(mode="json") for r in config.recipes],
-                     "resources": config.resources.model_dump(mode="json"), "only_correct": config.only_correct,
+    worker_kwargs = {"victim": config.victim, "recipes": config.recipes, "resources": config.resources,
+                     "only_correct": config.only_correct,
                      "similarity": config.similarity, "num_gpus": config.num_gpus,
                      "wordnet": _shared_wordnet(config) if pending else None}
     with ActorPool(AttackWorker, worker_kwargs, config.actors if pending else 0, num_cpus=config.num_cpus,

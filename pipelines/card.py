@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from redline.actors.detectors import DetectorConfig
 from redline.actors.generators import GeneratorConfig
-from redline.cluster.config import RunConfig, Strict, validate_config
+from redline.cluster.config import Input, Result, RunConfig, Strict, validate_config
 from redline.cluster.runs import Run, RunDir, Stopwatch
 from redline.errors import RedlineError
 from redline.pipelines.figures import CARD, EGREGIOUS, TRANSFER
@@ -35,10 +35,11 @@ class GuardSection(Strict):
     """(a): `taebench_run` (an existing TaeBench run), or `attack` + `taebench` settings that build one
     against the guard (the attack's victim and the TaeBench input are the card's)."""
 
-    taebench_run: str | None = Field(None, description="A finished TaeBench run to transfer onto the guard.")
-    attack: dict[str, Any] | None = Field(None, description="`redline run attack` settings without victim/output.")
-    taebench: dict[str, Any] | None = Field(None, description="`redline run taebench` settings without attacks/output.")
-    split: Literal["test", "train", "all"] = Field("all", description="TaeBench split the guard is scored on.")
+    taebench_run: str | None = Input(None, description="A finished TaeBench run to transfer onto the guard.")
+    attack: dict[str, Any] | None = Result(None, description="`redline run attack` settings without victim/output.")
+    taebench: dict[str, Any] | None = Result(
+        None, description="`redline run taebench` settings without attacks/output.")
+    split: Literal["test", "train", "all"] = Result("all", description="TaeBench split the guard is scored on.")
 
     @model_validator(mode="after")
     def _one_source(self) -> "GuardSection":
@@ -53,23 +54,23 @@ class DialogueSection(Strict):
     """(b): `redline run diasafety` settings without generators/output (the generator is the card's
     model; `utterance_detector` defaults to the guard)."""
 
-    diasafety: dict[str, Any]
+    diasafety: dict[str, Any] = Result()
 
 
 class TriggerSection(Strict):
     """(c): `redline run egregious` settings without models/output, and what the model's thresholds
     are estimated on (`threshold_pairs`) or given as (`t_out`, `t_in`)."""
 
-    egregious: dict[str, Any] = Field(default_factory=lambda: {"lists": [{"name": "mal", "limit": 50}]})
-    threshold_pairs: dict[str, Any] | None = None
-    t_out: float | None = None
-    t_in: float | None = None
+    egregious: dict[str, Any] = Result(default_factory=lambda: {"lists": [{"name": "mal", "limit": 50}]})
+    threshold_pairs: dict[str, Any] | None = Result(None)
+    t_out: float | None = Result(None)
+    t_in: float | None = Result(None)
 
 
 class CardConfig(RunConfig):
     """`redline eval`: a safety card for one chat model and its guard detector."""
 
-    model: GeneratorConfig = Field(description="The chat model (any generator kind).")
+    model: GeneratorConfig = Input(description="The chat model (any generator kind).")
     guard: DetectorConfig = Field(description="The guard detector that protects it (any detector kind).")
     guard_attack: GuardSection | None = None
     dialogue: DialogueSection | None = None
@@ -85,6 +86,10 @@ class CardConfig(RunConfig):
             except RedlineError as err:
                 raise ValueError(f"{part}: {err}") from None
         return self
+
+    def sub_configs(self) -> list[BaseModel]:
+        """The parts' own configs: the files they read are the card's inputs."""
+        return [c for build in PART_CONFIGS.values() if (c := build(self, "card-check", "card-check")) is not None]
 
 
 def white_box(model: GeneratorConfig) -> str | None:

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, field_validator
 
-from redline.cluster.config import LabelValue, Strict
+from redline.cluster.config import Input, LabelValue, Result, Strict
 from redline.cluster.tables import MIXED_KEY, STATUS_OK, STATUS_REJECTED, DataFile
 from redline.errors import RedlineError
 from redline.pipelines.schema import CORPUS_SCHEMA
@@ -23,36 +23,36 @@ from redline.pipelines.schema import CORPUS_SCHEMA
 class CorpusConfig(Strict):
     """Where a labelled text corpus lives and how its columns map onto redline's corpus schema."""
 
-    path: str = Field(description="Local path or s3:// URI of a CSV, JSONL/JSON or Parquet file.")
-    format: Literal["auto", "csv", "jsonl", "json", "parquet"] = "auto"
-    preset: Literal["davidson", "jigsaw", "diasafety"] | None = Field(
+    path: str = Input(description="Local path or s3:// URI of a CSV, JSONL/JSON or Parquet file.")
+    format: Literal["auto", "csv", "jsonl", "json", "parquet"] = Result("auto")
+    preset: Literal["davidson", "jigsaw", "diasafety"] | None = Result(
         None, description="Built-in column mapping for a known dataset format."
     )
-    text_column: str | None = None
-    label_column: str | Annotated[list[str], Field(min_length=1)] | None = Field(
+    text_column: str | None = Result(None)
+    label_column: str | Annotated[list[str], Field(min_length=1)] | None = Result(
         None, description="One label column, or several 0/1 columns (toxic if any is positive)."
     )
-    context_column: str | None = None
-    toxic_values: list[LabelValue] | None = Field(
+    context_column: str | None = Result(None)
+    toxic_values: list[LabelValue] | None = Result(
         None, min_length=1, description="Values of the label column that mean toxic."
     )
-    benign_values: list[LabelValue] | None = Field(
+    benign_values: list[LabelValue] | None = Result(
         None, min_length=1, description="Values that mean benign; when unset, every other value is benign."
     )
-    label_names: dict[str, str] | None = Field(
+    label_names: dict[str, str] | None = Result(
         None, description="Readable names of raw label values, e.g. {0: hate, 1: offensive}."
     )
-    dataset: str | None = Field(None, description="Dataset name in provenance; default: preset or file stem.")
-    split: str = "test"
-    limit: int | None = Field(None, gt=0, description="Score at most this many rows.")
-    sample: Literal["random", "first"] = "random"
-    seed: int = 0
-    encoding: str = "utf-8"
-    encoding_errors: Literal["strict", "replace"] = Field(
+    dataset: str | None = Result(None, description="Dataset name in provenance; default: preset or file stem.")
+    split: str = Result("test")
+    limit: int | None = Result(None, gt=0, description="Score at most this many rows.")
+    sample: Literal["random", "first"] = Result("random")
+    seed: int = Result(0)
+    encoding: str = Result("utf-8")
+    encoding_errors: Literal["strict", "replace"] = Result(
         "strict", description="strict: stop at the first undecodable byte; replace: substitute U+FFFD."
     )
-    max_chars: int = Field(20_000, gt=0, description="Longer texts are kept but rejected with a reason.")
-    max_field_mb: int = Field(16, gt=0, le=2048, description="CSV: the longest value (in MB) the reader takes.")
+    max_chars: int = Result(20_000, gt=0, description="Longer texts are kept but rejected with a reason.")
+    max_field_mb: int = Result(16, gt=0, le=2048, description="CSV: the longest value (in MB) the reader takes.")
 
     @field_validator("label_names", mode="before")
     @classmethod

@@ -23,9 +23,9 @@ from pydantic import Field, model_validator
 from redline.actors.detectors import DetectorConfig, preflight_detector
 from redline.actors.dialogue_safety.classifiers import check_classifiers, load_rows
 from redline.actors.dialogue_safety.two_step import TwoStepWorker
-from redline.actors.generators import GenerationWorker, GeneratorConfig
+from redline.actors.generators import GenerationWorker, GeneratorConfig, SamplingParams
 from redline.cluster import storage
-from redline.cluster.config import RunConfig, Strict, unique_names
+from redline.cluster.config import Execution, Input, Result, RunConfig, Strict, unique_names
 from redline.cluster.devices import PRECISION_HELP, Precision
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.cluster.tables import conform
@@ -39,41 +39,41 @@ from redline.pipelines.template import Pipeline
 
 
 class PregeneratedResponses(Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="The model's name on the leaderboard.")
-    path: str = Field(description="JSON or JSONL rows: {context, category?, responses: [...]}.")
+    name: str = Result(pattern=r"^[A-Za-z0-9_.\-]+$", description="The model's name on the leaderboard.")
+    path: str = Input(description="JSON or JSONL rows: {context, category?, responses: [...]}.")
 
 
 class ScoringActors(Strict):
     """Actors that each load the two-step detector once and judge responses in batches."""
 
-    actors: int = Field(1, gt=0)
-    num_cpus: float = Field(1.0, ge=0)
-    num_gpus: float = Field(0.0, ge=0, description="1 puts the context classifiers on a GPU.")
-    batch_size: int = Field(256, gt=0, description="Responses per batch.")
-    precision: Precision = Field("auto", description=PRECISION_HELP)
+    actors: int = Execution(1, gt=0)
+    num_cpus: float = Execution(1.0, ge=0)
+    num_gpus: float = Execution(0.0, ge=0, description="1 puts the context classifiers on a GPU.")
+    batch_size: int = Execution(256, gt=0, description="Responses per batch.")
+    precision: Precision = Result("auto", description=PRECISION_HELP)
 
 
 class DiaSafetyEvalConfig(RunConfig):
     """`redline run diasafety`: evaluate chatbots on DiaSafety contexts with the two-step detector."""
 
-    contexts: str = Field(description="DiaSafety JSON (validation or test split); its contexts are the prompts.")
-    categories: list[str] | None = Field(None, min_length=1, description="Default: every category in the file.")
-    max_contexts_per_category: int | None = Field(None, gt=0, description="A seeded sample per category.")
+    contexts: str = Input(description="DiaSafety JSON (validation or test split); its contexts are the prompts.")
+    categories: list[str] | None = Result(None, min_length=1, description="Default: every category in the file.")
+    max_contexts_per_category: int | None = Result(None, gt=0, description="A seeded sample per category.")
     generators: list[GeneratorConfig] = Field(default_factory=list, description="Models that generate responses.")
     pregenerated: list[PregeneratedResponses] = Field(default_factory=list,
                                                       description="Responses generated elsewhere, scored as they are.")
-    responses_per_context: int = Field(10, gt=0)
-    temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int | None = Field(None, ge=0)
-    max_tokens: int = Field(32, gt=0)
-    seed: int = 0
+    responses_per_context: int = Result(10, gt=0)
+    temperature: float = Result(1.0, ge=0)
+    top_p: float = Result(1.0, gt=0, le=1)
+    top_k: int | None = Result(None, ge=0)
+    max_tokens: int = Result(32, gt=0)
+    seed: int = Result(0)
     utterance_detector: DetectorConfig = Field(description="Step 1: judges the response alone.")
-    classifiers: str = Field(description="Step 2: a one-vs-all directory from `redline train dialogue-safety`.")
-    batch_size: int = Field(16, gt=0, description="Contexts per generation batch.")
-    actors: int = Field(1, gt=0)
-    num_cpus: float = Field(1.0, ge=0)
-    num_gpus: float = Field(0.0, ge=0)
+    classifiers: str = Input(description="Step 2: a one-vs-all directory from `redline train dialogue-safety`.")
+    batch_size: int = Execution(16, gt=0, description="Contexts per generation batch.")
+    actors: int = Execution(1, gt=0)
+    num_cpus: float = Execution(1.0, ge=0)
+    num_gpus: float = Execution(0.0, ge=0)
     scoring: ScoringActors = Field(default_factory=ScoringActors,
                                    description="The Ray Data actors that run the two-step detector.")
 
@@ -123,15 +123,16 @@ def read_pregenerated(path: str, contexts: list[dict[str, Any]]) -> list[dict[st
 
 
 def generate(config: DiaSafetyEvalConfig, contexts: list[dict[str, Any]], verbose: bool) -> dict[str, list[dict[str, Any]]]:
-    sampling = {"n": config.responses_per_context, "temperature": config.temperature, "top_p": config.top_p,
-                "top_k": config.top_k, "max_tokens": config.max_tokens, "seed": config.seed}
+    sampling = SamplingParams(n=config.responses_per_context, temperature=config.temperature, top_p=config.top_p,
+                              top_k=config.top_k, max_tokens=config.max_tokens, seed=config.seed)
     table = pa.Table.from_pylist(contexts)
     out = {}
     for g in config.generators:
         gpus = g.num_gpus or config.num_gpus  # the actor's GPU is the model's (one device policy)
-        result = map_table(table, GenerationWorker, {"config": g.model_copy(update={"num_gpus": gpus}).model_dump(
-                               mode="json"), "sampling": sampling}, actors=config.actors, num_cpus=config.num_cpus,
-                           num_gpus=gpus, batch_size=config.batch_size, verbose=verbose)
+        result = map_table(table, GenerationWorker, {"config": g.model_copy(update={"num_gpus": gpus}),
+                                                     "sampling": sampling},
+                           actors=config.actors, num_cpus=config.num_cpus, num_gpus=gpus, batch_size=config.batch_size,
+                           verbose=verbose)
         out[g.name] = result.to_pylist()
     return out
 
@@ -145,7 +146,7 @@ def score(config: DiaSafetyEvalConfig, responses: dict[str, list[dict[str, Any]]
     judged = pa.Table.from_pylist(flat) if flat else None
     if judged is not None:
         s = config.scoring
-        judged = map_table(judged, TwoStepWorker, {"utterance": config.utterance_detector.model_dump(mode="json"),
+        judged = map_table(judged, TwoStepWorker, {"utterance": config.utterance_detector,
                                                    "classifiers": config.classifiers, "batch_size": s.batch_size,
                                                    "precision": s.precision, "num_gpus": s.num_gpus},
                            actors=s.actors, num_cpus=s.num_cpus,

@@ -25,7 +25,7 @@ from redline.actors.dialogue_safety.taxonomy import category, taxonomy
 from redline.actors.trainer import TrainSettings
 from redline.cluster import storage
 from redline.cluster.artifacts import local_output
-from redline.cluster.config import RunConfig, Strict
+from redline.cluster.config import Execution, Input, Result, RunConfig, Strict
 from redline.cluster.devices import PRECISION_HELP, Precision
 from redline.cluster.progress import progress_bar
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, clear
@@ -39,11 +39,11 @@ from redline.pipelines.template import Pipeline
 class HyperGrid(Strict):
     """Values to try for training settings; every combination is a Ray Tune trial per classifier."""
 
-    learning_rate: list[float] | None = Field(None, min_length=1)
-    batch_size: list[int] | None = Field(None, min_length=1)
-    epochs: list[int] | None = Field(None, min_length=1)
-    weight_decay: list[float] | None = Field(None, min_length=1)
-    warmup_ratio: list[float] | None = Field(None, min_length=1)
+    learning_rate: list[float] | None = Result(None, min_length=1)
+    batch_size: list[int] | None = Execution(None, min_length=1)
+    epochs: list[int] | None = Result(None, min_length=1)
+    weight_decay: list[float] | None = Result(None, min_length=1)
+    warmup_ratio: list[float] | None = Result(None, min_length=1)
 
     def combinations(self) -> list[dict[str, Any]]:
         import itertools
@@ -56,7 +56,7 @@ class ContextBaseline(Strict):
     """A context-aware classifier as a coarse-grain baseline."""
 
     detector: DetectorConfig
-    join: Literal["pair", "newline", "space"] = Field(
+    join: Literal["pair", "newline", "space"] = Result(
         "newline", description="pair: the model's text pair (hf cross-encoders); newline: turns on their own lines "
                                "(ParlAI's BBF/BAD history format); space: one string.")
 
@@ -71,16 +71,16 @@ class ContextBaseline(Strict):
 class DialogueSafetyTrainConfig(RunConfig):
     """`redline train dialogue-safety`: DiaSafety context classifiers and the paper's comparisons."""
 
-    train: str = Field(description="DiaSafety train JSON (rows of context, response, category, label).")
-    val: str = Field(description="DiaSafety validation JSON: picks each classifier's best epoch (and trial), and "
+    train: str = Input(description="DiaSafety train JSON (rows of context, response, category, label).")
+    val: str = Input(description="DiaSafety validation JSON: picks each classifier's best epoch (and trial), and "
                                  "is scored.")
-    test: str | None = Field(None, description="DiaSafety test JSON: scored too, next to validation (the paper "
+    test: str | None = Input(None, description="DiaSafety test JSON: scored too, next to validation (the paper "
                                                "reports test); never used to choose anything.")
-    base_model: str = Field(description="Hub id or local directory (RoBERTa-base in the paper; MiniLM offline).")
-    categories: list[str] | None = Field(None, min_length=1, description="Default: every category with training rows.")
-    add_categories: list[dict[str, Any]] = Field(default_factory=list,
+    base_model: str = Input(description="Hub id or local directory (RoBERTa-base in the paper; MiniLM offline).")
+    categories: list[str] | None = Result(None, min_length=1, description="Default: every category with training rows.")
+    add_categories: list[dict[str, Any]] = Result(default_factory=list,
                                                  description="Extra taxonomy entries: {name, definition, personal}.")
-    variants: list[Literal["one_vs_all", "single", "one_vs_all_no_context"]] = Field(
+    variants: list[Literal["one_vs_all", "single", "one_vs_all_no_context"]] = Result(
         ["one_vs_all", "single", "one_vs_all_no_context"], min_length=1)
     utterance_detectors: list[DetectorConfig] = Field(
         default_factory=list, description="Coarse-grain baselines, given the response only and context+response.")
@@ -88,23 +88,24 @@ class DialogueSafetyTrainConfig(RunConfig):
         default_factory=list, description="Context-aware coarse-grain baselines (the paper compares BBF and BAD): "
                                           "a detector given (context, response) as its model's text pair, or "
                                           "joined as dialogue turns.")
-    epochs: int = Field(10, gt=0)
-    learning_rate: float = Field(2e-5, gt=0)
-    batch_size: int = Field(16, gt=0)
-    max_length: int = Field(128, gt=0)
-    patience: int | None = Field(2, gt=0, description="Early stopping on validation macro-F1.")
-    precision: Precision = Field("auto", description=PRECISION_HELP)
-    num_gpus: float = Field(0.0, ge=0, description="Train on a GPU (without tune_trials; the trials get trial_gpus).")
-    tune_trials: bool = Field(False, description="Train the one-vs-all categories in parallel as Ray Tune trials.")
+    epochs: int = Result(10, gt=0)
+    learning_rate: float = Result(2e-5, gt=0)
+    batch_size: int = Execution(16, gt=0)
+    max_length: int = Result(128, gt=0)
+    patience: int | None = Result(2, gt=0, description="Early stopping on validation macro-F1.")
+    precision: Precision = Result("auto", description=PRECISION_HELP)
+    num_gpus: float = Execution(
+        0.0, ge=0, description="Train on a GPU (without tune_trials; the trials get trial_gpus).")
+    tune_trials: bool = Execution(False, description="Train the one-vs-all categories in parallel as Ray Tune trials.")
     search: HyperGrid | None = Field(None, description="A hyper-parameter grid, e.g. {learning_rate: [1e-5, 2e-5], "
                                                        "batch_size: [16, 32]}: every combination a Tune trial per "
                                                        "classifier (implies tune_trials); the best by validation "
                                                        "macro-F1 is kept.")
-    trial_cpus: float = Field(1.0, gt=0, description="CPUs per trial (with tune_trials).")
-    trial_gpus: float = Field(0.0, ge=0, description="GPUs per trial (with tune_trials).")
-    limit_train: int | None = Field(None, gt=0, description="Train on a seeded sample of this many rows.")
-    limit_val: int | None = Field(None, gt=0)
-    seed: int = 0
+    trial_cpus: float = Execution(1.0, gt=0, description="CPUs per trial (with tune_trials).")
+    trial_gpus: float = Execution(0.0, ge=0, description="GPUs per trial (with tune_trials).")
+    limit_train: int | None = Result(None, gt=0, description="Train on a seeded sample of this many rows.")
+    limit_val: int | None = Result(None, gt=0)
+    seed: int = Result(0)
 
 
 def _sample(rows: list[dict[str, str]], n: int | None, seed: int) -> list[dict[str, str]]:

@@ -24,7 +24,7 @@ from redline.actors.triggers.pairs import PairCorpusConfig
 from redline.actors.triggers.settings import TriggerSearchSettings
 from redline.actors.triggers.worker import RESULT_SCHEMA, EgregiousModelConfig, TriggerWorker
 from redline.cluster.artifacts import local_path
-from redline.cluster.config import RunConfig, unique_names
+from redline.cluster.config import Execution, Input, Result, RunConfig, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.errors import RedlineError
 from redline.pipelines import sharded
@@ -43,11 +43,12 @@ LIST_SEARCHES = {"normal": ["o-greedy"], "normal-sample": ["o-sample-min"], "pla
 
 
 class TargetListConfig(RunConfig):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="normal, normal-sample, planted, mal and random are "
+    name: str = Result(pattern=r"^[A-Za-z0-9_.\-]+$", description="normal, normal-sample, planted, mal and random are "
                                                                  "built in; any other name needs path.")
-    path: str | None = Field(None, description="One target per line (replaces the built-in list of that name).")
-    limit: int | None = Field(None, gt=0, description="Search at most this many targets (a seeded sample).")
-    searches: list[Search] | None = Field(None, min_length=1, description="Hit types searched on this list; default: the paper's "
+    path: str | None = Input(None, description="One target per line (replaces the built-in list of that name).")
+    limit: int | None = Result(None, gt=0, description="Search at most this many targets (a seeded sample).")
+    searches: list[Search] | None = Result(
+        None, min_length=1, description="Hit types searched on this list; default: the paper's "
                                                            "(normal, planted: o-greedy; normal-sample: o-sample-min), "
                                                            "else the run's `searches`.")
 
@@ -60,14 +61,14 @@ class EgregiousConfig(RunConfig, TriggerSearchSettings):
     lists: list[TargetListConfig] = Field(default_factory=lambda: [TargetListConfig(name=n) for n in ("normal", "mal", "random")], min_length=1)
     normal_inputs: PairCorpusConfig | None = Field(None, description="Test pairs whose inputs give the normal list "
                                                                      "(LSTM models; HF models need a normal list file).")
-    searches: list[Search] = Field(
+    searches: list[Search] = Result(
         ["o-greedy", "o-sample-avg", "o-sample-min", "io-sample-avg", "io-sample-min"], min_length=1,
         description="Hit types to search for (each reports k = 1 and 2); io needs an LM.")
-    actors: int = Field(1, gt=0)
-    num_cpus: float = Field(1.0, gt=0)
-    num_gpus: float = Field(0.0, ge=0)
-    batch_size: int = Field(64, gt=0, description="Targets per actor call (searched together in one batch).")
-    shard_size: int = Field(256, gt=0)
+    actors: int = Execution(1, gt=0)
+    num_cpus: float = Execution(1.0, gt=0)
+    num_gpus: float = Execution(0.0, ge=0)
+    batch_size: int = Execution(64, gt=0, description="Targets per actor call (searched together in one batch).")
+    shard_size: int = Result(256, gt=0)
 
     @model_validator(mode="after")
     def _unique(self) -> EgregiousConfig:
@@ -83,9 +84,11 @@ INPUT_SCHEMA = pa.schema([("id", pa.string()), ("model", pa.string()), ("list", 
                           ("search", pa.string()), ("source", pa.string())])
 
 
-def search_settings(config: EgregiousConfig) -> dict[str, Any]:
-    """The run's search settings as its workers receive them (validated again there, as one type)."""
-    return config.model_dump(include=set(TriggerSearchSettings.model_fields))
+def search_settings(config: EgregiousConfig) -> TriggerSearchSettings:
+    """The run's search settings as its workers receive them: the config's own (it extends the one
+    settings type), already validated."""
+    return TriggerSearchSettings.model_construct(**{name: getattr(config, name)
+                                                    for name in TriggerSearchSettings.model_fields})
 
 
 def list_searches(config: EgregiousConfig, spec: TargetListConfig) -> list[str]:
@@ -265,7 +268,7 @@ def execute(config: EgregiousConfig, run: Run, watch: Stopwatch, verbose: bool) 
     watch.lap("targets_s")
     pending = sharded.pending_shards(run, OUTPUT_DIR, len(shards))
     thresholds = {name: [m["t_out"], m["t_in"]] for name, m in manifest["models"].items()}
-    kwargs = {"models": [m.model_dump(mode="json") for m in config.models], "search": search_settings(config),
+    kwargs = {"models": config.models, "search": search_settings(config),
               "thresholds": thresholds, "num_gpus": config.num_gpus}
 
     def build_stream(source: Any) -> Any:

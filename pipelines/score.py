@@ -20,7 +20,7 @@ from pydantic import Field, field_validator
 from redline.actors.detectors import DetectorConfig, preflight_detector
 from redline.actors.detectors.worker import DETECTION_BATCH_SCHEMA, DetectionWorker
 from redline.cluster import storage
-from redline.cluster.config import RunConfig, unique_names
+from redline.cluster.config import Result, RunConfig, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.cluster.tables import STATUS_ERROR, STATUS_OK, conform
 from redline.errors import RedlineError
@@ -42,7 +42,7 @@ class ScoreConfig(RunConfig):
 
     corpus: CorpusConfig | list[CorpusConfig]
     detectors: list[DetectorConfig] = Field(min_length=1)
-    shard_size: int = Field(2_000, gt=0, description="Rows per output shard (the unit of resume).")
+    shard_size: int = Result(2_000, gt=0, description="Rows per output shard (the unit of resume).")
 
     @field_validator("detectors")
     @classmethod
@@ -123,7 +123,7 @@ def _score_pending(config: ScoreConfig, run: Run, shards: list[pa.Table], pendin
         branches = [
             source.map_batches(
                 DetectionWorker,
-                fn_constructor_kwargs={"config": det.model_dump(mode="json")},
+                fn_constructor_kwargs={"config": det},
                 batch_size=det.batch_size,
                 batch_format="numpy",
                 compute=ray.data.ActorPoolStrategy(size=det.actors),

@@ -32,7 +32,7 @@ from redline.actors.quality.grammar import (
     LanguageToolClient,
 )
 from redline.cluster import storage
-from redline.cluster.config import RunConfig, Strict
+from redline.cluster.config import Execution, Input, Result, RunConfig, Strict
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, require_finished
 from redline.errors import RedlineError
 from redline.pipelines import sharded
@@ -47,14 +47,14 @@ log = logging.getLogger(__name__)
 class NaturalnessConfig(Strict):
     """A text-acceptability classifier (any HF sequence classifier, e.g. CoLA-style)."""
 
-    model: str = Field(description="Hub id or local directory (see `redline train naturalness`).")
-    natural_label: str | None = Field(None, description="The label meaning natural/acceptable; default label 1.")
-    threshold: float = Field(0.5, ge=0, le=1, description="Reject below this probability of natural.")
-    max_length: int = Field(128, gt=0)
-    batch_size: int = Field(64, gt=0)
-    actors: int = Field(1, gt=0)
-    num_cpus: float = Field(1.0, ge=0)
-    num_gpus: float = Field(0.0, ge=0)
+    model: str = Input(description="Hub id or local directory (see `redline train naturalness`).")
+    natural_label: str | None = Result(None, description="The label meaning natural/acceptable; default label 1.")
+    threshold: float = Result(0.5, ge=0, le=1, description="Reject below this probability of natural.")
+    max_length: int = Result(128, gt=0)
+    batch_size: int = Execution(64, gt=0)
+    actors: int = Execution(1, gt=0)
+    num_cpus: float = Execution(1.0, ge=0)
+    num_gpus: float = Execution(0.0, ge=0)
 
     def detector(self) -> "DetectorConfig":
         """The same HF loading and batching as detectors, with `natural` in the role of the scored label."""
@@ -69,15 +69,16 @@ class NaturalnessConfig(Strict):
 class TaebenchConfig(RunConfig):
     """`redline run taebench`: filter raw attack output into TaeBench (TAE) and TaeBench+ (+ BAE)."""
 
-    attacks: str | Annotated[list[str], Field(min_length=1)] = Field(description="Attack run directories (local or s3://) whose successes are filtered.")
-    normalise: bool = Field(True, description="Deduplicate case- and whitespace-insensitively.")
+    attacks: str | Annotated[list[str], Field(min_length=1)] = Input(
+        description="Attack run directories (local or s3://) whose successes are filtered.")
+    normalise: bool = Result(True, description="Deduplicate case- and whitespace-insensitively.")
     grammar: GrammarConfig | None = Field(default_factory=GrammarConfig,
                                           description="null turns the grammar stage off (recorded in the manifest).")
     naturalness: NaturalnessConfig | None = None
     judge: JudgeConfig | None = Field(None, description="LLM judge; a TAE needs its Yes, a BAE its No.")
     classifier: DetectorConfig | None = Field(None, description="Toxicity classifier; must agree with the judge.")
-    test_fraction: float = Field(0.2, ge=0, le=1, description="Share of seeds whose examples form the test split.")
-    seed: int = 0
+    test_fraction: float = Result(0.2, ge=0, le=1, description="Share of seeds whose examples form the test split.")
+    seed: int = Result(0)
 
     @property
     def attack_runs(self) -> list[str]:
@@ -146,7 +147,7 @@ def grammar(table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.Table 
             return f"skipped: no LanguageTool server {where}"
         raise RedlineError(f"grammar stage: no LanguageTool server {where}; start one, or set "
                            f"grammar.skip_if_unavailable: true (or grammar: null) to run without it")
-    out = map_table(table, GrammarWorker, {"config": g.model_dump(mode="json")},
+    out = map_table(table, GrammarWorker, {"config": g},
                     actors=g.actors, num_cpus=g.num_cpus, batch_size=g.batch_size, verbose=verbose)
     errs, seed_errs = out.column("grammar_errors").to_pylist(), out.column("seed_grammar_errors").to_pylist()
     failures = out.column("grammar_error").to_pylist()
@@ -164,7 +165,7 @@ def naturalness(table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.Ta
     n = config.naturalness
     assert n is not None
     det = n.detector()
-    out = _detect(table, det.model_dump(mode="json"), det, verbose, prefix="natural")
+    out = _detect(table, det, verbose, prefix="natural")
     fail_on_errors("naturalness", "the naturalness classifier", _detector_errors(out, "natural"))
     reasons = []
     for score in out.column("natural_score").to_pylist():
@@ -180,11 +181,11 @@ def label_filter(table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.T
     out = table
     if config.judge is not None:
         j = config.judge
-        out = map_table(out, JudgeWorker, {"config": j.model_dump(mode="json")},
+        out = map_table(out, JudgeWorker, {"config": j},
                         actors=j.actors, num_cpus=j.num_cpus, batch_size=j.batch_size, verbose=verbose)
     if config.classifier is not None:
         c = config.classifier
-        out = _detect(out, c.model_dump(mode="json"), c, verbose, prefix="classifier")
+        out = _detect(out, c, verbose, prefix="classifier")
     col = {name: out.column(name).to_pylist() for name in out.column_names
            if name in ("judge_verdict", "judge_reason", "classifier_toxic")}
     if config.judge is not None:
@@ -226,8 +227,8 @@ def fail_on_errors(stage: str, what: str, errors: list[str | None]) -> None:
                            f"{' '.join(failed[0].split())[:200]}); fix the cause and rerun to resume this stage")
 
 
-def _detect(table: pa.Table, worker_config: dict[str, Any], det: Any, verbose: bool, prefix: str) -> pa.Table:
-    out = map_table(table, DetectionWorker, {"config": worker_config}, actors=det.actors,
+def _detect(table: pa.Table, det: DetectorConfig, verbose: bool, prefix: str) -> pa.Table:
+    out = map_table(table, DetectionWorker, {"config": det}, actors=det.actors,
                     num_cpus=det.num_cpus, num_gpus=det.num_gpus, batch_size=det.batch_size, verbose=verbose)
     renames = {"toxic_score": f"{prefix}_score", "pred_toxic": f"{prefix}_toxic", "det_status": f"{prefix}_status",
                "det_reason": f"{prefix}_reason"}

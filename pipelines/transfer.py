@@ -16,7 +16,7 @@ from pydantic import Field, field_validator
 
 from redline.actors.detectors import DetectorConfig
 from redline.cluster import storage
-from redline.cluster.config import RunConfig, unique_names
+from redline.cluster.config import Input, Result, RunConfig, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, require_finished
 from redline.cluster.tables import STATUS_OK, conform
 from redline.errors import RedlineError
@@ -31,11 +31,11 @@ from redline.pipelines.template import Pipeline
 class TransferConfig(RunConfig):
     """`redline run transfer`: how often TaeBench's examples fool other detectors (ASR = FNR / FPR)."""
 
-    taebench: str = Field(description="A finished `redline run taebench` run directory (local or s3://).")
+    taebench: str = Input(description="A finished `redline run taebench` run directory (local or s3://).")
     victims: list[DetectorConfig] = Field(min_length=1, description="Detectors to attack by transfer (any kind).")
-    split: Literal["test", "train", "all"] = Field("test", description="Which TaeBench split to evaluate.")
-    include_seeds: bool = Field(True, description="Also score the original seeds (FNR before the attack).")
-    shard_size: int = Field(2_000, gt=0)
+    split: Literal["test", "train", "all"] = Result("test", description="Which TaeBench split to evaluate.")
+    include_seeds: bool = Result(True, description="Also score the original seeds (FNR before the attack).")
+    shard_size: int = Result(2_000, gt=0)
 
     @field_validator("victims")
     @classmethod

@@ -103,11 +103,11 @@ def _model_failure(err: BaseException) -> ApiError:
 @serve.deployment
 @serve.ingress(api)
 class Ingress:
-    def __init__(self, config: dict[str, Any], detectors: dict[str, DeploymentHandle],
+    def __init__(self, config: ServeConfig, detectors: dict[str, DeploymentHandle],
                  generators: dict[str, DeploymentHandle], api_key_sha256: str | None = None,
                  dialogue_safety: DeploymentHandle | None = None,
                  vllm: dict[str, DeploymentHandle] | None = None) -> None:
-        self.config = ServeConfig.model_validate(config)
+        self.config = config
         self.dialogue_safety = dialogue_safety
         self.limits = self.config.limits
         self.detectors = detectors
@@ -188,9 +188,8 @@ class Ingress:
             if "error" in row:
                 raise ApiError(500, f"detector '{name}' failed on a text: {row['error']}", "server_error")
             probs = dict(zip(info["labels"], row["probs"]))
-            threshold = info["threshold"]
-            flags = {lab: (p >= (threshold.get(lab, 0.5) if isinstance(threshold, dict) else threshold)
-                           if lab in info["toxic_labels"] else False) for lab, p in probs.items()}
+            thresholds = info["label_thresholds"]
+            flags = {lab: lab in info["toxic_labels"] and p >= thresholds[lab] for lab, p in probs.items()}
             results.append({"flagged": row["toxic"], "categories": flags, "category_scores": probs,
                             "toxic_score": row["toxic_score"]})
         return {"id": f"modr-{uuid.uuid4().hex}", "model": name, "results": results}
@@ -292,11 +291,10 @@ class Health:
     keeps it answering in milliseconds). It follows the same Host rule; it is public, like every
     health check."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
-        cfg = ServeConfig.model_validate(config)
-        self.hosts = access.HostRule(cfg.host, cfg.allowed_hosts)
-        self.body = {"status": "ok", "detectors": [d.name for d in cfg.detectors],
-                     "generators": [g.name for g in cfg.generators]}
+    def __init__(self, config: ServeConfig) -> None:
+        self.hosts = access.HostRule(config.host, config.allowed_hosts)
+        self.body = {"status": "ok", "detectors": [d.name for d in config.detectors],
+                     "generators": [g.name for g in config.generators]}
 
     async def __call__(self, request: Request) -> JSONResponse:
         host = request.headers.get("host")
@@ -309,7 +307,7 @@ class Health:
 
 def health_app(config: ServeConfig) -> tuple[str, Any, str]:
     """(application name, application, route prefix) of the health check."""
-    return f"{config.app_name}-health", Health.bind(config.model_dump(mode="json")), health_route(config)
+    return f"{config.app_name}-health", Health.bind(config), health_route(config)
 
 
 def health_route(config: ServeConfig) -> str:
@@ -334,12 +332,12 @@ def build_app(config: ServeConfig | dict[str, Any], api_key_sha256: str | None =
     cfg = config if isinstance(config, ServeConfig) else ServeConfig.model_validate(config)
     detectors = {
         d.name: DetectorDeployment.options(name=f"detector-{d.name}", **deployment_options(d.serve, d.num_cpus, d.num_gpus))
-        .bind(d.model_dump(mode="json"))
+        .bind(d)
         for d in cfg.detectors
     }
     generators = {
         g.name: GeneratorDeployment.options(name=f"generator-{g.name}", **deployment_options(g.serve, g.num_cpus, g.num_gpus))
-        .bind(g.model_dump(mode="json"))
+        .bind(g)
         for g in cfg.generators if g.backend == "hf"
     }
     vllm = {g.name: vllm_deployment(g) for g in cfg.generators if g.backend == "vllm"}
@@ -347,12 +345,12 @@ def build_app(config: ServeConfig | dict[str, Any], api_key_sha256: str | None =
     if cfg.dialogue_safety is not None:
         d = cfg.dialogue_safety
         dialogue = DialogueSafetyDeployment.options(
-            name="dialogue-safety", **deployment_options(d.serve, d.num_cpus, d.num_gpus)).bind(d.model_dump(mode="json"))
+            name="dialogue-safety", **deployment_options(d.serve, d.num_cpus, d.num_gpus)).bind(d)
     # The proxy queues at most max_queued_requests for the ingress and answers the rest 503 itself: a
     # flood is refused at the door, before any request reaches Python in a replica.
     ingress = {**deployment_options(cfg.ingress, 0.1, 0), "max_queued_requests": cfg.limits.max_queued_requests}
     return Ingress.options(name="ingress", **ingress).bind(
-        cfg.model_dump(mode="json"), detectors, generators, api_key_sha256, dialogue, vllm)
+        cfg, detectors, generators, api_key_sha256, dialogue, vllm)
 
 
 def vllm_deployment(generator: Any) -> Any:
@@ -380,4 +378,4 @@ def health_builder(args: dict[str, Any]) -> Any:
     """Entry point of the health application in generated `serve deploy` files."""
     if "config" not in args:
         raise ValueError("redline.serve.app:health_builder needs args.config (a redline serve config)")
-    return Health.bind(ServeConfig.model_validate(args["config"]).model_dump(mode="json"))
+    return Health.bind(ServeConfig.model_validate(args["config"]))

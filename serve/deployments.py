@@ -44,10 +44,9 @@ class DetectorDeployment:
     """One detector. `detect(texts)` returns, per text, its probabilities, toxic score and decision,
     or the error that row hit (`DetectionWorker.score` isolates failing rows)."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
-        cfg = ServedDetectorConfig.model_validate(config)
-        self.worker = DetectionWorker(cfg.model_dump(mode="json", exclude={"serve"}))
-        self.batch = cfg.serve.batch
+    def __init__(self, config: ServedDetectorConfig) -> None:
+        self.worker = DetectionWorker(config)
+        self.batch = config.serve.batch
         self.counts = {"requests": 0, "model_calls": 0, "items": 0}
         _configure_batching(self.detect_batched, self.batch)
 
@@ -60,7 +59,8 @@ class DetectorDeployment:
         rule = det.rule
         return {"name": cfg.name, "kind": cfg.kind, "labels": list(rule.labels),
                 "toxic_labels": [lab for lab, t in zip(rule.labels, rule.toxic) if t],
-                "multi_label": rule.multi_label, "threshold": rule.threshold, "rule": rule.effective_rule}
+                "multi_label": rule.multi_label, "threshold": rule.threshold, "rule": rule.effective_rule,
+                "label_thresholds": dict(zip(rule.labels, rule.thresholds().tolist()))}  # the rule's own, per label
 
     def score(self, texts: list[str]) -> list[dict[str, Any]]:
         self.counts["model_calls"] += 1
@@ -94,11 +94,10 @@ class GeneratorDeployment:
     settings, one `generate` call per group; a request with a `seed` runs alone so that its output
     does not depend on what it was batched with."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
-        cfg = ServedGeneratorConfig.model_validate(config)
-        self.worker = GenerationWorker(cfg.model_dump(mode="json", exclude={"serve"}))
+    def __init__(self, config: ServedGeneratorConfig) -> None:
+        self.worker = GenerationWorker(config)
         self.generator = self.worker.generator
-        self.batch = cfg.serve.batch
+        self.batch = config.serve.batch
         self.counts = {"requests": 0, "model_calls": 0, "items": 0}
         _configure_batching(self.generate_batched, self.batch)
 
@@ -150,10 +149,9 @@ class GeneratorDeployment:
 class DialogueSafetyDeployment:
     """The two-step detector (`TwoStepWorker`): utterance-level, then the context classifiers."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
-        cfg = ServedDialogueSafety.model_validate(config)
-        self.worker = TwoStepWorker(cfg.utterance.model_dump(mode="json"), cfg.classifiers, num_gpus=cfg.num_gpus)
-        self.batch = cfg.serve.batch
+    def __init__(self, config: ServedDialogueSafety) -> None:
+        self.worker = TwoStepWorker(config.utterance, config.classifiers, num_gpus=config.num_gpus)
+        self.batch = config.serve.batch
         _configure_batching(self.check_batched, self.batch)
 
     def run(self, pairs: list[tuple[str, str, str | None]]) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import socket
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -163,21 +165,27 @@ def tiny_multilabel_model(tmp_path_factory, sample_rows) -> Path:
         hidden_size=32, num_layers=1))
 
 
-@pytest.fixture(scope="session")
-def moto_endpoint():
-    """A real S3-compatible server (moto in server mode) on 127.0.0.1."""
+@contextlib.contextmanager
+def moto_server(env: dict[str, str] | None = None) -> Iterator[str]:
+    """A real S3-compatible server (moto in server mode) on 127.0.0.1; `env` for its settings."""
     exe = shutil.which("moto_server", path=str(VENV_BIN)) or shutil.which("moto_server")
     if exe is None:
         pytest.fail("moto_server not installed (pip install 'moto[server]')")
     port = free_port()
     proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=subprocess.DEVNULL, env=None if env is None else {**os.environ, **env})
     try:
         wait_for_port(port, timeout=30)
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint():
+    with moto_server() as url:
+        yield url
 
 
 @pytest.fixture

@@ -148,7 +148,7 @@ def test_hf_directory_without_config_and_unknown_toxic_label(tmp_path, tiny_bina
 
 
 def test_worker_isolates_rows_that_make_a_batch_fail(monkeypatch):
-    worker = DetectionWorker({"name": "p", "kind": "profanity-check"})
+    worker = DetectionWorker(DetectorConfig(name="p", kind="profanity-check"))
     real = worker.detector.predict_proba
 
     def flaky(texts):
@@ -165,10 +165,10 @@ def test_worker_isolates_rows_that_make_a_batch_fail(monkeypatch):
     assert out[0]["pred_toxic"] is True and out[2]["pred_toxic"] is False
 
 
-def perspective_config(url: str, **extra) -> dict:
-    return {"name": "persp", "kind": "perspective", "base_url": url + "/v1alpha1", "api_key_env": "PERSPECTIVE_TEST_KEY",
+def perspective_config(url: str, **extra) -> DetectorConfig:
+    return DetectorConfig.model_validate({"name": "persp", "kind": "perspective", "base_url": url + "/v1alpha1", "api_key_env": "PERSPECTIVE_TEST_KEY",
             "attributes": ["TOXICITY", "INSULT"], "languages": ["en"], "requests_per_second": 10, "backoff_s": 0.05,
-            **extra}
+            **extra})
 
 
 def test_perspective_speaks_comments_analyze_within_its_quota(monkeypatch):

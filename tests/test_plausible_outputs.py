@@ -305,15 +305,15 @@ def test_two_step_settings_reach_both_models(monkeypatch):
             made.update(directory=directory, **settings)
 
     monkeypatch.setattr(two_step, "ContextClassifiers", Recorder)
-    worker = two_step.TwoStepWorker({"name": "u", "kind": "keywords", "patterns": ["idiot"]}, "classifiers/dir",
+    worker = two_step.TwoStepWorker(two_step.DetectorConfig(name="u", kind="keywords", patterns=["idiot"]), "classifiers/dir",
                                     batch_size=7, precision="float32", num_gpus=0.0)
     assert made == {"directory": "classifiers/dir", "batch_size": 7, "precision": "float32", "num_gpus": 0.0}
     assert worker.detector.utterance.config.name == "u" and worker.detector.utterance.config.num_gpus == 0.0
     two_step.TwoStepDetector(two_step.DetectorConfig(name="u", kind="keywords", patterns=["x"]), "d")
     assert made == {"directory": "d", "batch_size": 64, "precision": "auto", "num_gpus": 0.0}
-    plain = two_step.TwoStepWorker({"name": "u", "kind": "keywords", "patterns": ["x"]}, "e")
+    plain = two_step.TwoStepWorker(two_step.DetectorConfig(name="u", kind="keywords", patterns=["x"]), "e")
     assert made == {"directory": "e", "batch_size": 64, "precision": "auto", "num_gpus": 0.0}
-    placed = two_step.TwoStepWorker({"name": "u", "kind": "keywords", "patterns": ["x"]}, "f", num_gpus=0.25)
+    placed = two_step.TwoStepWorker(two_step.DetectorConfig(name="u", kind="keywords", patterns=["x"]), "f", num_gpus=0.25)
     assert made["num_gpus"] == 0.25 and placed.detector.utterance.config.num_gpus == 0.25  # one device policy
     assert plain.detector.utterance.config.num_gpus == 0.0
 

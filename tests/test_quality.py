@@ -276,6 +276,7 @@ def test_api_detector_kinds_against_local_servers(tmp_path, monkeypatch):
 def test_missing_api_results_are_row_errors_never_scores(tmp_path):
     """A server that answers fewer results than texts, or a result without its fields, gives `error`
     rows: no score, no decision (a zero would read as benign)."""
+    from redline.actors.detectors import DetectorConfig
     from redline.actors.detectors.worker import DetectionWorker
 
     from standins import short_detect_server
@@ -283,15 +284,15 @@ def test_missing_api_results_are_row_errors_never_scores(tmp_path):
     texts = ["you idiot", "SHORT hello", "nice day", "you moron"]
     batch = {"id": np.array([f"r{i}" for i in range(4)]), "text": np.array(texts), "shard": np.zeros(4, np.int32)}
     with openai_judge() as chat:
-        worker = DetectionWorker({"name": "m", "kind": "openai-moderation", "base_url": chat.url + "/v1",
-                                  "max_texts": 3})
+        worker = DetectionWorker(DetectorConfig.model_validate({
+            "name": "m", "kind": "openai-moderation", "base_url": chat.url + "/v1", "max_texts": 3}))
         rows = worker(batch).to_pylist()
     assert [r["det_status"] for r in rows] == ["error", "error", "error", "ok"]
     assert rows[0]["det_reason"] == "the moderation API returned 2 results for 3 texts"
     assert all(r["toxic_score"] is None or r["toxic_score"] != r["toxic_score"] for r in rows[:3])
     assert rows[3]["pred_toxic"] is True
     with short_detect_server() as server:
-        worker = DetectionWorker({"name": "served", "url": server.url + "/v1/detect"})
+        worker = DetectionWorker(DetectorConfig.model_validate({"name": "served", "url": server.url + "/v1/detect"}))
         rows = worker(batch).to_pylist()
     assert [r["det_status"] for r in rows] == ["ok", "error", "error", "error"]
     assert rows[1]["det_reason"] == "the server's result lacks a label's probability"
@@ -302,6 +303,7 @@ def test_missing_api_results_are_row_errors_never_scores(tmp_path):
 def test_a_remote_detectors_failed_batch_is_not_retried_text_by_text():
     """Row-by-row retry isolates a bad row of a local model; against an API that just failed it would
     multiply the requests by the batch size."""
+    from redline.actors.detectors import DetectorConfig
     from redline.actors.detectors.local import ProfanityCheckDetector
     from redline.actors.detectors.registry import detector_kinds
     from redline.actors.detectors.worker import DetectionWorker
@@ -315,7 +317,7 @@ def test_a_remote_detectors_failed_batch_is_not_retried_text_by_text():
 
     detector_kinds()["flaky-remote"] = Flaky
     try:
-        worker = DetectionWorker({"name": "f", "kind": "flaky-remote"})
+        worker = DetectionWorker(DetectorConfig.model_validate({"name": "f", "kind": "flaky-remote"}))
         probs, score, toxic, status, reason = worker.score(["a", "b", "c", "d"])
     finally:
         del detector_kinds()["flaky-remote"]

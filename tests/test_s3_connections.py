@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from datetime import datetime, timedelta, timezone
+
+import pyarrow as pa
+import pytest
+
 from redline.cluster import artifacts, storage
+
+from conftest import moto_server
+
+CREDENTIAL_PROCESS = """
+import json, pathlib, sys
+current = json.loads(pathlib.Path(sys.argv[1]).read_text())
+print(json.dumps({"Version": 1, "AccessKeyId": current["id"], "SecretAccessKey": current["secret"],
+                  "Expiration": current["expires"]}))
+"""
 
 
 def test_one_connection_per_process_and_settings(monkeypatch):
@@ -15,6 +31,70 @@ def test_one_connection_per_process_and_settings(monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:2")  # another endpoint: another connection
     assert storage.s3_filesystem() is not fs and artifacts.s3_client() is not client
     assert artifacts.s3_client().meta.endpoint_url == "http://127.0.0.1:2"
-    monkeypatch.setattr(storage, "S3_FILESYSTEM_TTL_S", 0.0)  # frozen credentials are fetched again in time
-    again = storage.s3_filesystem()
-    assert storage.s3_filesystem() is not again
+
+
+@pytest.fixture
+def moto_with_auth():
+    """A moto S3 server that checks every request's credentials (after the three calls that make a
+    user, its policy and its first key)."""
+    with moto_server({"INITIAL_NO_AUTH_ACTION_COUNT": "3"}) as url:
+        yield url
+
+
+def test_a_run_outlives_its_short_lived_credentials(moto_with_auth, tmp_path, monkeypatch):
+    """Temporary credentials (here from a profile's credential_process, as SSO or an instance role
+    give them) are replaced while the process runs and the old key stops working: the process's
+    cached S3 connections keep working, because each follows the credential chain itself instead of
+    holding a frozen copy (which is refused once its key is gone)."""
+    import boto3
+    import pyarrow.fs as pafs
+
+    url = moto_with_auth
+    admin = dict(endpoint_url=url, region_name="us-east-1", aws_access_key_id="bootstrap",
+                 aws_secret_access_key="bootstrap")
+    iam = boto3.session.Session().client("iam", **admin)
+    iam.create_user(UserName="runner")
+    iam.put_user_policy(UserName="runner", PolicyName="all", PolicyDocument=json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+    first = iam.create_access_key(UserName="runner")["AccessKey"]
+
+    current = tmp_path / "current.json"
+
+    def hand_out(key: dict) -> None:
+        expires = (datetime.now(timezone.utc) + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        current.write_text(json.dumps({"id": key["AccessKeyId"], "secret": key["SecretAccessKey"],
+                                       "expires": expires}))
+
+    hand_out(first)
+    (tmp_path / "issue.py").write_text(CREDENTIAL_PROCESS)
+    (tmp_path / "config").write_text(f"[profile run]\nregion = us-east-1\ncredential_process = {sys.executable} "
+                                     f"{tmp_path / 'issue.py'} {current}\n")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_PROFILE", "run")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", url)
+
+    artifacts.s3_client().create_bucket(Bucket="runs")
+    storage.write_bytes("s3://runs/r/manifest.json", b'{"state": "running"}')
+    storage.write_parquet(pa.table({"id": ["a", "b"]}), "s3://runs/r/part-0.parquet")
+    fs, client = storage.s3_filesystem(), artifacts.s3_client()
+    frozen = pafs.S3FileSystem(access_key=first["AccessKeyId"], secret_key=first["SecretAccessKey"],
+                               endpoint_override=url.removeprefix("http://"), scheme="http", region="us-east-1")
+    assert frozen.get_file_info("runs/r/manifest.json").size > 0
+
+    # hours later: the credentials were renewed and the first key no longer exists
+    second = boto3.session.Session().client("iam", endpoint_url=url).create_access_key(UserName="runner")["AccessKey"]
+    hand_out(second)
+    boto3.session.Session().client("iam", endpoint_url=url).delete_access_key(UserName="runner",
+                                                                            AccessKeyId=first["AccessKeyId"])
+    with pytest.raises(OSError):
+        frozen.get_file_info("runs/r/manifest.json")  # what a cached frozen copy would run into
+
+    storage.write_bytes("s3://runs/r/manifest.json", b'{"state": "complete"}')
+    storage.write_parquet(pa.table({"id": ["c"]}), "s3://runs/r/part-1.parquet")
+    assert json.loads(storage.read_bytes("s3://runs/r/manifest.json")) == {"state": "complete"}
+    assert storage.read_parquet("s3://runs/r/part-0.parquet").column("id").to_pylist() == ["a", "b"]
+    assert {entry[0] for entry in artifacts.listing("s3://runs/r")} >= {"manifest.json", "part-0.parquet", "part-1.parquet"}
+    assert storage.s3_filesystem() is fs and artifacts.s3_client() is client  # the same connections throughout

@@ -86,6 +86,13 @@ def test_moderations_work_with_the_openai_client(server):
     assert first["categories"]["toxic"] is True and first["category_scores"]["toxic"] == 1.0
     default = client.moderations.create(input="you are a complete idiot")  # first served detector
     assert default.model == "profanity-check" and default.results[0].flagged
+    # a category is flagged at the detector's own threshold for that label (its decision rule's)
+    info = {d["name"]: d for d in httpx.get(server["url"] + "/v1/detectors", timeout=30).json()["data"]}["tiny-bert"]
+    assert set(info["label_thresholds"]) == set(info["labels"])
+    for r in client.moderations.create(input=TEXTS, model="tiny-bert").results:
+        flags, scores = r.model_dump()["categories"], r.model_dump()["category_scores"]
+        assert {lab: flags[lab] for lab in info["labels"]} == {
+            lab: lab in info["toxic_labels"] and scores[lab] >= info["label_thresholds"][lab] for lab in info["labels"]}
 
 
 def test_openai_client_chat_and_completions_on_tiny_models(server):

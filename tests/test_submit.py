@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -94,25 +95,40 @@ def test_status_of_an_unknown_job(ray_head, capsys):
     assert "no job redline-score-000000000000" in capsys.readouterr().err
 
 
-def test_submitted_arguments_are_quoted_for_the_jobs_shell(tmp_path):
-    """The job supervisor runs the entrypoint through a shell: a --set value is one argument, never
-    a command, and an apostrophe does not break the job."""
+def test_submitted_overrides_never_reach_the_jobs_shell(tmp_path, monkeypatch):
+    """The job supervisor runs the entrypoint through a shell: --set values travel validated in
+    config.yaml, never as words of that command, and relative inputs are pinned to absolute paths
+    (the job runs in a temporary working directory)."""
     import shlex
 
-    from redline.cluster.jobs import entrypoint
+    from redline.cluster import jobs
 
+    monkeypatch.chdir(tmp_path)
+    write_csv(tmp_path / "c.csv", ["text", "label"], [["x", 1]])
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "corpus": {"path": "c.csv", "text_column": "text", "label_column": "label", "toxic_values": [1]},
+        "detectors": [{"name": "p", "kind": "profanity-check"}], "output": "runs"}))
     marker = tmp_path / "PWNED"
-    evil = [f"x=1'; touch {marker}; echo '", "corpus.dataset=o'brien", "a=$(touch " + str(marker) + ")", "b=`id`"]
-    command = entrypoint("run score", evil)
-    assert shlex.split(command) == ["redline", "run", "score", "--config", "config.yaml",
-                                    *[arg for s in evil for arg in ("--set", s)]]
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "redline").write_text("#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done\n")
-    (fake / "redline").chmod(0o755)
-    out = subprocess.run(["/bin/sh", "-c", command], env={"PATH": f"{fake}:/usr/bin:/bin"}, capture_output=True,
-                         text=True, check=True).stdout.splitlines()
-    assert out[out.index("--set") + 1] == evil[0] and out[-1] == "b=`id`" and not marker.exists()
+    evil = f"x'; touch {marker}; echo '$(touch {marker})`id`"
+    sent: dict = {}
+
+    class Jobs:
+        def submit_job(self, **kwargs):
+            sent.update(kwargs, config=yaml.safe_load(Path(kwargs["runtime_env"]["working_dir"], "config.yaml")
+                                                      .read_text()))
+            return kwargs["submission_id"]
+
+    monkeypatch.setattr(jobs, "client", lambda address: Jobs())
+    from redline.pipelines.score import ScoreConfig
+
+    jobs.submit("score", "run score", ScoreConfig, config, "http://127.0.0.1:1", [f"corpus.dataset={evil}"])
+    assert shlex.split(sent["entrypoint"]) == ["redline", "run", "score", "--config", "config.yaml"]
+    assert sent["config"]["corpus"]["dataset"] == evil
+    assert sent["config"]["corpus"]["path"] == str(tmp_path / "c.csv")
+    assert sent["config"]["output"] == str(tmp_path / "runs")
+    assert "batch_size" not in sent["config"]["detectors"][0]  # what the user set; the cluster's defaults apply
+    assert not marker.exists()
 
 
 def test_secrets_reach_a_job_only_when_named(monkeypatch):

@@ -341,7 +341,7 @@ def test_one_search_settings_type_reaches_every_search_call():
     assert set(changed) == set(TriggerSearchSettings.model_fields)  # a new setting: give it a value here
     assert all(getattr(TriggerSearchSettings(), k) != v for k, v in changed.items())
     config = EgregiousConfig.model_validate({"models": [{"name": "m", "path": "x"}], **changed})
-    options = SearchOptions.of(TriggerSearchSettings.model_validate(search_settings(config)), "o-greedy")
+    options = SearchOptions.of(search_settings(config), "o-greedy")
     assert {k: getattr(options, k) for k in changed} == changed and options.search == "o-greedy"
     for name, field in TriggerSearchSettings.model_fields.items():  # one set of defaults
         assert EgregiousConfig.model_fields[name].default == SearchOptions.model_fields[name].default == field.default

@@ -252,7 +252,7 @@ class Attacker:
 class AttackWorker:
     """Ray Data actor: loads the victim and recipe components once, attacks batches of attempts."""
 
-    def __init__(self, victim: dict[str, Any], recipes: list[dict[str, Any]], resources: dict[str, Any],
+    def __init__(self, victim: DetectorConfig, recipes: list[RecipeOptions], resources: AttackResources,
                  only_correct: bool = True, similarity: str = "auto", wordnet: Any = None,
                  num_gpus: float = 0.0) -> None:
         """`num_gpus`: this actor's GPUs, where the victim and every recipe model run (one device
@@ -266,10 +266,10 @@ class AttackWorker:
 
                 wordnet = ray.get(wordnet)
             use_wordnet_tables(wordnet)
-        cfg = DetectorConfig.model_validate({**victim, "num_gpus": num_gpus})
+        cfg = victim.model_copy(update={"num_gpus": num_gpus})
         self.victim_name = cfg.name
-        opts = {r["name"]: RecipeOptions.model_validate(r) for r in recipes}
-        self.attacker = Attacker(Victim(build_detector(cfg)), opts, AttackResources.model_validate(resources),
+        opts = {r.name: r for r in recipes}
+        self.attacker = Attacker(Victim(build_detector(cfg)), opts, resources,
                                  only_correct=only_correct, similarity=similarity, num_gpus=num_gpus)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> pa.Table:

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from redline.actors.attack.components import BuildContext, component
-from redline.cluster.config import Strict
+from redline.cluster.config import Input, Result, Strict
 from redline.errors import RedlineError
 
 Spec = tuple[str, dict[str, Any]]
@@ -27,17 +27,19 @@ Spec = tuple[str, dict[str, Any]]
 class AttackResources(Strict):
     """Models and files recipes draw on; defaults work offline except the masked LM."""
 
-    mlm_model: str = Field("bert-base-uncased", description="Any HF fill-mask model (hub id or directory).")
-    sentence_encoder: str | None = Field(None, description="HF encoder for similarity; default all-MiniLM-L6-v2 (offline package).")
-    embeddings_file: str | None = Field(None, description="Counter-fitted GloVe-style text file (`word v1 v2 ...`).")
-    embedding_model: str | None = Field(None, description="HF model whose input embeddings give word neighbours; default MiniLM.")
+    mlm_model: str = Input("bert-base-uncased", description="Any HF fill-mask model (hub id or directory).")
+    sentence_encoder: str | None = Input(
+        None, description="HF encoder for similarity; default all-MiniLM-L6-v2 (offline package).")
+    embeddings_file: str | None = Input(None, description="Counter-fitted GloVe-style text file (`word v1 v2 ...`).")
+    embedding_model: str | None = Input(
+        None, description="HF model whose input embeddings give word neighbours; default MiniLM.")
 
 
 class ComponentSpec(Strict):
     """One component of a declared recipe: its registered kind and its arguments."""
 
     model_config = ConfigDict(extra="allow", str_min_length=1)
-    kind: str
+    kind: str = Result()
 
     def spec(self) -> Spec:
         return self.kind, dict(self.model_extra or {})

@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar
 
 import numpy as np
-from pydantic import Field
 
 from redline.actors.detectors.base import DecisionRule, Detector
 from redline.actors.detectors.config import DetectorConfig
@@ -23,7 +22,7 @@ from redline.actors.judges import (
     Parser,
     parse_answer,
 )
-from redline.cluster.config import RemoteApi, Strict
+from redline.cluster.config import Execution, Input, RemoteApi, Result, Strict
 from redline.cluster.net import check_key_transport
 from redline.errors import RedlineError
 
@@ -68,12 +67,12 @@ class _DecidedByService(Detector):
 
 
 class OpenAIModerationOptions(RemoteApi):
-    base_url: str = Field("https://api.openai.com/v1", description="Any server with OpenAI's /moderations API.")
-    model: str = "omni-moderation-latest"
-    api_key_env: str = "OPENAI_API_KEY"
-    max_texts: int = Field(32, gt=0, description="Texts per request.")
-    timeout_s: float = Field(60.0, gt=0)
-    max_retries: int = Field(4, ge=0, description="The openai client's own retries (429/5xx, with backoff).")
+    base_url: str = Execution("https://api.openai.com/v1", description="Any server with OpenAI's /moderations API.")
+    model: str = Input("omni-moderation-latest")
+    api_key_env: str = Execution("OPENAI_API_KEY")
+    max_texts: int = Result(32, gt=0, description="Texts per request.")
+    timeout_s: float = Execution(60.0, gt=0)
+    max_retries: int = Execution(4, ge=0, description="The openai client's own retries (429/5xx, with backoff).")
 
 
 class OpenAIModerationDetector(_DecidedByService):
@@ -194,12 +193,12 @@ class LlamaGuardDetector(_ChatCheckDetector):
 
 
 class BedrockOptions(Strict):
-    guardrail_id: str
-    guardrail_version: str = "DRAFT"
-    source: str = Field("INPUT", pattern="^(INPUT|OUTPUT)$", description="Check texts as user input or model output.")
-    region: str | None = Field(None, description="Default: the AWS configuration's region.")
-    endpoint_url: str | None = Field(None, description="A VPC endpoint or a compatible stand-in.")
-    concurrency: int = Field(8, gt=0)
+    guardrail_id: str = Result()
+    guardrail_version: str = Result("DRAFT")
+    source: str = Result("INPUT", pattern="^(INPUT|OUTPUT)$", description="Check texts as user input or model output.")
+    region: str | None = Result(None, description="Default: the AWS configuration's region.")
+    endpoint_url: str | None = Result(None, description="A VPC endpoint or a compatible stand-in.")
+    concurrency: int = Execution(8, gt=0)
 
 
 class BedrockGuardrailDetector(_DecidedByService):

@@ -5,33 +5,34 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic.fields import FieldInfo
 
-from redline.cluster.config import first_error
+from redline.cluster.config import Execution, Result, Strict, first_error
 from redline.errors import RedlineError
 
 
-class DetectorConfig(BaseModel):
+class DetectorConfig(Strict):
     """One detector: its kind (a registry name), decision rule, resources, and kind-specific options.
 
     Kind-specific fields (e.g. `model` for `hf`, `patterns` for `keywords`) sit beside the common
     ones and are validated against the detector class's own `Options` model.
     """
 
-    model_config = ConfigDict(extra="allow", str_min_length=1)
+    model_config = ConfigDict(extra="allow")
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="Unique name used in outputs.")
-    kind: str
-    threshold: float | dict[str, float] = Field(
+    name: str = Result(pattern=r"^[A-Za-z0-9_.\-]+$", description="Unique name used in outputs.")
+    kind: str = Result()
+    threshold: float | dict[str, float] = Result(
         0.5, description="Toxic if the toxic score reaches it; per-label thresholds for multi-label models."
     )
-    rule: Literal["auto", "score", "argmax"] = Field(
+    rule: Literal["auto", "score", "argmax"] = Result(
         "auto", description="score: toxic score >= threshold; argmax: the top class is a toxic one."
     )
-    batch_size: int = Field(64, gt=0, le=65_536)
-    actors: int = Field(1, gt=0, description="Size of this detector's actor pool.")
-    num_cpus: float = Field(1.0, ge=0)
-    num_gpus: float = Field(0.0, ge=0, description="GPUs per actor; a model-backed detector runs on it.")
+    batch_size: int = Execution(64, gt=0, le=65_536)
+    actors: int = Execution(1, gt=0, description="Size of this detector's actor pool.")
+    num_cpus: float = Execution(1.0, ge=0)
+    num_gpus: float = Execution(0.0, ge=0, description="GPUs per actor; a model-backed detector runs on it.")
 
     @model_validator(mode="before")
     @classmethod
@@ -55,6 +56,12 @@ class DetectorConfig(BaseModel):
         except ValidationError as err:
             raise ValueError(f"detector '{self.name}' ({self.kind}): {first_error(err)}") from None
         return self
+
+    def extra_fields(self) -> dict[str, FieldInfo]:
+        """The kind's own fields (its `Options`), with their roles in the run key."""
+        from redline.actors.detectors.registry import detector_class
+
+        return detector_class(self.kind).Options.model_fields
 
     def options(self) -> BaseModel:
         from redline.actors.detectors.registry import detector_class

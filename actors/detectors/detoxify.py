@@ -12,13 +12,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
-
 from redline.actors.detectors.base import DecisionRule
 from redline.actors.detectors.config import DetectorConfig
 from redline.actors.detectors.local import HFDetector
 from redline.cluster.artifacts import local_path
-from redline.cluster.config import Strict
+from redline.cluster.config import Input, Result, Strict
 from redline.cluster.devices import PRECISION_HELP, Precision, placement
 from redline.errors import RedlineError, first_line
 
@@ -27,16 +25,16 @@ TOXIC_CLASSES = ("toxicity", "severe_toxicity", "obscene", "threat", "insult", "
 
 
 class DetoxifyOptions(Strict):
-    model: Literal["original", "unbiased", "multilingual", "original-small", "unbiased-small"] = Field(
+    model: Literal["original", "unbiased", "multilingual", "original-small", "unbiased-small"] = Input(
         "original", description="Which released Detoxify model (downloaded by the package unless `checkpoint`).")
-    checkpoint: str | None = Field(None, description="A local (or s3://) checkpoint in Detoxify's format, for "
+    checkpoint: str | None = Input(None, description="A local (or s3://) checkpoint in Detoxify's format, for "
                                                      "offline use or a model trained with Detoxify's code.")
-    huggingface_config_path: str | None = Field(
+    huggingface_config_path: str | None = Result(
         None, description="A directory with the base model's config and tokenizer (Detoxify's offline option).")
-    toxic_labels: list[str] | None = Field(None, description="Classes that mean toxic; default: the toxicity classes "
+    toxic_labels: list[str] | None = Result(None, description="Classes that mean toxic; default: the toxicity classes "
                                                              "(never the identity ones).")
-    max_length: int = Field(256, gt=0, le=8192)
-    precision: Precision = Field("auto", description=PRECISION_HELP)
+    max_length: int = Result(256, gt=0, le=8192)
+    precision: Precision = Result("auto", description=PRECISION_HELP)
 
 
 def _load(options: DetoxifyOptions, device: str) -> tuple[Any, Any, list[str]]:

@@ -5,21 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from pydantic import Field
 
 from redline.actors.detectors.base import DecisionRule, Detector, rows_with_errors
 from redline.actors.detectors.config import DetectorConfig
 from redline.cluster.client import RedlineClient
-from redline.cluster.config import RemoteApi
+from redline.cluster.config import Execution, RemoteApi, Result
 from redline.errors import RedlineError
 
 
 class HTTPOptions(RemoteApi):
-    url: str = Field(description="The server's /v1/detect URL (or its root), e.g. http://127.0.0.1:8000/v1/detect.")
-    detector: str | None = Field(None, description="Name of the served detector; default: this detector's name.")
-    api_key_env: str = Field("REDLINE_API_KEY", description="Environment variable holding the server's API key.")
-    timeout_s: float = Field(60.0, gt=0)
-    max_texts: int = Field(256, gt=0, description="Texts per HTTP request (the server's limit).")
+    url: str = Result(description="The server's /v1/detect URL (or its root), e.g. http://127.0.0.1:8000/v1/detect.")
+    detector: str | None = Result(None, description="Name of the served detector; default: this detector's name.")
+    api_key_env: str = Execution("REDLINE_API_KEY", description="Environment variable holding the server's API key.")
+    timeout_s: float = Execution(60.0, gt=0)
+    max_texts: int = Result(256, gt=0, description="Texts per HTTP request (the server's limit).")
 
 
 class HTTPDetector(Detector):

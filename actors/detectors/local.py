@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices
 
 from redline.actors.detectors.base import DecisionRule, Detector, single_label_rule
 from redline.actors.detectors.config import DetectorConfig
 from redline.actors.encoding import TextEncoder, overlapped
 from redline.cluster.artifacts import local_path
-from redline.cluster.config import Strict
+from redline.cluster.config import Input, Result, Strict
 from redline.cluster.devices import PRECISION_HELP, Precision, placement
 from redline.errors import RedlineError, first_line
 
@@ -46,10 +46,10 @@ class ProfanityCheckDetector(Detector):
 
 
 class KeywordOptions(Strict):
-    patterns: list[str] = Field(default_factory=list, max_length=100_000,
+    patterns: list[str] = Result(default_factory=list, max_length=100_000,
                                 description="Words or regexes; a plain word matches whole words.")
-    patterns_file: str | None = Field(None, description="A file with one word or regex per line (# comments).")
-    case_sensitive: bool = False
+    patterns_file: str | None = Input(None, description="A file with one word or regex per line (# comments).")
+    case_sensitive: bool = Result(False)
 
 
 class KeywordDetector(Detector):
@@ -102,13 +102,13 @@ class KeywordDetector(Detector):
 
 
 class HFOptions(Strict):
-    model: str = Field(description="Hugging Face hub id or a local directory saved with save_pretrained.")
-    toxic_labels: list[str] | None = Field(
+    model: str = Input(description="Hugging Face hub id or a local directory saved with save_pretrained.")
+    toxic_labels: list[str] | None = Result(
         None, description="Labels meaning toxic; default: label 1 of a binary model, or labels named like toxic ones."
     )
-    max_length: int = Field(256, gt=0, le=8192)
-    revision: str | None = None
-    precision: Precision = Field("auto", validation_alias=AliasChoices("precision", "dtype"),
+    max_length: int = Result(256, gt=0, le=8192)
+    revision: str | None = Result(None)
+    precision: Precision = Result("auto", validation_alias=AliasChoices("precision", "dtype"),
                                  description=PRECISION_HELP + " The device is the actor's: num_gpus > 0 puts it on "
                                              "the GPU.")
 

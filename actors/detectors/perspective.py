@@ -14,11 +14,10 @@ import os
 import random
 
 import numpy as np
-from pydantic import Field
 
 from redline.actors.detectors.base import DecisionRule, Detector, rows_with_errors
 from redline.actors.detectors.config import DetectorConfig
-from redline.cluster.config import RemoteApi
+from redline.cluster.config import Execution, RemoteApi, Result
 from redline.cluster.net import Backoff, check_key_transport, retry_after_s, shared_rate_limiter
 from redline.errors import RedlineError
 
@@ -27,17 +26,17 @@ ATTRIBUTES = ("TOXICITY", "SEVERE_TOXICITY", "IDENTITY_ATTACK", "INSULT", "PROFA
 
 
 class PerspectiveOptions(RemoteApi):
-    base_url: str = Field("https://commentanalyzer.googleapis.com/v1alpha1",
+    base_url: str = Execution("https://commentanalyzer.googleapis.com/v1alpha1",
                           description="The API root; `/comments:analyze` is appended.")
-    api_key_env: str = Field("PERSPECTIVE_API_KEY", description="Environment variable holding the API key.")
-    attributes: list[str] = Field(["TOXICITY"], min_length=1,
+    api_key_env: str = Execution("PERSPECTIVE_API_KEY", description="Environment variable holding the API key.")
+    attributes: list[str] = Result(["TOXICITY"], min_length=1,
                                   description="requestedAttributes; toxic when any reaches its threshold.")
-    languages: list[str] | None = Field(None, description="ISO 639-1 codes; default: the API detects the language.")
-    requests_per_second: float = Field(1.0, gt=0, description="Shared by every actor (the default quota is 1).")
-    max_retries: int = Field(5, ge=0, description="Retries on 429, 5xx and timeouts.")
-    backoff_s: float = Field(1.0, gt=0, description="First retry delay; doubles each retry.")
-    timeout_s: float = Field(30.0, gt=0)
-    do_not_store: bool = Field(True, description="Ask Google not to store the texts (doNotStore).")
+    languages: list[str] | None = Result(None, description="ISO 639-1 codes; default: the API detects the language.")
+    requests_per_second: float = Execution(1.0, gt=0, description="Shared by every actor (the default quota is 1).")
+    max_retries: int = Execution(5, ge=0, description="Retries on 429, 5xx and timeouts.")
+    backoff_s: float = Execution(1.0, gt=0, description="First retry delay; doubles each retry.")
+    timeout_s: float = Execution(30.0, gt=0)
+    do_not_store: bool = Result(True, description="Ask Google not to store the texts (doNotStore).")
 
 
 class PerspectiveDetector(Detector):
@@ -67,7 +66,7 @@ class PerspectiveDetector(Detector):
 
     @classmethod
     def preflight(cls, config: DetectorConfig) -> None:
-        o = PerspectiveOptions.model_validate(dict(config.model_extra or {}))
+        o = config.options()
         if not os.environ.get(o.api_key_env):
             raise RedlineError(f"detector '{config.name}' (perspective): set the API key in ${o.api_key_env}")
         unknown = [a for a in o.attributes if a not in ATTRIBUTES and not a.endswith("_EXPERIMENTAL")]

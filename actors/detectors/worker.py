@@ -39,9 +39,9 @@ class DetectionWorker:
     input_columns: ClassVar[list[str]] = ["id", "text"]
     output_schema: ClassVar[pa.Schema] = DETECTION_BATCH_SCHEMA
 
-    def __init__(self, config: dict[str, Any]) -> None:
-        self.config = DetectorConfig.model_validate(config)
-        self.detector = build_detector(self.config)
+    def __init__(self, config: DetectorConfig) -> None:
+        self.config = config
+        self.detector = build_detector(config)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> pa.Table:
         texts = [str(t) for t in batch["text"]]

@@ -55,10 +55,9 @@ class TwoStepWorker:
     output_schema: ClassVar[pa.Schema] = pa.schema([("id", pa.string()), ("verdict", pa.string()),
                                                     ("unsafe_category", pa.string()), ("utterance_score", pa.float64())])
 
-    def __init__(self, utterance: dict[str, Any], classifiers: str, batch_size: int = 64,
+    def __init__(self, utterance: DetectorConfig, classifiers: str, batch_size: int = 64,
                  precision: str = "auto", num_gpus: float = 0.0) -> None:
-        self.detector = TwoStepDetector(DetectorConfig.model_validate(utterance), classifiers, batch_size, precision,
-                                        num_gpus)
+        self.detector = TwoStepDetector(utterance, classifiers, batch_size, precision, num_gpus)
 
     @property
     def categories(self) -> list[str]:

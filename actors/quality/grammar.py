@@ -14,23 +14,23 @@ from typing import Any, ClassVar
 import httpx
 import numpy as np
 import pyarrow as pa
-from pydantic import Field
 
-from redline.cluster.config import Strict
+from redline.cluster.config import Execution, Result, Strict
 from redline.errors import RedlineError
 
 
 class GrammarConfig(Strict):
-    url: str | None = Field(None, description="LanguageTool server root, e.g. http://127.0.0.1:8010.")
-    language: str = "en-US"
-    categories: list[str] = Field(["GRAMMAR"], min_length=1, description="Rule category ids counted as grammar errors.")
-    max_new_errors: int = Field(0, ge=0, description="Reject when errors(example) - errors(seed) exceeds this.")
-    skip_if_unavailable: bool = Field(False, description="true: with no server, skip this stage (and say so).")
-    concurrency: int = Field(8, gt=0)
-    timeout_s: float = Field(30.0, gt=0)
-    actors: int = Field(1, gt=0)
-    num_cpus: float = Field(0.25, ge=0)
-    batch_size: int = Field(64, gt=0)
+    url: str | None = Result(None, description="LanguageTool server root, e.g. http://127.0.0.1:8010.")
+    language: str = Result("en-US")
+    categories: list[str] = Result(
+        ["GRAMMAR"], min_length=1, description="Rule category ids counted as grammar errors.")
+    max_new_errors: int = Result(0, ge=0, description="Reject when errors(example) - errors(seed) exceeds this.")
+    skip_if_unavailable: bool = Result(False, description="true: with no server, skip this stage (and say so).")
+    concurrency: int = Execution(8, gt=0)
+    timeout_s: float = Execution(30.0, gt=0)
+    actors: int = Execution(1, gt=0)
+    num_cpus: float = Execution(0.25, ge=0)
+    batch_size: int = Execution(64, gt=0)
 
 
 class LanguageToolClient:
@@ -71,8 +71,8 @@ class GrammarWorker:
     input_columns: ClassVar[list[str]] = ["id", "text", "seed_text"]
     output_schema: ClassVar[pa.Schema] = GRAMMAR_SCHEMA
 
-    def __init__(self, config: dict[str, Any]) -> None:
-        self.config = GrammarConfig.model_validate(config)
+    def __init__(self, config: GrammarConfig) -> None:
+        self.config = config
         self.client = LanguageToolClient(self.config.url or "", self.config.language, self.config.timeout_s)
 
     def _count(self, text: str) -> int | str:

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from pydantic import Field
 
 from redline.actors.triggers.hits import (
     Thresholds,
@@ -40,17 +39,19 @@ from redline.actors.triggers.scorers import (
     target_score_bounds,
 )
 from redline.actors.triggers.settings import TriggerSearchSettings
+from redline.cluster.config import Result
 from redline.errors import RedlineError
 
 
 class SearchOptions(TriggerSearchSettings):
     """One search call: a run's settings plus the hit type searched and the engine's own knobs."""
 
-    search: str = "o-sample-avg"  # one of hits.SEARCHES
-    early_stop: bool = True
-    max_batch: int = Field(8192, gt=0)  # candidate sequences per forward pass
-    bound_support: int = Field(16, ge=0)  # exact tokens of the candidate bounds (scorers.bound_support); 0: all in full
-    one_at_a_time: bool = False
+    search: str = Result("o-sample-avg")  # one of hits.SEARCHES
+    early_stop: bool = Result(True)
+    max_batch: int = Result(8192, gt=0)  # candidate sequences per forward pass
+    # exact tokens of the candidate bounds (scorers.bound_support); 0: all in full
+    bound_support: int = Result(16, ge=0)
+    one_at_a_time: bool = Result(False)
 
     @classmethod
     def of(cls, settings: TriggerSearchSettings, search: str) -> "SearchOptions":

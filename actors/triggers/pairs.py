@@ -6,9 +6,7 @@ from __future__ import annotations
 import random
 from typing import Literal
 
-from pydantic import Field
-
-from redline.cluster.config import Strict
+from redline.cluster.config import Input, Result, Strict
 from redline.cluster.tables import DataFile
 from redline.errors import RedlineError
 
@@ -18,14 +16,14 @@ Pair = tuple[str, str]
 class PairCorpusConfig(Strict):
     """Dialogue pairs (input -> response) for the egregious-output models."""
 
-    path: str = Field(description="CSV, JSONL/JSON or Parquet with an input and a response column, or a text file "
+    path: str = Input(description="CSV, JSONL/JSON or Parquet with an input and a response column, or a text file "
                                   "with one utterance per line (consecutive lines form pairs; blank lines end a dialogue).")
-    format: Literal["auto", "csv", "jsonl", "json", "parquet", "dialogue"] = "auto"
-    input_column: str = "context"
-    output_column: str = "response"
-    encoding: str = "utf-8"
-    encoding_errors: Literal["strict", "replace"] = "strict"
-    limit: int | None = Field(None, gt=0, description="Use at most this many pairs (seeded sample).")
+    format: Literal["auto", "csv", "jsonl", "json", "parquet", "dialogue"] = Result("auto")
+    input_column: str = Result("context")
+    output_column: str = Result("response")
+    encoding: str = Result("utf-8")
+    encoding_errors: Literal["strict", "replace"] = Result("strict")
+    limit: int | None = Result(None, gt=0, description="Use at most this many pairs (seeded sample).")
 
 
 def read_pairs(config: PairCorpusConfig, seed: int = 0) -> list[Pair]:

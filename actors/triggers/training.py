@@ -18,7 +18,7 @@ from redline.actors.triggers.pairs import Pair, PairCorpusConfig, read_pairs, sp
 from redline.actors.triggers.vocab import Vocab
 from redline.cluster import storage
 from redline.cluster.artifacts import local_output
-from redline.cluster.config import SafeName, Strict
+from redline.cluster.config import Execution, Result, SafeName, Strict
 from redline.cluster.devices import placement
 from redline.cluster.progress import progress_bar
 from redline.errors import RedlineError
@@ -31,25 +31,26 @@ class TriggerModelTrainConfig(Strict):
 
     pairs: PairCorpusConfig
     test_pairs: PairCorpusConfig | None = Field(None, description="Held-out pairs; default: a seeded 10% of `pairs`.")
-    vocab_size: int = Field(10_000, gt=4, description="The N most frequent words (plus <pad> <unk> <s> </s>).")
-    max_input_len: int = Field(15, gt=0)
-    max_output_len: int = Field(20, gt=0)
-    context: Literal["last-h", "attention"] = Field("attention", description="seq2seq only: the decoder's context vector.")
-    embedding_dim: int = Field(300, gt=0)
-    hidden_dim: int = Field(600, gt=0)
-    layers: int = Field(1, gt=0)
-    dropout: float = Field(0.3, ge=0, lt=1)
-    optimizer: Literal["sgd", "adam"] = Field("sgd", description="sgd: the paper's schedule (lr 1, halved when "
+    vocab_size: int = Result(10_000, gt=4, description="The N most frequent words (plus <pad> <unk> <s> </s>).")
+    max_input_len: int = Result(15, gt=0)
+    max_output_len: int = Result(20, gt=0)
+    context: Literal["last-h", "attention"] = Result(
+        "attention", description="seq2seq only: the decoder's context vector.")
+    embedding_dim: int = Result(300, gt=0)
+    hidden_dim: int = Result(600, gt=0)
+    layers: int = Result(1, gt=0)
+    dropout: float = Result(0.3, ge=0, lt=1)
+    optimizer: Literal["sgd", "adam"] = Result("sgd", description="sgd: the paper's schedule (lr 1, halved when "
                                                                  "validation loss stops improving, gradient clipping).")
-    learning_rate: float = Field(1.0, gt=0)
-    lr_decay: float = Field(0.5, gt=0, le=1)
-    clip: float = Field(5.0, gt=0)
-    epochs: int = Field(10, gt=0)
-    batch_size: int = Field(64, gt=0)
-    seed: int = 0
-    num_gpus: float = Field(0.0, ge=0, description="Train on a GPU (1): the device policy's only input here.")
-    output: str = Field("redline-runs/models", description="Directory the model directory is written under.")
-    name: SafeName = Field(None, description="Model directory name; default seq2seq-<context> or lm.")
+    learning_rate: float = Result(1.0, gt=0)
+    lr_decay: float = Result(0.5, gt=0, le=1)
+    clip: float = Result(5.0, gt=0)
+    epochs: int = Result(10, gt=0)
+    batch_size: int = Execution(64, gt=0)
+    seed: int = Result(0)
+    num_gpus: float = Execution(0.0, ge=0, description="Train on a GPU (1): the device policy's only input here.")
+    output: str = Execution("redline-runs/models", description="Directory the model directory is written under.")
+    name: SafeName = Result(None, description="Model directory name; default seq2seq-<context> or lm.")
 
 
 def encode(pairs: list[Pair], vocab: Vocab, spec: M.ModelSpec) -> list[Example]:

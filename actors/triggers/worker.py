@@ -11,7 +11,7 @@ from pydantic import AliasChoices, Field
 from redline.actors.triggers import hits as H
 from redline.actors.triggers.pairs import PairCorpusConfig
 from redline.actors.triggers.settings import TriggerSearchSettings
-from redline.cluster.config import Strict
+from redline.cluster.config import Input, Result, Strict
 from redline.cluster.devices import placement
 from redline.errors import RedlineError
 
@@ -30,15 +30,16 @@ RESULT_SCHEMA = pa.schema([
 class EgregiousModelConfig(Strict):
     """A generation model searched for triggers, with what its hit types need."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
-    path: str = Field(description="A redline LSTM seq2seq directory, or an HF causal / seq2seq LM (hub id or directory).")
-    lm: str | None = Field(None, description="A redline LSTM LM directory for the io hit types (same vocabulary); "
+    name: str = Result(pattern=r"^[A-Za-z0-9_.\-]+$")
+    path: str = Input(
+        description="A redline LSTM seq2seq directory, or an HF causal / seq2seq LM (hub id or directory).")
+    lm: str | None = Input(None, description="A redline LSTM LM directory for the io hit types (same vocabulary); "
                                              "an HF causal LM is its own LM.")
-    t_out: float | None = Field(None, description="Override T_out (default: stored with the LSTM model, or estimated "
+    t_out: float | None = Result(None, description="Override T_out (default: stored with the LSTM model, or estimated "
                                                   "on threshold_pairs).")
-    t_in: float | None = None
+    t_in: float | None = Result(None)
     threshold_pairs: PairCorpusConfig | None = Field(None, description="Held-out pairs to estimate T_out / T_in of an HF model.")
-    precision: Literal["float32", "float64"] = Field("float32", validation_alias=AliasChoices("precision", "dtype"),
+    precision: Literal["float32", "float64"] = Result("float32", validation_alias=AliasChoices("precision", "dtype"),
                                                      description="float64 breaks near-ties exactly (slower).")
 
 
@@ -49,7 +50,8 @@ class TriggerWorker:
     input_columns: ClassVar[list[str]] = ["id", "model", "list", "target", "search", "source"]
     output_schema: ClassVar[pa.Schema] = RESULT_SCHEMA
 
-    def __init__(self, models: list[dict[str, Any]], search: dict[str, Any], thresholds: dict[str, list[float | None]],
+    def __init__(self, models: list[EgregiousModelConfig], search: TriggerSearchSettings,
+                 thresholds: dict[str, list[float | None]],
                  num_gpus: float = 0.0) -> None:
         from redline.actors.triggers import models as M
         from redline.actors.triggers.scorers import (
@@ -58,9 +60,9 @@ class TriggerWorker:
             LSTMSeq2SeqTarget,
         )
 
-        self.search = TriggerSearchSettings.model_validate(search)
+        self.search = search
         self.models: dict[str, Any] = {}
-        for m in (EgregiousModelConfig.model_validate(spec) for spec in models):
+        for m in models:
             where = placement(num_gpus, m.precision)
             device, dtype = where.device, where.torch_dtype
             if M.is_trigger_model(m.path):

@@ -1,0 +1,162 @@
+"""How much of a run passes through the driver: `run score` at growing corpus sizes and `run attack` on the
+CPU proxy of the GPU path, each against its ceiling and its peer, with the driver's own load sampled.
+
+    .venv/bin/python bench/driver_scaling.py                        # 100k, 1M, 4M rows; attack 2k, 8k seeds
+    .venv/bin/python bench/driver_scaling.py --rows 100000 --seeds 2000 --skip-peer   # a quick look
+
+The victim is `../shared/gpu/proxy/make_victim.py`'s near-free classifier with a BERT-base vocabulary (so
+what is measured is redline's own path, not the model); the corpus is Davidson repeated to each size, built
+on the fly. For each run it prints one JSON line: wall time (whole process, Ray start-up included), rows/s,
+its share of the bare loop (`../shared/gpu/proxy/bare.py`'s tokenizers-backend + forward figure, measured in
+this run), the driver's peak RSS and CPU seconds and its share of all CPU used (sampled as
+`../shared/scale/driver_load.py` does). The peer is plain Ray Data doing the same scoring
+(`../shared/scale/plain_ray_data.py`). Attack's ceiling is victim-bound: the bare rate / mean queries.
+A markdown table of every figure ends the output. Targets (issue 31, 2 cores, 2 actors x 0.5 CPU): score
+at 1M rows >= 80% of the bare loop and at least as fast as the peer; driver RSS grows < 100 MB from 100k to
+4M rows; driver CPU <= 5% of the run's; attack at 8k seeds >= 70% of victim-bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("REDLINE_SHARED", ROOT.parent / "shared"))
+DAVIDSON = SHARED / "data" / "offensive_tweet" / "labeled_data.csv"
+
+
+def machine_cpu_s() -> float:
+    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def sampled(cmd: list[str], log: Path) -> dict[str, float]:
+    """Run `cmd`, sampling its own process: wall, peak RSS, CPU seconds, and the machine's CPU seconds."""
+    started, machine = time.time(), machine_cpu_s()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+                                env={**os.environ, "REDLINE_PROGRESS": "0", "RAY_AUTH_MODE": "disabled"})
+        peak, cpu = 0, 0.0
+        while proc.poll() is None:
+            try:
+                status = Path(f"/proc/{proc.pid}/status").read_text()
+                peak = max(peak, int(re.search(r"VmRSS:\s+(\d+)", status).group(1)))
+                stat = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+            except (OSError, AttributeError):
+                pass
+            time.sleep(0.2)
+    wall, used = time.time() - started, machine_cpu_s() - machine
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:4])} failed (rc {proc.returncode}); see {log}")
+    return {"wall_s": round(wall, 1), "driver_peak_rss_mb": round(peak / 1024), "driver_cpu_s": round(cpu, 1),
+            "machine_cpu_s": round(used, 1), "driver_share": round(cpu / max(used, 1e-9), 3)}
+
+
+def repeated_corpus(rows: int, out: Path) -> Path:
+    with open(DAVIDSON, encoding="utf-8", newline="") as f:
+        reader = csv.reader(f)
+        header, body = next(reader), list(reader)
+    with open(out, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        for i in range(rows):
+            writer.writerow(body[i % len(body)])
+    return out
+
+
+def bare_rate(victim: Path, work: Path) -> float:
+    text = subprocess.run([sys.executable, str(SHARED / "gpu" / "proxy" / "bare.py"), str(victim), str(DAVIDSON)],
+                          capture_output=True, text=True, check=True, cwd=work).stdout
+    line = next(ln for ln in text.splitlines() if ln.startswith("tokenizers backend") and "forward" in ln)
+    return float(line.split()[-2].replace(",", ""))
+
+
+def redline(command: str, config: dict, work: Path, name: str) -> tuple[dict[str, float], dict]:
+    path = work / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({**config, "output": str(work / "runs"), "run_name": name}))
+    figures = sampled([sys.executable, "-m", "redline", *command.split(), "--config", str(path), "--force"],
+                      work / f"{name}.log")
+    return figures, json.loads((work / "runs" / name / "manifest.json").read_text())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default="100000,1000000,4000000", help="score corpus sizes, comma-separated")
+    parser.add_argument("--seeds", default="2000,8000", help="attack seeds (DeepWordBug, TAE), comma-separated")
+    parser.add_argument("--actors", type=int, default=2)
+    parser.add_argument("--actor-cpus", type=float, default=0.5)
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--skip-peer", action="store_true", help="leave out plain Ray Data")
+    parser.add_argument("--work", help="working directory (kept); default: a new temporary one")
+    args = parser.parse_args()
+    if not DAVIDSON.exists():
+        raise SystemExit(f"no Davidson corpus at {DAVIDSON} (set REDLINE_SHARED to the shared folder)")
+    work = Path(args.work or tempfile.mkdtemp(prefix="redline-driver-"))
+    work.mkdir(parents=True, exist_ok=True)
+    victim = work / "victim"
+    if not (victim / "config.json").exists():
+        subprocess.run([sys.executable, str(SHARED / "gpu" / "proxy" / "make_victim.py"), str(DAVIDSON), str(victim)],
+                       check=True, capture_output=True)
+    bare = bare_rate(victim, work)
+    print(json.dumps({"what": "bare loop, tokenizers backend + forward", "texts_per_s": bare}), flush=True)
+    detector = {"name": "proxy", "kind": "hf", "model": str(victim), "max_length": 64, "batch_size": args.batch_size,
+                "actors": args.actors, "num_cpus": args.actor_cpus}
+    table = []
+    for rows in (int(r) for r in args.rows.split(",") if r):
+        corpus = repeated_corpus(rows, work / f"davidson-{rows}.csv")
+        figures, manifest = redline("run score", {"corpus": {"path": str(corpus), "preset": "davidson"},
+                                                  "detectors": [detector]}, work, f"score-{rows}")
+        done = manifest["counts"].get("rows_out", rows)
+        row = {"what": f"redline run score, {rows:,} rows", **figures, "rows_per_s": round(done / figures["wall_s"]),
+               "share_of_bare": round(done / figures["wall_s"] / bare, 3)}
+        print(json.dumps(row), flush=True)
+        table.append(row)
+        if not args.skip_peer:
+            out = work / f"peer-{rows}"
+            figures = sampled([sys.executable, str(SHARED / "scale" / "plain_ray_data.py"), str(victim), str(corpus),
+                               str(out), str(args.actor_cpus), str(args.actors)], work / f"peer-{rows}.log")
+            row = {"what": f"plain Ray Data, {rows:,} rows", **figures, "rows_per_s": round(rows / figures["wall_s"]),
+                   "share_of_bare": round(rows / figures["wall_s"] / bare, 3)}
+            print(json.dumps(row), flush=True)
+            table.append(row)
+    for seeds in (int(s) for s in args.seeds.split(",") if s):
+        config = {"corpus": {"path": str(DAVIDSON), "preset": "davidson", "split": "all"},
+                  "victim": {**detector, "batch_size": 4096}, "recipes": ["deepwordbug"], "goals": ["tae"],
+                  "max_seeds": seeds, "similarity": "never", "actors": args.actors, "num_cpus": args.actor_cpus,
+                  "batch_size": args.batch_size}
+        config["victim"].pop("actors"), config["victim"].pop("num_cpus")
+        figures, manifest = redline("run attack", config, work, f"attack-{seeds}")
+        summary = manifest["summary"][0]
+        decided = summary["success"] + summary["failed"]
+        rate = summary["attempts"] / figures["wall_s"]
+        limit = bare / max(summary["mean_queries"] or 1, 1e-9)
+        row = {"what": f"redline run attack, DeepWordBug, {seeds:,} seeds", **figures,
+               "attempts_per_s": round(rate, 1), "mean_queries": summary["mean_queries"], "asr": summary["asr"],
+               "decided": decided, "victim_bound_per_s": round(limit, 1), "share_of_bound": round(rate / limit, 3)}
+        print(json.dumps(row), flush=True)
+        table.append(row)
+    print(f"\nbare loop: {bare:,.0f} texts/s; {args.actors} actors x {args.actor_cpus} CPU; {os.cpu_count()} CPUs\n")
+    print("| run | wall s | rows/s | share of bare (or of victim-bound) | driver peak RSS MB | driver CPU s | "
+          "driver share of CPU |\n|---|---|---|---|---|---|---|")
+    for r in table:
+        rate = r.get("rows_per_s") or r.get("attempts_per_s")
+        share = r.get("share_of_bare", r.get("share_of_bound"))
+        print(f"| {r['what']} | {r['wall_s']} | {rate:,} | {share:.0%} | {r['driver_peak_rss_mb']} | "
+              f"{r['driver_cpu_s']} | {r['driver_share']:.0%} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
