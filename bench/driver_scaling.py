@@ -42,11 +42,13 @@ def machine_cpu_s() -> float:
 
 
 def sampled(cmd: list[str], log: Path) -> dict[str, float]:
-    """Run `cmd`, sampling its own process: wall, peak RSS, CPU seconds, and the machine's CPU seconds."""
+    """Run `cmd`, sampling its own process: wall, peak RSS, CPU seconds, and the machine's CPU seconds.
+    Each command starts its own local Ray (RAY_ADDRESS=local), never one left by the previous."""
     started, machine = time.time(), machine_cpu_s()
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-                                env={**os.environ, "REDLINE_PROGRESS": "0", "RAY_AUTH_MODE": "disabled"})
+                                env={**os.environ, "REDLINE_PROGRESS": "0", "RAY_AUTH_MODE": "disabled",
+                                     "RAY_ADDRESS": "local"})
         peak, cpu = 0, 0.0
         while proc.poll() is None:
             try:

@@ -182,8 +182,9 @@ def write_parquet(table: pa.Table, uri: str) -> None:
     write_bytes(uri, buf.getvalue())
 
 
-def read_parquet(uri: str) -> pa.Table:
-    return pq.read_table(io.BytesIO(read_bytes(uri)))
+def read_parquet(uri: str, columns: list[str] | None = None, filters: Any = None) -> pa.Table:
+    """A Parquet file, or only `columns` of the rows `filters` keep (pyarrow's filter form)."""
+    return pq.read_table(io.BytesIO(read_bytes(uri)), columns=columns, filters=filters)
 
 
 def list_files(uri: str, suffix: str = "") -> list[str]:

@@ -23,6 +23,7 @@ from redline.actors.attack.recipes import AttackResources, RecipeOptions
 from redline.actors.attack.recipes import preflight as recipe_preflight
 from redline.actors.attack.recipes import uses_gpu as recipe_uses_gpu
 from redline.actors.detectors import DetectorConfig, detector_class, preflight_detector
+from redline.cluster import storage
 from redline.cluster.config import Execution, Result, RunConfig
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.cluster.tables import STATUS_OK, conform
@@ -31,7 +32,6 @@ from redline.pipelines import sharded
 from redline.pipelines.actor_pool import ActorPool
 from redline.pipelines.corpora import CorpusConfig, read_corpora
 from redline.pipelines.figures import ATTACK
-from redline.pipelines.metrics import attack_summary
 from redline.pipelines.report import COUNT_COLUMNS, Report, png_bytes
 from redline.pipelines.schema import ATTACK_SCHEMA
 from redline.pipelines.template import Pipeline
@@ -183,15 +183,15 @@ def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> 
             results_per_row=1, process=pool.map_unordered,
             assemble=lambda shard, results: assemble(shard, results, config.victim.name),
             empty_results=ATTACK_RESULT_SCHEMA, key=["attempt_id"], batch_size=config.batch_size,
-            actors=config.actors, label=f"attacking {config.victim.name}", verbose=verbose,
+            actors=config.actors, label=f"attacking {config.victim.name}", verbose=verbose, figures=ATTACK,
         )
     attack_s = watch.lap("attack_s")
-    attempts = sharded.read_outputs(run.dir, OUTPUT_DIR)
-    statuses = attempts.column("status").to_pylist()
-    manifest["counts"].update(attempts_out=attempts.num_rows,
-                              by_status={s: statuses.count(s) for s in sorted(set(statuses))})
-    manifest["attempts_per_s"] = round(attempts.num_rows / attack_s, 2) if attack_s and pending else None
-    return attack_summary(attempts, attack_s)
+    summary = sharded.shard_summary(run, ATTACK, OUTPUT_DIR, len(shards))
+    attempts = sum(row["attempts"] for row in summary)
+    by_status = {s: sum(row[s] for row in summary) for s in ("error", "failed", "skipped", "success")}
+    manifest["counts"].update(attempts_out=attempts, by_status={s: n for s, n in by_status.items() if n})
+    manifest["attempts_per_s"] = round(attempts / attack_s, 2) if attack_s and pending else None
+    return summary
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,20 +217,27 @@ def plot_asr(summary: list[dict[str, Any]]) -> bytes | None:
     return data
 
 
-def sample_successes(attempts: pa.Table, per_recipe: int = 3) -> list[dict[str, Any]]:
-    ok = attempts.filter(pc.equal(attempts.column("status"), "success"))
-    out = []
-    for rec in dict.fromkeys(ok.column("recipe").to_pylist()):
-        part = ok.filter(pc.equal(ok.column("recipe"), rec)).slice(0, per_recipe)
-        for r in part.to_pylist():
-            out.append({"recipe": rec, "goal": r["goal"], "seed": r["seed_text"][:200],
-                        "perturbed": (r["perturbed_text"] or "")[:200],
-                        "before": r["score_before"], "after": r["score_after"]})
-    return out
+SAMPLE_COLUMNS = ["recipe", "goal", "seed_text", "perturbed_text", "score_before", "score_after"]
+
+
+def sample_successes(run: RunDir, summary: list[dict[str, Any]], per_recipe: int = 3) -> list[dict[str, Any]]:
+    """The first successes of each recipe, read shard by shard (only those rows and columns) until
+    every recipe with successes has its share: never the whole output."""
+    wanted = {r["recipe"] for r in summary if r.get("success")}
+    found: dict[str, list[dict[str, Any]]] = {}
+    for part in storage.list_files(run.path(OUTPUT_DIR), ".parquet"):
+        if all(len(found.get(rec, [])) >= per_recipe for rec in wanted):
+            break
+        for r in storage.read_parquet(part, SAMPLE_COLUMNS, [("status", "=", "success")]).to_pylist():
+            mine = found.setdefault(r["recipe"], [])
+            if len(mine) < per_recipe:
+                mine.append({"recipe": r["recipe"], "goal": r["goal"], "seed": r["seed_text"][:200],
+                             "perturbed": (r["perturbed_text"] or "")[:200],
+                             "before": r["score_before"], "after": r["score_after"]})
+    return [row for rows in found.values() for row in rows]
 
 
 def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
-    attempts = sharded.read_outputs(run, OUTPUT_DIR)
     summary = manifest.get("summary", [])
     counts = manifest.get("counts", {})
     count_rows = [{"what": "attempts (seeds x recipes x goals)", "n": str(counts.get("attempts_in"))},
@@ -245,7 +252,7 @@ def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
     report = Report(run, "redline attack report", manifest, note)
     report.table("Recipes", summary, ATTACK.columns()).plot("asr", plot_asr(summary))
     report.table("Attempts", count_rows, COUNT_COLUMNS)
-    report.table("Sample successes", sample_successes(attempts), sample_cols)
+    report.table("Sample successes", sample_successes(run, summary), sample_cols)
     report.write("summary.csv", summary)
 
 

@@ -1,7 +1,10 @@
 """Every pipeline's figures, declared once (in the style of lm-eval's metric registry): what each
 summary column is called, how it is shown, which direction is better and what it means. Reports,
 `redline status` / `report`, the viewer's run list and compare page and the safety card all read these
-declarations; the functions that compute them live in `pipelines/metrics.py`.
+declarations. A figure computed from output rows by partial sums declares how (`compute`, see
+`pipelines/aggregates.py`): its table then summarises shard by shard, merging the sums; the others
+are still computed by `pipelines/metrics.py` from the rows (ROC-AUC and the trigger searches' tables
+need more than sums).
 
 Light on purpose (no Ray, no torch): the registry and the viewer import it to show runs.
 """
@@ -12,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from redline.actors.triggers.hits import HIT_TYPES
+from redline.pipelines import aggregates as A
 
 Columns = list[tuple[str, str, str]]  # (key, heading, format) as report tables take them
 
@@ -29,6 +33,7 @@ class Figure:
     description: str = ""
     short: str | None = None
     shown: bool = True  # False: kept in the summary rows (and the CSV), left out of report tables
+    compute: A.Value | None = None  # how, from a group's partial sums (None: a name, or computed elsewhere)
 
     @property
     def column(self) -> tuple[str, str, str]:
@@ -62,6 +67,7 @@ class Table:
     brief: tuple[str, ...] | None = None
     headline: tuple[str, ...] = ()
     first_only: bool = False
+    by: tuple[str, ...] = ()  # the columns a summary row stands for (default: the keys')
 
     @property
     def figures(self) -> tuple[Figure, ...]:
@@ -84,18 +90,35 @@ class Table:
             figures = tuple(f for f in figures if any(f.key in r for r in rows))
         return [f.column for f in figures]
 
+    @property
+    def groups(self) -> tuple[str, ...]:
+        return self.by or tuple(k.key for k in self.keys)
+
+    def partials(self, rows: Any) -> A.Partials:
+        """The partial sums of some output rows (a shard's), by group."""
+        return A.partials(rows, self.groups, (a for f in self.figures if f.compute for a in f.compute.needs()))
+
+    def rows(self, partials: A.Partials) -> list[dict[str, Any]]:
+        """Summary rows from (merged) partial sums: each group's names, then its figures."""
+        return [{**dict(zip(self.groups, group)),
+                 **{f.key: f.compute.value(sums) for f in self.figures if f.compute is not None}}
+                for group, sums in partials.items()]
+
+    def summarize(self, rows: Any) -> list[dict[str, Any]]:
+        return self.rows(self.partials(rows))
+
     def headline_of(self) -> Headline:
         return Headline(tuple(k.key for k in self.keys), tuple(self.figure(h).short_column for h in self.headline),
                         self.first_only)
 
 
 def _rate(key: str, label: str, better: Literal["higher", "lower"], description: str = "",
-          short: str | None = None) -> Figure:
-    return Figure(key, label, ".3f", better, description, short)
+          short: str | None = None, compute: A.Value | None = None) -> Figure:
+    return Figure(key, label, ".3f", better, description, short, compute=compute)
 
 
-def _count(key: str, label: str, description: str = "") -> Figure:
-    return Figure(key, label, "d", None, description)
+def _count(key: str, label: str, description: str = "", compute: A.Value | None = None) -> Figure:
+    return Figure(key, label, "d", None, description, compute=compute)
 
 
 def _name(key: str, label: str | None = None) -> Figure:
@@ -129,26 +152,35 @@ SCORE = Table(
     headline=("f1_toxic", "roc_auc"),
 )
 
+SUCCESS, DECIDED = A.eq("status", "success"), A.isin("status", ("success", "failed"))
 ATTACK = Table(
     keys=(_name("recipe"), _name("goal")),
     values=(
         _name("victim"),
-        _count("attempts", "attempts", "seeds attacked with this recipe and goal"),
-        _count("success", "success", "attempts that changed the victim's decision"),
-        _count("failed", "failed", "attempts that ran out of candidates, queries or time"),
-        _count("skipped", "skipped", "seeds the victim already misjudged, or with no word to modify"),
-        _count("error", "error", "attempts that failed with an error"),
-        _count("examples", "examples", "adversarial examples written (several per seed when asked)"),
-        _rate("asr", "ASR", "higher", "attack success rate: success / (success + failed); skipped and errors left out"),
+        _count("attempts", "attempts", "seeds attacked with this recipe and goal", A.Count()),
+        _count("success", "success", "attempts that changed the victim's decision", A.Count(SUCCESS)),
+        _count("failed", "failed", "attempts that ran out of candidates, queries or time",
+               A.Count(A.eq("status", "failed"))),
+        _count("skipped", "skipped", "seeds the victim already misjudged, or with no word to modify",
+               A.Count(A.eq("status", "skipped"))),
+        _count("error", "error", "attempts that failed with an error", A.Count(A.eq("status", "error"))),
+        _count("examples", "examples", "adversarial examples written (several per seed when asked)",
+               A.Plus((A.Count(SUCCESS), A.Sum("more_examples", SUCCESS, length=True)))),
+        _rate("asr", "ASR", "higher", "attack success rate: success / (success + failed); skipped and errors left out",
+              compute=A.Ratio(A.Count(SUCCESS), A.Count(DECIDED))),
         Figure("mean_queries", "mean queries", ".1f", "lower",
-               "victim queries per decided attempt (a success or a failure)"),
-        Figure("mean_pct_perturbed", "% words perturbed", ".1f", "lower", "share of the seed's words changed"),
-        _rate("mean_similarity", "similarity", "higher", "sentence-encoder similarity of example and seed"),
-        Figure("mean_seconds", "s / attempt (in flight)", ".3f", "lower", "wall time of an attempt, others in flight"),
+               "victim queries per decided attempt (a success or a failure)", compute=A.Mean("queries", DECIDED)),
+        Figure("mean_pct_perturbed", "% words perturbed", ".1f", "lower", "share of the seed's words changed",
+               compute=A.Mean("perturbed_pct", SUCCESS)),
+        _rate("mean_similarity", "similarity", "higher", "sentence-encoder similarity of example and seed",
+              compute=A.Mean("similarity", SUCCESS)),
+        Figure("mean_seconds", "s / attempt (in flight)", ".3f", "lower", "wall time of an attempt, others in flight",
+               compute=A.Mean("seconds")),
     ),
     brief=("recipe", "goal", "attempts", "success", "failed", "skipped", "error", "asr", "mean_queries",
            "mean_pct_perturbed"),
     headline=("asr",),
+    by=("recipe", "goal", "victim"),
 )
 
 TAEBENCH_STAGES = ("dedupe", "grammar", "naturalness", "label")

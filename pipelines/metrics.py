@@ -1,6 +1,8 @@
-"""Every pipeline's figures from its output rows: detection metrics with toxic as the positive class (FNR
-on toxic rows is the attack success rate), attack ASR, transfer rates, the DiaSafety leaderboard and the
-egregious-output Table 3. Pure functions of tables, so each is tested against hand-made rows."""
+"""Pipelines' figures that are not plain partial sums, from their output rows: detection metrics with
+toxic as the positive class (FNR on toxic rows is the attack success rate; ROC-AUC needs the scores),
+transfer rates, the DiaSafety leaderboard and the egregious-output Table 3. Pure functions of tables,
+so each is tested against hand-made rows. Figures made of partial sums (attack's) are declared with
+their computation in `pipelines/figures.py` and summed shard by shard instead."""
 
 from __future__ import annotations
 
@@ -66,29 +68,6 @@ def detector_metrics(predictions: pa.Table) -> list[dict[str, Any]]:
             row["unlabelled"] = ok.num_rows - labelled.num_rows
             rows.append(row)
     return rows
-
-
-def attack_summary(attempts: pa.Table, wall_s: float | None) -> list[dict[str, Any]]:
-    """Per recipe, goal and victim: counts, ASR = successes / (successes + failures), mean queries,
-    mean % words perturbed and similarity of successes."""
-    df = attempts.to_pandas()
-    out = []
-    for (rec, goal, victim), g in df.groupby(["recipe", "goal", "victim"], sort=False):
-        succ = g[g.status == "success"]
-        tried = g[g.status.isin(["success", "failed"])]
-        out.append({
-            "recipe": rec, "goal": goal, "victim": victim, "attempts": len(g), "success": len(succ),
-            "failed": int((g.status == "failed").sum()), "skipped": int((g.status == "skipped").sum()),
-            "error": int((g.status == "error").sum()),
-            "examples": len(succ) + int(sum(len(m) for m in succ.more_examples if m is not None))
-            if "more_examples" in succ else len(succ),
-            "asr": len(succ) / len(tried) if len(tried) else None,
-            "mean_queries": float(tried.queries.mean()) if len(tried) else None,
-            "mean_pct_perturbed": float(succ.perturbed_pct.mean()) if len(succ) else None,
-            "mean_similarity": float(succ.similarity.mean()) if len(succ) and succ.similarity.notna().any() else None,
-            "mean_seconds": float(g.seconds.mean()) if g.seconds.notna().any() else None,
-        })
-    return out
 
 
 def transfer_metrics(predictions: pa.Table) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from redline.cluster.progress import progress_bar
 from redline.cluster.runs import Run, RunDir
 from redline.cluster.runtime import ensure_ray
 from redline.errors import RedlineError
+from redline.pipelines.figures import Table
 
 INPUT_DIR = "input"
 
@@ -60,6 +61,34 @@ def read_outputs(run: RunDir, output_dir: str) -> pa.Table:
     if not parts:
         raise RedlineError(f"{run.path(output_dir)} holds no output shards")
     return pa.concat_tables([storage.read_parquet(p) for p in parts])
+
+
+def count_figures(run: Run, table: Table, index: int, rows: pa.Table) -> None:
+    """Add output shard `index`'s partial sums to the run's running totals in its manifest (once per
+    shard: a shard already counted is skipped), remembering where each group first appeared so the
+    summary keeps the rows' order whatever order the shards finish in."""
+    state = run.manifest.setdefault("figures", {"shards": [], "groups": []})
+    if index in state["shards"]:
+        return
+    groups = {tuple(g): (tuple(first), sums) for g, first, sums in state["groups"]}
+    for position, (group, sums) in enumerate(table.partials(rows).items()):
+        first, total = groups.get(group, ((index, position), {}))
+        for name, value in sums.items():
+            total[name] = total.get(name, 0) + value
+        groups[group] = (min(first, (index, position)), total)
+    state["groups"] = [[list(g), list(first), sums] for g, (first, sums) in groups.items()]
+    state["shards"].append(index)
+
+
+def shard_summary(run: Run, table: Table, output_dir: str, n_shards: int) -> list[dict[str, Any]]:
+    """The run's summary rows from its running totals; a shard written but not yet counted (the run
+    stopped between the two) is read back and counted now, alone."""
+    counted = set(run.manifest.get("figures", {}).get("shards", []))
+    for i in range(n_shards):
+        if i not in counted:
+            count_figures(run, table, i, storage.read_parquet(run.dir.path(output_dir, part_name(i))))
+    groups = sorted(run.manifest.get("figures", {}).get("groups", []), key=lambda g: tuple(g[1]))
+    return table.rows({tuple(g): sums for g, _, sums in groups})
 
 
 def block_rows(rows: int, batch_size: int, actors: int) -> int:
@@ -108,11 +137,13 @@ def stream_shards(
     on_batch: Callable[[pa.Table], None] | None = None,
     note: Callable[[pa.Table], str] | None = None,
     unit: str = "rows",
+    figures: Table | None = None,
 ) -> None:
     """Send each pending shard's selected rows, in blocks, through `process` (`through_ray_data`
     or an `ActorPool`), and write each shard's assembled output atomically once all
     `results_per_row * rows` results for it have arrived. `note(batch)` adds running figures (e.g.
-    hits so far) to the progress line."""
+    hits so far) to the progress line; `figures`: the table whose partial sums are counted as each
+    shard is written (see `shard_summary`)."""
     work: dict[int, pa.Table] = {}
     for i in pending:
         rows = select(shards[i])
@@ -126,7 +157,11 @@ def stream_shards(
         flushed.add(i)
         parts = received.pop(i, [])
         results = dedupe(pa.concat_tables(parts), key) if parts else empty_results.empty_table()
-        storage.write_parquet(assemble(shards[i], results), run.dir.path(output_dir, part_name(i)))
+        out = assemble(shards[i], results)
+        storage.write_parquet(out, run.dir.path(output_dir, part_name(i)))
+        if figures is not None:
+            count_figures(run, figures, i, out)
+            run.dir.write_manifest(run.manifest)
 
     for i in [i for i in pending if expected[i] == 0]:
         flush(i)

@@ -19,9 +19,9 @@ SUMMARIES = {
     "score": lambda: M.detector_metrics(pa.table({
         "detector": ["a", "a", "a"], "dataset": ["d1", "d1", "d2"], "status": ["ok"] * 3, "label": [1, 0, 1],
         "pred_toxic": [True, False, False], "toxic_score": [.9, .1, .2], "seconds": [1.0] * 3})),
-    "attack": lambda: M.attack_summary(pa.table({
+    "attack": lambda: F.ATTACK.summarize(pa.table({
         "recipe": ["r"], "goal": ["tae"], "victim": ["v"], "status": ["success"], "queries": [10],
-        "perturbed_pct": [10.0], "similarity": [.9], "seconds": [1.0], "more_examples": [["x"]]}), None),
+        "perturbed_pct": [10.0], "similarity": [.9], "seconds": [1.0], "more_examples": [["x"]]})),
     "transfer": lambda: M.transfer_metrics(pa.table({
         "detector": ["v", "v", "v"], "status": ["ok"] * 3, "dataset": ["x"] * 3, "split": ["seed", "tae", "bae"],
         "pred_toxic": [True, False, True]})),
@@ -67,3 +67,62 @@ def test_declarations_are_complete_and_read_by_every_view():
     assert F.TAEBENCH.columns([{"goal": "tae", "dataset": "d", "raw": 3, "label": 1, "label_pct": 33.3}]) == [
         ("goal", "goal", "s"), ("dataset", "seed dataset", "s"), ("raw", "raw", "d"), ("label", "after label", "d"),
         ("label_pct", "% of raw", ".1f")]
+
+
+def _attempts(n: int, seed: int = 0) -> pa.Table:
+    import random
+
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        status = rng.choice(["success", "failed", "skipped", "error"])
+        rows.append({"recipe": rng.choice(["pwws", "deepwordbug", "textbugger"]), "goal": rng.choice(["tae", "bae"]),
+                     "victim": "v", "status": status, "queries": rng.choice([None, 3, 11, 40]),
+                     "perturbed_pct": rng.random() * 40 if status == "success" else None,
+                     "similarity": rng.choice([None, rng.random()]), "seconds": rng.choice([None, rng.random()]),
+                     "more_examples": rng.choice([None, [], ["x"], ["x", "y"]])})
+    return pa.Table.from_pylist(rows)
+
+
+def test_figures_summed_shard_by_shard_equal_those_of_all_rows_in_any_finishing_order(tmp_path):
+    """A run's figures come from each output shard's partial sums, merged as shards finish (in any
+    order, a resumed run's shards counted from its files): the same rows, in the same order, as the
+    figures of the whole output at once."""
+    import json
+
+    from redline.cluster import storage
+    from redline.cluster.runs import RunDir
+    from redline.pipelines import sharded
+
+    class FakeRun:
+        def __init__(self):
+            self.manifest, self.dir = {}, RunDir(str(tmp_path / "run"))
+
+    whole = _attempts(600)
+    shards = [whole.slice(i, 50) for i in range(0, whole.num_rows, 50)]
+    expected = F.ATTACK.summarize(whole)
+    run = FakeRun()
+    for i in [5, 0, 11, 3, 7, 1, 9, 2, 10, 4]:  # shards 6 and 8: written, the run stopped before counting them
+        sharded.count_figures(run, F.ATTACK, i, shards[i])
+    sharded.count_figures(run, F.ATTACK, 5, shards[5])  # counted once, however often it is offered
+    for i in (6, 8):
+        storage.write_parquet(shards[i], run.dir.path("attempts", sharded.part_name(i)))
+    got = sharded.shard_summary(run, F.ATTACK, "attempts", len(shards))
+    assert [(r["recipe"], r["goal"]) for r in got] == [(r["recipe"], r["goal"]) for r in expected]
+    for mine, theirs in zip(got, expected):
+        assert mine.keys() == theirs.keys()
+        for key, value in theirs.items():
+            assert mine[key] == (pytest.approx(value) if isinstance(value, float) else value), key
+    assert sorted(run.manifest["figures"]["shards"]) == list(range(len(shards)))
+    assert json.loads(json.dumps(run.manifest))["figures"] == run.manifest["figures"]  # a manifest holds them
+
+
+def test_a_figure_declares_how_it_is_computed_and_its_sums_merge():
+    from redline.pipelines import aggregates as A
+
+    asr = F.ATTACK.figure("asr").compute
+    assert isinstance(asr, A.Ratio) and {a.name for a in asr.needs()} == {
+        "sum rows where status=success", "sum rows where status in success,failed"}
+    part = A.merge({("r",): {"sum rows": 2, "x": 1.5}}, {("q",): {"sum rows": 1}}, {("r",): {"sum rows": 3}})
+    assert part == {("r",): {"sum rows": 5, "x": 1.5}, ("q",): {"sum rows": 1}}
+    assert A.Mean("v").value({}) is None and A.Ratio(A.Count(), A.Count()).value({"sum rows": 0}) is None

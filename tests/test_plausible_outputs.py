@@ -21,6 +21,7 @@ from redline.actors.attack.text import AttackedText
 from redline.actors.attack.transformations import CharEdits
 from redline.actors.triggers import hits as H
 from redline.pipelines import metrics as M
+from redline.pipelines.figures import ATTACK
 
 # ---------------------------------------------------------------- metrics (wrong class, wrong denominator)
 
@@ -76,13 +77,13 @@ def test_attack_asr_counts_only_decided_attempts():
                       "perturbed_pct": [10.0, 30.0, None, None, None, 50.0, None, None],
                       "similarity": [.9, .7, None, None, None, None, None, None],
                       "seconds": [1.0] * 8, "more_examples": [["x", "y"], None, None, None, None, [], None, None]})
-    r, q = M.attack_summary(table, None)
+    r, q = ATTACK.summarize(table)
     assert (r["recipe"], r["attempts"], r["success"], r["failed"], r["skipped"], r["error"]) == ("r", 5, 2, 1, 1, 1)
     assert r["asr"] == pytest.approx(2 / 3)  # skipped and errored attempts are not attacks that failed
     assert r["mean_queries"] == pytest.approx(20.0) and r["mean_pct_perturbed"] == pytest.approx(20.0)
     assert r["mean_similarity"] == pytest.approx(0.8) and r["examples"] == 4
     assert q["asr"] == pytest.approx(1 / 3) and q["mean_similarity"] is None and q["examples"] == 1
-    nothing = M.attack_summary(pa.table({k: table.column(k).slice(3, 2) for k in table.column_names}), None)[0]
+    nothing = ATTACK.summarize(pa.table({k: table.column(k).slice(3, 2) for k in table.column_names}))[0]
     assert nothing["asr"] is None and nothing["mean_queries"] is None
 
 
@@ -605,7 +606,7 @@ def test_attack_figures_of_a_group_without_successes_are_absent_not_zero():
     table = pa.table({"recipe": ["r", "r"], "goal": ["tae", "tae"], "victim": ["v", "v"],
                       "status": ["failed", "failed"], "queries": [5, 7], "perturbed_pct": [None, None],
                       "similarity": [None, None], "seconds": [None, None], "more_examples": [None, None]})
-    (row,) = M.attack_summary(table, None)
+    (row,) = ATTACK.summarize(table)
     assert (row["asr"], row["examples"]) == (0.0, 0)
     assert row["mean_pct_perturbed"] is None and row["mean_seconds"] is None and row["mean_queries"] == 6.0
     assert (row["recipe"], row["goal"], row["victim"]) == ("r", "tae", "v")
