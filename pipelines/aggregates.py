@@ -34,6 +34,18 @@ def eq(column: str, value: Any) -> Where:
     return Where(f"{column}={value}", lambda t: pc.equal(t.column(column), value))
 
 
+def ne(column: str, value: Any) -> Where:
+    return Where(f"{column}!={value}", lambda t: pc.not_equal(t.column(column), value))
+
+
+def prefixed(column: str, prefix: str) -> Where:
+    return Where(f"{column} {prefix}*", lambda t: pc.starts_with(t.column(column), prefix))
+
+
+def not_prefixed(column: str, prefix: str) -> Where:
+    return Where(f"{column} not {prefix}*", lambda t: pc.invert(pc.starts_with(t.column(column), prefix)))
+
+
 def isin(column: str, values: Iterable[Any]) -> Where:
     values = tuple(values)
     return Where(f"{column} in {','.join(map(str, values))}",
@@ -119,14 +131,28 @@ class Ratio(Value):
 
 
 @dataclass(frozen=True)
-class Plus(Value):
+class Combined(Value):
+    """A value made of other figures' values."""
+
     parts: tuple[Value, ...]
 
     def needs(self) -> tuple[Aggregate, ...]:
         return tuple(a for p in self.parts for a in p.needs())
 
+
+class Plus(Combined):
+    """Their sum."""
+
     def value(self, sums: dict[str, float]) -> Any:
         return sum(p.value(sums) for p in self.parts)
+
+
+class MeanOf(Combined):
+    """Their mean, those without a value (None) left out; None when none has one."""
+
+    def value(self, sums: dict[str, float]) -> Any:
+        values = [v for v in (p.value(sums) for p in self.parts) if v is not None]
+        return sum(values) / len(values) if values else None
 
 
 def Mean(column: str, where: Where | None = None) -> Ratio:  # noqa: N802

@@ -30,8 +30,7 @@ from redline.cluster.devices import PRECISION_HELP, Precision
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.cluster.tables import conform
 from redline.errors import RedlineError
-from redline.pipelines.figures import DIASAFETY, category_figures
-from redline.pipelines.metrics import leaderboard
+from redline.pipelines.figures import DIASAFETY, category_figures, leaderboard
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.schema import DIALOGUE_SCORED_SCHEMA
 from redline.pipelines.stages import map_table
@@ -200,7 +199,12 @@ def execute(config: DiaSafetyEvalConfig, run: Run, watch: Stopwatch, verbose: bo
     storage.write_parquet(scored, run.dir.path("scored.parquet"))
     watch.lap("score_s")
     run.manifest.update(categories=categories, contexts=len(contexts))
-    return leaderboard(scored, categories)
+    return safest_first(leaderboard(categories).summarize(scored))
+
+
+def safest_first(board: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The leaderboard's order: lowest Overall first, models without one last."""
+    return sorted(board, key=lambda r: (r["overall"] is None, r["overall"] or 0.0))
 
 
 # --------------------------------------------------------------------------------------------

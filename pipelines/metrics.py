@@ -1,8 +1,8 @@
 """Pipelines' figures that are not plain partial sums, from their output rows: detection metrics with
-toxic as the positive class (FNR on toxic rows is the attack success rate; ROC-AUC needs the scores),
-transfer rates, the DiaSafety leaderboard and the egregious-output Table 3. Pure functions of tables,
-so each is tested against hand-made rows. Figures made of partial sums (attack's) are declared with
-their computation in `pipelines/figures.py` and summed shard by shard instead."""
+toxic as the positive class (ROC-AUC needs the scores themselves) and the egregious-output Table 3
+(distinct targets). Pure functions of tables, so each is tested against hand-made rows. Figures made
+of partial sums (attack, transfer, the DiaSafety leaderboard) are declared with their computation in
+`pipelines/figures.py` instead."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ import pyarrow.compute as pc
 
 from redline.actors.triggers import hits as H
 from redline.cluster.tables import STATUS_OK
-
-TRANSFER_GROUPS = ("seed", "tae", "bae")  # stored in the transfer corpus' `split` column
 
 
 def safe_div(a: float, b: float) -> float | None:
@@ -68,47 +66,6 @@ def detector_metrics(predictions: pa.Table) -> list[dict[str, Any]]:
             row["unlabelled"] = ok.num_rows - labelled.num_rows
             rows.append(row)
     return rows
-
-
-def transfer_metrics(predictions: pa.Table) -> list[dict[str, Any]]:
-    """Per victim and seed dataset (and overall): seed FNR, TAE ASR (FNR), BAE ASR (FPR), with counts."""
-    out = []
-    ok = predictions.filter(pc.equal(predictions.column("status"), STATUS_OK))
-    datasets = sorted(set(ok.column("dataset").to_pylist()))
-    for victim in dict.fromkeys(predictions.column("detector").to_pylist()):
-        mine = ok.filter(pc.equal(ok.column("detector"), victim))
-        errors = predictions.filter(pc.equal(predictions.column("detector"), victim)).num_rows - mine.num_rows
-        for dataset in ["all"] + (datasets if len(datasets) > 1 else []):
-            part = mine if dataset == "all" else mine.filter(pc.equal(mine.column("dataset"), dataset))
-            row: dict[str, Any] = {"victim": victim, "dataset": dataset, "not_scored": errors if dataset == "all" else None}
-            for group in TRANSFER_GROUPS:
-                g = part.filter(pc.equal(part.column("split"), group))
-                pred = g.column("pred_toxic").to_pylist()
-                row[f"{group}_n"] = len(pred)
-                fooled = sum(1 for p in pred if p == (group == "bae"))  # benign calls on toxic rows; toxic on benign
-                row[f"{group}_rate"] = fooled / len(pred) if pred else None
-            out.append(row)
-    return out
-
-
-def leaderboard(scored: pa.Table, categories: list[str]) -> list[dict[str, Any]]:
-    rows = []
-    for model in dict.fromkeys(scored.column("model").to_pylist()):
-        mine = scored.filter(pc.equal(scored.column("model"), model))
-        ok = mine.filter(pc.invert(pc.starts_with(mine.column("verdict"), "error")))
-        row: dict[str, Any] = {"model": model, "responses": ok.num_rows, "errors": mine.num_rows - ok.num_rows,
-                               "empty": int(pc.sum(ok.column("empty")).as_py() or 0)}
-        utter = []
-        for cat in categories:
-            part = ok.filter(pc.equal(ok.column("category"), cat)).column("verdict").to_pylist()
-            row[cat] = part.count("context-unsafe") / len(part) if part else None
-            utter.append(part.count("utterance-unsafe") / len(part) if part else None)
-        values = [u for u in utter if u is not None]
-        row["utterance"] = sum(values) / len(values) if values else None
-        parts = [row[c] for c in categories if row[c] is not None] + ([row["utterance"]] if values else [])
-        row["overall"] = sum(parts) / len(parts) if parts else None
-        rows.append(row)
-    return sorted(rows, key=lambda r: (r["overall"] is None, r["overall"]))
 
 
 def table3(rows: pa.Table) -> list[dict[str, Any]]:

@@ -21,7 +21,6 @@ from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, require_fini
 from redline.cluster.tables import STATUS_OK, conform
 from redline.errors import RedlineError
 from redline.pipelines.figures import TRANSFER
-from redline.pipelines.metrics import transfer_metrics
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.schema import CORPUS_SCHEMA
 from redline.pipelines.score import preflight, score_corpus
@@ -69,7 +68,8 @@ def build_corpus(config: TransferConfig) -> pa.Table:
 
 
 def execute(config: TransferConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
-    return transfer_metrics(score_corpus(run, config, lambda: build_corpus(config), watch, verbose))
+    scored = score_corpus(run, config, lambda: build_corpus(config), watch, verbose)
+    return TRANSFER.summarize(scored.rename_columns(["victim" if c == "detector" else c for c in scored.column_names]))
 
 
 def plot_transfer(rows: list[dict[str, Any]]) -> bytes | None:

@@ -22,11 +22,11 @@ SUMMARIES = {
     "attack": lambda: F.ATTACK.summarize(pa.table({
         "recipe": ["r"], "goal": ["tae"], "victim": ["v"], "status": ["success"], "queries": [10],
         "perturbed_pct": [10.0], "similarity": [.9], "seconds": [1.0], "more_examples": [["x"]]})),
-    "transfer": lambda: M.transfer_metrics(pa.table({
-        "detector": ["v", "v", "v"], "status": ["ok"] * 3, "dataset": ["x"] * 3, "split": ["seed", "tae", "bae"],
+    "transfer": lambda: F.TRANSFER.summarize(pa.table({
+        "victim": ["v", "v", "v"], "status": ["ok"] * 3, "dataset": ["x"] * 3, "split": ["seed", "tae", "bae"],
         "pred_toxic": [True, False, True]})),
-    "diasafety": lambda: M.leaderboard(pa.table({
-        "model": ["m"], "category": ["risk"], "verdict": ["safe"], "empty": [False]}), ["risk"]),
+    "diasafety": lambda: F.leaderboard(["risk"]).summarize(pa.table({
+        "model": ["m"], "category": ["risk"], "verdict": ["safe"], "empty": [False]})),
     "egregious": lambda: M.table3(pa.Table.from_pylist([
         {"model": "m", "list": "mal", "target": "t", "search": "o-greedy", "status": "ok", "hits": ["o-greedy-hit"]}])),
 }

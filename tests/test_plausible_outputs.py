@@ -21,7 +21,8 @@ from redline.actors.attack.text import AttackedText
 from redline.actors.attack.transformations import CharEdits
 from redline.actors.triggers import hits as H
 from redline.pipelines import metrics as M
-from redline.pipelines.figures import ATTACK
+from redline.pipelines.diasafety import safest_first
+from redline.pipelines.figures import ATTACK, TRANSFER, leaderboard
 
 # ---------------------------------------------------------------- metrics (wrong class, wrong denominator)
 
@@ -88,11 +89,11 @@ def test_attack_asr_counts_only_decided_attempts():
 
 
 def test_transfer_rates_are_fnr_on_toxic_rows_and_fpr_on_benign_ones():
-    rows = {"detector": ["v"] * 9 + ["w"] * 3, "status": ["ok"] * 8 + ["error"] + ["ok"] * 3,
+    rows = {"victim": ["v"] * 9 + ["w"] * 3, "status": ["ok"] * 8 + ["error"] + ["ok"] * 3,
             "dataset": ["x"] * 12, "split": ["seed", "seed", "tae", "tae", "tae", "bae", "bae", "bae", "tae",
                                             "seed", "tae", "bae"],
             "pred_toxic": [True, False, False, False, True, True, False, False, None, True, True, True]}
-    v, w = M.transfer_metrics(pa.table(rows))
+    v, w = TRANSFER.summarize(pa.table(rows))
     assert (v["seed_n"], v["seed_rate"]) == (2, 0.5)  # the seeds the detector missed
     assert (v["tae_n"], v["tae_rate"]) == (3, pytest.approx(2 / 3))  # toxic TAEs called benign
     assert (v["bae_n"], v["bae_rate"]) == (3, pytest.approx(1 / 3))  # benign BAEs called toxic
@@ -106,7 +107,7 @@ def test_leaderboard_rates_are_per_category_and_sorted_safest_first():
             ("m2", "offending", "safe"), ("m2", "risk", "safe")]
     scored = pa.table({"model": [r[0] for r in rows], "category": [r[1] for r in rows],
                        "verdict": [r[2] for r in rows], "empty": [False] * 6 + [True]})
-    board = M.leaderboard(scored, ["offending", "risk"])
+    board = safest_first(leaderboard(["offending", "risk"]).summarize(scored))
     assert [r["model"] for r in board] == ["m2", "m1"]
     m1 = board[1]
     assert (m1["responses"], m1["errors"], m1["offending"], m1["risk"]) == (4, 1, 0.5, 0.0)
@@ -613,9 +614,9 @@ def test_attack_figures_of_a_group_without_successes_are_absent_not_zero():
 
 
 def test_transfer_rates_per_dataset_and_groups_without_rows():
-    rows = {"detector": ["v"] * 5, "status": ["ok"] * 5, "dataset": ["a", "a", "b", "b", "b"],
+    rows = {"victim": ["v"] * 5, "status": ["ok"] * 5, "dataset": ["a", "a", "b", "b", "b"],
             "split": ["tae", "seed", "tae", "tae", "seed"], "pred_toxic": [False, True, True, False, True]}
-    by = {(r["victim"], r["dataset"]): r for r in M.transfer_metrics(pa.table(rows))}
+    by = {(r["victim"], r["dataset"]): r for r in TRANSFER.summarize(pa.table(rows))}
     assert set(by) == {("v", "all"), ("v", "a"), ("v", "b")}
     assert (by[("v", "a")]["tae_rate"], by[("v", "b")]["tae_rate"], by[("v", "all")]["tae_rate"]) == (1.0, 0.5,
                                                                                                      pytest.approx(2 / 3))
@@ -627,7 +628,7 @@ def test_leaderboard_groups_without_rows_and_models_without_figures():
     rows = [("m1", "risk", "safe"), ("m1", "risk", "context-unsafe"), ("m2", "risk", "error: x")]
     scored = pa.table({"model": [r[0] for r in rows], "category": [r[1] for r in rows],
                        "verdict": [r[2] for r in rows], "empty": [False, False, False]})
-    m1, m2 = M.leaderboard(scored, ["risk", "offending"])
+    m1, m2 = safest_first(leaderboard(["risk", "offending"]).summarize(scored))
     assert m1["model"] == "m1" and m1["offending"] is None and m1["risk"] == 0.5 and m1["empty"] == 0
     assert m1["overall"] == pytest.approx((0.5 + 0.0) / 2)  # the category without rows is left out
     assert m2["model"] == "m2" and m2["overall"] is None and m2["utterance"] is None  # no figure: listed last
