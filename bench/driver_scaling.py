@@ -73,8 +73,8 @@ def repeated_corpus(rows: int, out: Path) -> Path:
     with open(out, "w", encoding="utf-8", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(header)
-        for i in range(rows):
-            writer.writerow(body[i % len(body)])
+        for i in range(rows):  # one line per row: Ray Data's CSV reader splits files at newlines
+            writer.writerow([" ".join(cell.split("\n")) for cell in body[i % len(body)]])
     return out
 
 
