@@ -93,18 +93,21 @@ class Aggregate(Value):
         total = sums.get(self.name, 0)
         return int(total) if self.column is None or self.length else total
 
-    def of(self, rows: pa.Table) -> float:
-        if self.where is not None:
-            rows = rows.filter(self.where.test(rows))
+    def per_row(self, rows: pa.Table) -> pa.Array:
+        """Each row's share of this sum: 1 or its value where `where` holds, else 0."""
         if self.column is None:
-            return rows.num_rows
-        column = rows.column(self.column)
-        if pa.types.is_null(column.type):  # no row has a value (a shard's column written all-null)
-            return 0
-        if self.length:
-            column = pc.list_value_length(column)
-        total = pc.sum(column).as_py()
-        return total or 0
+            share = pa.array([1] * rows.num_rows, pa.int64())
+        else:
+            share = rows.column(self.column).combine_chunks()
+            if pa.types.is_null(share.type):  # no row has a value (a shard's column written all-null)
+                share = pa.array([0] * rows.num_rows, pa.int64())
+            elif self.length:
+                share = pc.list_value_length(share)
+            elif pa.types.is_boolean(share.type):  # a flag column: the rows it holds for
+                share = share.cast(pa.int64())
+        if self.where is not None:
+            share = pc.if_else(self.where.test(rows), share, pa.scalar(0, share.type))
+        return pc.fill_null(share, pa.scalar(0, share.type))
 
 
 def Count(where: Where | None = None) -> Aggregate:  # noqa: N802 - reads as a declaration
@@ -162,19 +165,19 @@ def Mean(column: str, where: Where | None = None) -> Ratio:  # noqa: N802
 
 
 def partials(rows: pa.Table, by: tuple[str, ...], needs: Iterable[Aggregate]) -> Partials:
-    """Each group's partial sums (groups in order of first appearance)."""
+    """Each group's partial sums (groups in order of first appearance), in one vectorised group-by."""
     needs = list(dict.fromkeys(needs))
-    out: Partials = {}
     if rows.num_rows == 0:
-        return out
-    keys = list(zip(*(rows.column(c).to_pylist() for c in by))) if by else [()] * rows.num_rows
-    order = list(dict.fromkeys(keys))
-    index = {k: i for i, k in enumerate(order)}
-    group_of = pa.array([index[k] for k in keys], pa.int32())
-    for i, group in enumerate(order):
-        part = rows.filter(pc.equal(group_of, i))
-        out[group] = {a.name: a.of(part) for a in needs}
-    return out
+        return {}
+    shares = pa.table({**{f"k{i}": rows.column(c) for i, c in enumerate(by)},
+                       **{f"a{j}": a.per_row(rows) for j, a in enumerate(needs)},
+                       "one": pa.array([0] * rows.num_rows, pa.int8())})  # a key when `by` is empty
+    keys = [f"k{i}" for i in range(len(by))] or ["one"]
+    summed = shares.group_by(keys, use_threads=False).aggregate([(f"a{j}", "sum") for j in range(len(needs))])
+    groups = zip(*(summed.column(k).to_pylist() for k in keys)) if by else [()] * summed.num_rows
+    totals = [summed.column(f"a{j}_sum").to_pylist() for j in range(len(needs))]
+    return {tuple(group): {a.name: totals[j][i] or 0 for j, a in enumerate(needs)}
+            for i, group in enumerate(groups)}
 
 
 def merge(*results: Partials) -> Partials:
