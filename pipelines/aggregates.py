@@ -3,8 +3,12 @@ row condition) that are computed per shard of output rows and merged by adding, 
 never need its whole output in one process.
 
 A figure's `compute` is an expression over those partial sums: `Count(...)`, `Sum(...)`, their
-`Ratio`, a `Mean` (a ratio of a sum and a count). `partials(rows, by, needs)` gives each group's
-partial sums, `merge` adds two such results, and `Value.value(sums)` finishes a figure.
+`Ratio`, a `Mean` (a ratio of a sum and a count). A `Tally` is a partial sum too, one count per value
+of a column of bounded variety (a status, a target), merged by adding count to count: `Distinct`
+counts its keys. A `Sketch` is a probability column's histogram of bounded size: `RocAuc` ranks two
+classes' sketches.
+`partials(rows, by, needs)` gives each group's partial sums, `merge` adds two such results, and
+`Value.value(sums)` finishes a figure.
 
 Pure pyarrow (no Ray, no torch): light enough for the registry and the viewer.
 """
@@ -19,7 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 Group = tuple[Any, ...]
-Partials = dict[Group, dict[str, float]]
+Sums = dict[str, Any]  # a partial sum's name -> a number, or a tally's {key: count}
+Partials = dict[Group, Sums]
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,30 @@ def valid(column: str) -> Where:
     return Where(f"{column} set", lambda t: pc.is_valid(t.column(column)))
 
 
+def missing(column: str) -> Where:
+    return Where(f"{column} unset", lambda t: pc.is_null(t.column(column)))
+
+
+def greater(column: str, other: str) -> Where:
+    return Where(f"{column}>{other}", lambda t: pc.greater(t.column(column), t.column(other)))
+
+
+def at_most(column: str, other: str) -> Where:
+    return Where(f"{column}<={other}", lambda t: pc.less_equal(t.column(column), t.column(other)))
+
+
+def has(column: str, value: Any) -> Where:
+    """A list column holds `value`."""
+    def test(t: pa.Table) -> Any:
+        lists = t.column(column).combine_chunks()
+        if pa.types.is_null(lists.type):
+            return pa.array([False] * t.num_rows)
+        hit = pc.fill_null(pc.equal(pc.list_flatten(lists), value), False)
+        rows = pc.filter(pc.list_parent_indices(lists), hit)
+        return pc.is_in(pa.array(range(t.num_rows), pa.int64()), value_set=rows.cast(pa.int64()))
+    return Where(f"{value} in {column}", test)
+
+
 def both(a: Where | None, b: Where | None) -> Where | None:
     if a is None or b is None:
         return a or b
@@ -65,10 +94,10 @@ def both(a: Where | None, b: Where | None) -> Where | None:
 class Value:
     """A figure's value from a group's partial sums."""
 
-    def needs(self) -> tuple[Aggregate, ...]:
+    def needs(self) -> tuple[Partial, ...]:
         raise NotImplementedError
 
-    def value(self, sums: dict[str, float]) -> Any:
+    def value(self, sums: Sums) -> Any:
         raise NotImplementedError
 
 
@@ -86,10 +115,10 @@ class Aggregate(Value):
         what = "rows" if self.column is None else (f"len({self.column})" if self.length else self.column)
         return f"sum {what}" + (f" where {self.where.name}" if self.where else "")
 
-    def needs(self) -> tuple[Aggregate, ...]:
+    def needs(self) -> tuple[Partial, ...]:
         return (self,)
 
-    def value(self, sums: dict[str, float]) -> Any:
+    def value(self, sums: Sums) -> Any:
         total = sums.get(self.name, 0)
         return int(total) if self.column is None or self.length else total
 
@@ -110,6 +139,165 @@ class Aggregate(Value):
         return pc.fill_null(share, pa.scalar(0, share.type))
 
 
+@dataclass(frozen=True)
+class Tally(Value):
+    """Rows counted per value of `column`, over the rows `where` holds that have one: {key: count},
+    keys as strings. A column of bounded variety only (the partial holds one count per value).
+    `before`: a string column keyed by its text before the first `before` (an error's kind, not its
+    message)."""
+
+    column: str
+    where: Where | None = None
+    before: str | None = None
+
+    @property
+    def name(self) -> str:
+        what = self.column + (f" before {self.before!r}" if self.before else "")
+        return f"tally {what}" + (f" where {self.where.name}" if self.where else "")
+
+    def needs(self) -> tuple[Partial, ...]:
+        return (self,)
+
+    def value(self, sums: Sums) -> dict[str, int]:
+        return {k: int(n) for k, n in (sums.get(self.name) or {}).items()}
+
+    def keys(self, rows: pa.Table) -> tuple[pa.Array, pa.Array]:
+        """Each row's key (a string) and whether the row is counted."""
+        values, counted = _counted(rows, self.column, self.where)
+        if self.before is not None and not pa.types.is_null(values.type):
+            values = pc.list_element(pc.split_pattern(values, self.before, max_splits=1), 0)
+        return values.cast(pa.string()), counted
+
+
+def _counted(rows: pa.Table, column: str, where: Where | None) -> tuple[pa.Array, pa.Array]:
+    """A column's values and which rows count: those `where` holds with a value (NaN is none)."""
+    values = rows.column(column).combine_chunks()
+    if pa.types.is_null(values.type):  # no row has a value (a shard's column written all-null)
+        return values, pa.array([False] * len(values))
+    counted = pc.is_valid(values)
+    if pa.types.is_floating(values.type):
+        counted = pc.and_(counted, pc.invert(pc.fill_null(pc.is_nan(values), True)))
+    if where is not None:
+        counted = pc.and_(counted, pc.fill_null(where.test(rows), False))
+    return values, counted
+
+
+SKETCH_LEVEL = 30  # bins 2**-30 wide in log-odds at first: finer than a float32 probability resolves
+SKETCH_BINS = 4096  # at most this many bins a sketch keeps (then it halves its resolution)
+
+
+@dataclass(frozen=True)
+class Sketch(Value):
+    """A probability column's histogram in log-odds (scores near 0 and 1 stay apart), over the rows
+    `where` holds: {"level": L, "counts": {bin: rows}}, bin `floor(logit(p) * 2**L)`. It starts at
+    `SKETCH_LEVEL` (exact for any practical ranking) and halves its resolution whenever it would hold
+    more than `SKETCH_BINS` bins, so its size is bounded whatever the rows; two sketches add at the
+    coarser level of the two."""
+
+    column: str
+    where: Where | None = None
+
+    @property
+    def name(self) -> str:
+        return f"sketch logit({self.column})" + (f" where {self.where.name}" if self.where else "")
+
+    def needs(self) -> tuple[Partial, ...]:
+        return (self,)
+
+    def value(self, sums: Sums) -> dict[str, Any]:
+        return sums.get(self.name) or {"level": SKETCH_LEVEL, "counts": {}}
+
+    def keys(self, rows: pa.Table) -> tuple[pa.Array, pa.Array]:
+        values, counted = _counted(rows, self.column, self.where)
+        p = pc.if_else(counted, values.cast(pa.float64()), 0.5)  # rows not counted: a key dropped with them
+        p = pc.max_element_wise(pc.min_element_wise(p, 1 - 1e-15), 1e-15)
+        logit = pc.ln(pc.divide(p, pc.subtract(1.0, p)))
+        return pc.floor(pc.multiply(logit, float(2 ** SKETCH_LEVEL))).cast(pa.int64()).cast(pa.string()), counted
+
+
+def coarsen(sketch: dict[str, Any], level: int) -> dict[str, Any]:
+    """A sketch at a coarser `level` (each bin's rows into the bin that holds it)."""
+    if level >= sketch["level"]:
+        return sketch
+    shift, counts = 2 ** (sketch["level"] - level), {}
+    for key, n in sketch["counts"].items():
+        k = str(int(key) // shift)
+        counts[k] = counts.get(k, 0) + n
+    return {"level": level, "counts": counts}
+
+
+def bounded(sketch: dict[str, Any]) -> dict[str, Any]:
+    while len(sketch["counts"]) > SKETCH_BINS:
+        sketch = coarsen(sketch, sketch["level"] - 1)
+    return sketch
+
+
+def add_sketches(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    level = min(a["level"], b["level"])
+    a, b = coarsen(a, level), coarsen(b, level)
+    counts = dict(a["counts"])
+    for key, n in b["counts"].items():
+        counts[key] = counts.get(key, 0) + n
+    return bounded({"level": level, "counts": counts})
+
+
+@dataclass(frozen=True)
+class Distinct(Value):
+    """How many distinct values `column` takes over the rows `where` holds (a `Tally`'s keys)."""
+
+    column: str
+    where: Where | None = None
+
+    def needs(self) -> tuple[Partial, ...]:
+        return (Tally(self.column, self.where),)
+
+    def value(self, sums: Sums) -> int:
+        return len(Tally(self.column, self.where).value(sums))
+
+
+@dataclass(frozen=True)
+class RocAuc(Value):
+    """Area under the ROC curve of a probability `score` for `label` = 1 against 0, over the rows
+    `where` holds: from the two classes' score sketches (ties, and scores within one bin, count half);
+    None without rows of both classes."""
+
+    score: str
+    label: str
+    where: Where | None = None
+
+    def sketches(self) -> tuple[Sketch, Sketch]:
+        return (Sketch(self.score, both(self.where, eq(self.label, 1))),
+                Sketch(self.score, both(self.where, eq(self.label, 0))))
+
+    def needs(self) -> tuple[Partial, ...]:
+        return self.sketches()
+
+    def curve(self, sums: Sums) -> tuple[list[float], list[float]] | None:
+        """(false positive rates, true positive rates) at every bin, highest score first."""
+        pos, neg = (s.value(sums) for s in self.sketches())
+        level = min(pos["level"], neg["level"])
+        pos, neg = coarsen(pos, level)["counts"], coarsen(neg, level)["counts"]
+        n_pos, n_neg = sum(pos.values()), sum(neg.values())
+        if not n_pos or not n_neg:
+            return None
+        fpr, tpr, fp, tp = [0.0], [0.0], 0, 0
+        for key in sorted({*pos, *neg}, key=int, reverse=True):
+            tp, fp = tp + pos.get(key, 0), fp + neg.get(key, 0)
+            fpr.append(fp / n_neg)
+            tpr.append(tp / n_pos)
+        return fpr, tpr
+
+    def value(self, sums: Sums) -> float | None:
+        curve = self.curve(sums)
+        if curve is None:
+            return None
+        fpr, tpr = curve  # the trapezoids count a step's ties half
+        return float(sum((fpr[i] - fpr[i - 1]) * (tpr[i] + tpr[i - 1]) / 2 for i in range(1, len(fpr))))
+
+
+Partial = Aggregate | Tally | Sketch
+
+
 def Count(where: Where | None = None) -> Aggregate:  # noqa: N802 - reads as a declaration
     return Aggregate(None, where)
 
@@ -125,10 +313,10 @@ class Ratio(Value):
     numerator: Value
     denominator: Value
 
-    def needs(self) -> tuple[Aggregate, ...]:
+    def needs(self) -> tuple[Partial, ...]:
         return self.numerator.needs() + self.denominator.needs()
 
-    def value(self, sums: dict[str, float]) -> Any:
+    def value(self, sums: Sums) -> Any:
         num, den = self.numerator.value(sums), self.denominator.value(sums)
         return None if not den or num is None else float(num / den)
 
@@ -139,21 +327,21 @@ class Combined(Value):
 
     parts: tuple[Value, ...]
 
-    def needs(self) -> tuple[Aggregate, ...]:
+    def needs(self) -> tuple[Partial, ...]:
         return tuple(a for p in self.parts for a in p.needs())
 
 
 class Plus(Combined):
     """Their sum."""
 
-    def value(self, sums: dict[str, float]) -> Any:
+    def value(self, sums: Sums) -> Any:
         return sum(p.value(sums) for p in self.parts)
 
 
 class MeanOf(Combined):
     """Their mean, those without a value (None) left out; None when none has one."""
 
-    def value(self, sums: dict[str, float]) -> Any:
+    def value(self, sums: Sums) -> Any:
         values = [v for v in (p.value(sums) for p in self.parts) if v is not None]
         return sum(values) / len(values) if values else None
 
@@ -164,20 +352,33 @@ def Mean(column: str, where: Where | None = None) -> Ratio:  # noqa: N802
     return Ratio(Sum(column, rows), Count(rows))
 
 
-def partials(rows: pa.Table, by: tuple[str, ...], needs: Iterable[Aggregate]) -> Partials:
-    """Each group's partial sums (groups in order of first appearance), in one vectorised group-by."""
+def partials(rows: pa.Table, by: tuple[str, ...], needs: Iterable[Partial]) -> Partials:
+    """Each group's partial sums (groups in order of first appearance), in vectorised group-bys: one
+    for the sums, one per tally."""
     needs = list(dict.fromkeys(needs))
     if rows.num_rows == 0:
         return {}
-    shares = pa.table({**{f"k{i}": rows.column(c) for i, c in enumerate(by)},
-                       **{f"a{j}": a.per_row(rows) for j, a in enumerate(needs)},
+    sums = [a for a in needs if isinstance(a, Aggregate)]
+    keys = {f"k{i}": rows.column(c) for i, c in enumerate(by)}
+    names = list(keys) or ["one"]
+    shares = pa.table({**keys, **{f"a{j}": a.per_row(rows) for j, a in enumerate(sums)},
                        "one": pa.array([0] * rows.num_rows, pa.int8())})  # a key when `by` is empty
-    keys = [f"k{i}" for i in range(len(by))] or ["one"]
-    summed = shares.group_by(keys, use_threads=False).aggregate([(f"a{j}", "sum") for j in range(len(needs))])
-    groups = zip(*(summed.column(k).to_pylist() for k in keys)) if by else [()] * summed.num_rows
-    totals = [summed.column(f"a{j}_sum").to_pylist() for j in range(len(needs))]
-    return {tuple(group): {a.name: totals[j][i] or 0 for j, a in enumerate(needs)}
-            for i, group in enumerate(groups)}
+    summed = shares.group_by(names, use_threads=False).aggregate([(f"a{j}", "sum") for j in range(len(sums))])
+    groups = [tuple(g) for g in zip(*(summed.column(k).to_pylist() for k in names))] if by else [()] * summed.num_rows
+    totals = [summed.column(f"a{j}_sum").to_pylist() for j in range(len(sums))]
+    out: Partials = {group: {a.name: totals[j][i] or 0 for j, a in enumerate(sums)} for i, group in enumerate(groups)}
+    for tally in (a for a in needs if isinstance(a, (Tally, Sketch))):
+        counted_by: dict[Group, dict[str, int]] = {group: {} for group in out}
+        key, counted = tally.keys(rows)
+        kept = pa.table({**keys, "one": shares.column("one"), "key": key}).filter(counted)
+        counts = kept.group_by([*names, "key"], use_threads=False).aggregate([([], "count_all")])
+        found = zip(*(counts.column(k).to_pylist() for k in names)) if by else [()] * counts.num_rows
+        for group, k, n in zip(found, counts.column("key").to_pylist(), counts.column("count_all").to_pylist()):
+            counted_by[tuple(group)][k] = n
+        for group, found_ in counted_by.items():
+            out[group][tally.name] = (bounded({"level": SKETCH_LEVEL, "counts": found_})
+                                      if isinstance(tally, Sketch) else found_)
+    return out
 
 
 def merge(*results: Partials) -> Partials:
@@ -185,10 +386,22 @@ def merge(*results: Partials) -> Partials:
     out: Partials = {}
     for result in results:
         for group, sums in result.items():
-            mine = out.setdefault(group, {})
-            for name, value in sums.items():
-                mine[name] = mine.get(name, 0) + value
+            add(out.setdefault(group, {}), sums)
     return out
+
+
+def add(total: Sums, sums: Sums) -> Sums:
+    """`sums` added into `total` (a tally key by key)."""
+    for name, value in sums.items():
+        if isinstance(value, dict) and "level" in value:  # a sketch
+            total[name] = add_sketches(total[name], value) if name in total else value
+        elif isinstance(value, dict):
+            mine = total.setdefault(name, {})
+            for key, n in value.items():
+                mine[key] = mine.get(key, 0) + n
+        else:
+            total[name] = total.get(name, 0) + value
+    return total
 
 
 def to_json(result: Partials) -> list[list[Any]]:

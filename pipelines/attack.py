@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -28,8 +29,7 @@ from redline.cluster.config import Execution, Result, RunConfig
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.cluster.tables import STATUS_OK, conform
 from redline.errors import RedlineError
-from redline.pipelines import sharded
-from redline.pipelines.actor_pool import ActorPool
+from redline.pipelines import shard_host, sharded
 from redline.pipelines.corpora import CorpusConfig, read_corpora
 from redline.pipelines.figures import ATTACK
 from redline.pipelines.report import COUNT_COLUMNS, Report, png_bytes
@@ -146,6 +146,11 @@ def attempt_counts(attempts: pa.Table) -> dict[str, Any]:
                          for g in set(attempts.column("goal").to_pylist())}}
 
 
+def attempts_of(shard: pa.Table) -> pa.Table:
+    """An input shard's attempts as the attack worker takes them."""
+    return shard.select(["id", "seed_text", "recipe", "goal"]).rename_columns(["attempt_id", "text", "recipe", "goal"])
+
+
 def assemble(shard: pa.Table, results: pa.Table, victim: str) -> pa.Table:
     idx = pc.index_in(shard.column("id"), value_set=results.column("attempt_id"))
     taken = results.take(idx)
@@ -169,24 +174,25 @@ def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> 
     manifest = run.manifest
     shards = sharded.prepare_inputs(run, lambda: build_attempts(config), config.shard_size, attempt_counts)
     watch.lap("build_attempts_s")
-    pending = sharded.pending_shards(run, OUTPUT_DIR, len(shards))
+    shard_rows = [s.num_rows for s in shards]
+    del shards  # the actors read their shards themselves
+    pending = shard_host.pending(run, OUTPUT_DIR, len(shard_rows), 0)
+    manifest["resumed_shards"] = len(shard_rows) - len(pending)
     worker_kwargs = {"victim": config.victim, "recipes": config.recipes, "resources": config.resources,
                      "only_correct": config.only_correct,
                      "similarity": config.similarity, "num_gpus": config.num_gpus,
                      "wordnet": _shared_wordnet(config) if pending else None}
-    with ActorPool(AttackWorker, worker_kwargs, config.actors if pending else 0, num_cpus=config.num_cpus,
-                   num_gpus=config.num_gpus, batch_size=config.batch_size) as pool:
-        sharded.stream_shards(
-            run, shards, pending, output_dir=OUTPUT_DIR,
-            select=lambda shard: shard.select(["id", "seed_text", "recipe", "goal"]).rename_columns(
-                ["attempt_id", "text", "recipe", "goal"]),
-            results_per_row=1, process=pool.map_unordered,
-            assemble=lambda shard, results: assemble(shard, results, config.victim.name),
-            empty_results=ATTACK_RESULT_SCHEMA, key=["attempt_id"], batch_size=config.batch_size,
-            actors=config.actors, label=f"attacking {config.victim.name}", verbose=verbose, figures=ATTACK,
-        )
+    figures = {"summary": ATTACK}
+    work = shard_host.ShardWork(run.dir.uri, OUTPUT_DIR, 0, attempts_of, partial(assemble, victim=config.victim.name),
+                                figures, config.batch_size)
+    # plain actors: no Ray Data start-up, most of a short attack's wall time (pipelines/actor_pool.py)
+    pool = shard_host.Pool(work, AttackWorker, worker_kwargs, config.actors, config.num_cpus, config.num_gpus,
+                           pending, plain_actors=True)
+    shard_host.run_pools(run, [pool], shard_rows, label=f"attacking {config.victim.name}", verbose=verbose,
+                         unit="attempts")
     attack_s = watch.lap("attack_s")
-    summary = sharded.shard_summary(run, ATTACK, OUTPUT_DIR, len(shards))
+    parts = {(i, 0): shard_host.output_part(i, 0) for i in range(len(shard_rows))}
+    summary = sharded.shard_summary(run, figures, OUTPUT_DIR, parts)["summary"]
     attempts = sum(row["attempts"] for row in summary)
     by_status = {s: sum(row[s] for row in summary) for s in ("error", "failed", "skipped", "success")}
     manifest["counts"].update(attempts_out=attempts, by_status={s: n for s, n in by_status.items() if n})

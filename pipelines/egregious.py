@@ -14,7 +14,6 @@ import random
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
@@ -23,13 +22,13 @@ from redline.actors.triggers import hits as H
 from redline.actors.triggers.pairs import PairCorpusConfig
 from redline.actors.triggers.settings import TriggerSearchSettings
 from redline.actors.triggers.worker import RESULT_SCHEMA, EgregiousModelConfig, TriggerWorker
+from redline.cluster import storage
 from redline.cluster.artifacts import local_path
 from redline.cluster.config import Execution, Input, Result, RunConfig, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.errors import RedlineError
-from redline.pipelines import sharded
-from redline.pipelines.figures import EGREGIOUS, EGREGIOUS_SOURCES
-from redline.pipelines.metrics import source_checks, table3
+from redline.pipelines import shard_host, sharded
+from redline.pipelines.figures import EGREGIOUS, EGREGIOUS_EFFORT, EGREGIOUS_SOURCES, outcomes
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.template import Pipeline
 
@@ -241,71 +240,74 @@ def assemble(shard: pa.Table, results: pa.Table) -> pa.Table:
                             pc.if_else(missing, "no result returned for this target", table.column("reason")))
 
 
-def examples(rows: pa.Table, per_list: int = 3) -> list[dict[str, Any]]:
-    """Table 4 shape: reached hits, the highest-objective ones first, a few per model and list."""
-    data = [r for r in rows.to_pylist() if r["status"] == "ok" and r["reached"]]
-    out = []
-    for key in dict.fromkeys((r["model"], r["list"]) for r in data):
-        mine = sorted((r for r in data if (r["model"], r["list"]) == key), key=lambda r: -r["avg_logprob"])
-        seen: set[str] = set()
-        for r in mine:
-            if r["target"] in seen:
-                continue
-            seen.add(r["target"])
-            out.append({"model": r["model"], "list": r["list"], "search": r["search"], "trigger": r["trigger"],
-                        "target": r["target"], "avg_logprob": r["avg_logprob"], "lm_average": r["lm_average"]})
-            if len(seen) >= per_list:
-                break
-    return out
+def examples(run: RunDir, per_list: int = 3) -> list[dict[str, Any]]:
+    """Table 4 shape: reached hits, the highest-objective ones first, a few distinct targets per
+    model and list: read shard by shard (only reached rows and the columns shown), keeping each
+    model and list's best so far."""
+    best: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for part in storage.list_files(run.path(OUTPUT_DIR), ".parquet"):
+        reached = storage.read_parquet(part, EXAMPLE_COLUMNS, [("status", "=", "ok"), ("reached", "=", True)])
+        for r in reached.to_pylist():
+            mine = sorted([*best.get((r["model"], r["list"]), []), r], key=lambda x: -x["avg_logprob"])
+            first = {x["target"]: x for x in reversed(mine)}  # each target's best
+            best[(r["model"], r["list"])] = sorted(first.values(), key=lambda x: -x["avg_logprob"])[:per_list]
+    return [r for rows in best.values() for r in rows]
+
+
+def _every_row(shard: pa.Table) -> pa.Table:
+    return shard
+
+
+EXAMPLE_COLUMNS = ["model", "list", "search", "trigger", "target", "avg_logprob", "lm_average"]
+FIGURES = {"summary": EGREGIOUS, "sources": EGREGIOUS_SOURCES, "effort": EGREGIOUS_EFFORT, "outcomes": outcomes()}
 
 
 def execute(config: EgregiousConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
-    import ray.data
-
     manifest = run.manifest
     shards = sharded.prepare_inputs(run, lambda: build_inputs(config, manifest), config.shard_size,
                                     lambda t: {"rows_in": t.num_rows, "targets": len(set(t.column("target").to_pylist()))})
     watch.lap("targets_s")
-    pending = sharded.pending_shards(run, OUTPUT_DIR, len(shards))
+    shard_rows = [s.num_rows for s in shards]
+    del shards  # the actors read their shards themselves
     thresholds = {name: [m["t_out"], m["t_in"]] for name, m in manifest["models"].items()}
     kwargs = {"models": config.models, "search": search_settings(config),
               "thresholds": thresholds, "num_gpus": config.num_gpus}
-
-    def build_stream(source: Any) -> Any:
-        return source.map_batches(TriggerWorker, fn_constructor_kwargs=kwargs, batch_size=config.batch_size,
-                                  batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=config.actors),
-                                  num_cpus=config.num_cpus, num_gpus=config.num_gpus or None)
-
-    if pending:
+    pool = shard_host.Pool(shard_host.ShardWork(run.dir.uri, OUTPUT_DIR, 0, _every_row, assemble, FIGURES,
+                                                config.batch_size),
+                           TriggerWorker, kwargs, config.actors, config.num_cpus, config.num_gpus,
+                           shard_host.pending(run, OUTPUT_DIR, len(shard_rows), 0))
+    manifest["resumed_shards"] = len(shard_rows) - len(pool.pending)
+    if pool.pending:
         from redline.cluster.runtime import check_placeable
 
         check_placeable("each trigger-search actor", config.num_cpus, config.num_gpus)
-    found = {"searched": 0, "reached": 0}
 
-    def hits_so_far(batch: Any) -> str:
-        found["searched"] += batch.num_rows
-        found["reached"] += sum(bool(r) for r in batch.column("reached").to_pylist())
-        return f"triggers found {found['reached']:,}/{found['searched']:,}"
+    def hits_so_far(run: Run) -> str:
+        partials = sharded.run_partials(run, {"effort": EGREGIOUS_EFFORT}, OUTPUT_DIR, {})
+        effort = EGREGIOUS_EFFORT.rows(partials["effort"])
+        searched = sum(r["targets"] for r in effort)
+        reached = round(sum(r["targets"] * (r["reached"] or 0) for r in effort))
+        return f"triggers found {reached:,}/{searched:,}"
 
-    sharded.stream_shards(
-        run, shards, pending, output_dir=OUTPUT_DIR, note=hits_so_far, unit="searches",
-        select=lambda shard: shard, results_per_row=1, process=sharded.through_ray_data(build_stream),
-        assemble=assemble, empty_results=RESULT_SCHEMA, key=["id"], batch_size=config.batch_size,
-        actors=config.actors, label="searching triggers", verbose=verbose,
-    )
+    shard_host.run_pools(run, [pool], shard_rows, label="searching triggers", verbose=verbose, unit="searches",
+                         note=hits_so_far)
     search_s = watch.lap("search_s")
-    rows = sharded.read_outputs(run.dir, OUTPUT_DIR)
-    statuses = rows.column("status").to_pylist()
-    manifest["counts"].update(rows_out=rows.num_rows, by_status={s: statuses.count(s) for s in sorted(set(statuses))})
+    parts = {(i, 0): shard_host.output_part(i, 0) for i in range(len(shard_rows))}
+    tables = sharded.shard_summary(run, FIGURES, OUTPUT_DIR, parts)
+    outcomes = sorted(tables["outcomes"], key=lambda r: r["status"])
+    manifest["counts"].update(rows_out=sum(r["rows"] for r in outcomes),
+                              by_status={r["status"]: r["rows"] for r in outcomes},
+                              not_searched={k: n for r in outcomes if r["status"] == "skipped"
+                                            for k, n in r["reasons"].items()})
     manifest["search_s"] = round(search_s, 2)
-    manifest["source_checks"] = source_checks(rows) if "source_reaches" in rows.column_names else []
-    return table3(rows)
+    manifest["source_checks"] = tables["sources"]
+    manifest["effort"] = tables["effort"]
+    return tables["summary"]
 
 
 def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
     summary = manifest.get("summary", [])
-    rows = sharded.read_outputs(run, OUTPUT_DIR)
-    ex = examples(rows)
+    ex = examples(run)
     models = manifest.get("models", {})
     note = ("Hit rate = share of the list's searchable targets for which gibbs-enum found a trigger reaching that hit "
             "type (searched once per hit family; k = 1 and 2 from the same search). Thresholds: "
@@ -313,18 +315,6 @@ def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
                         for n, m in models.items())
             + ". Lists left out: " + (", ".join(f"{k} ({v})" for m in models.values() for k, v in m["lists_skipped"].items()) or "none")
             + ".")
-    skipped = pc.equal(rows.column("status"), "skipped")
-    reasons: dict[str, int] = {}
-    for r in rows.filter(skipped).column("reason").to_pylist():
-        reasons[r.split(":")[0]] = reasons.get(r.split(":")[0], 0) + 1
-    effort = []
-    ok = rows.filter(pc.equal(rows.column("status"), "ok")).to_pylist()
-    for search in dict.fromkeys(r["search"] for r in ok):
-        mine = [r for r in ok if r["search"] == search]
-        effort.append({"search": search, "targets": len(mine), "reached": sum(r["reached"] for r in mine) / len(mine),
-                       "seconds": float(np.mean([r["seconds"] for r in mine])),
-                       "sequences": float(np.mean([r["sequences_scored"] for r in mine])),
-                       "sweeps": float(np.mean([r["sweeps"] for r in mine]))})
     report = Report(run, "redline egregious-output report (gibbs-enum)", manifest, note)
     report.table("Hit rates (Table 3)", summary, EGREGIOUS.columns())
     report.plot("hit_rates", grouped_bars([{**r, "name": f"{r['model']} / {r['list']}"} for r in summary], "name",
@@ -336,10 +326,8 @@ def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
     report.table("Example triggers (Table 4)", ex, [("model", "model", "s"), ("list", "list", "s"), ("search", "search", "s"),
                                                     ("trigger", "trigger", "s"), ("target", "target", "s"),
                                                     ("avg_logprob", "avg log P", ".2f"), ("lm_average", "LM avg", ".2f")])
-    report.table("Search effort per hit family", effort, [("search", "search", "s"), ("targets", "targets", "d"),
-                                                          ("reached", "reached", ".1%"), ("seconds", "s / target", ".3f"),
-                                                          ("sequences", "sequences scored / target", ".0f"),
-                                                          ("sweeps", "sweeps", ".1f")])
+    report.table("Search effort per hit family", manifest.get("effort", []), EGREGIOUS_EFFORT.columns())
+    reasons = manifest.get("counts", {}).get("not_searched", {})
     if reasons:
         report.table("Targets not searched", [{"reason": k, "n": v} for k, v in reasons.items()],
                      [("reason", "reason", "s"), ("n", "rows", "d")])

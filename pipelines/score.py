@@ -1,33 +1,33 @@
 """`redline run score`: score labelled corpora with several detectors across Ray actor pools.
 
 Flow: read and normalise the corpora once into input shards (written to the run directory), then
-one Ray Data graph per run: the pending shards' scorable rows feed one `map_batches` actor pool per
-detector; the branches are unioned and streamed back, and each shard's predictions are written
-atomically as soon as all its rows have arrived. A restarted run skips shards already written.
+one actor pool per detector (`pipelines/shard_host.py`): each actor reads a pending shard, scores its
+rows in model batches, writes the shard's predictions atomically as its own part and returns the
+part's partial sums; the driver only merges those. A restarted run skips parts already written.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from functools import partial
 from typing import Any, Callable
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, field_validator
 
 from redline.actors.detectors import DetectorConfig, preflight_detector
-from redline.actors.detectors.worker import DETECTION_BATCH_SCHEMA, DetectionWorker
+from redline.actors.detectors.worker import DetectionWorker
 from redline.cluster import storage
 from redline.cluster.config import Result, RunConfig, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.cluster.tables import STATUS_ERROR, STATUS_OK, conform
 from redline.errors import RedlineError
-from redline.pipelines import sharded
+from redline.pipelines import aggregates as A
+from redline.pipelines import shard_host, sharded
 from redline.pipelines.corpora import CorpusConfig, read_corpora
-from redline.pipelines.figures import SCORE
-from redline.pipelines.metrics import detector_metrics
+from redline.pipelines.figures import SCORE, Table, outcomes
 from redline.pipelines.report import COUNT_COLUMNS, Report, grouped_bars, png_bytes
 from redline.pipelines.schema import PREDICTION_SCHEMA
 from redline.pipelines.template import Pipeline
@@ -107,86 +107,65 @@ def assemble_shard(shard: pa.Table, detections: pa.Table, detector_names: list[s
     return pa.concat_tables(tables)
 
 
-def _score_pending(config: ScoreConfig, run: Run, shards: list[pa.Table], pending: list[int],
-                   verbose: bool) -> dict[str, float]:
-    import ray.data
-
-    names = [d.name for d in config.detectors]
-    busy: dict[str, float] = defaultdict(float)
-
-    def count_busy(batch: pa.Table) -> None:
-        grouped = batch.group_by("detector").aggregate([("seconds", "sum")])
-        for name, secs in zip(grouped.column("detector").to_pylist(), grouped.column("seconds_sum").to_pylist()):
-            busy[name] += secs
-
-    def build_stream(source: Any) -> Any:
-        branches = [
-            source.map_batches(
-                DetectionWorker,
-                fn_constructor_kwargs={"config": det},
-                batch_size=det.batch_size,
-                batch_format="numpy",
-                compute=ray.data.ActorPoolStrategy(size=det.actors),
-                num_cpus=det.num_cpus,
-                num_gpus=det.num_gpus or None,
-            )
-            for det in config.detectors
-        ]
-        return branches[0].union(*branches[1:]) if len(branches) > 1 else branches[0]
-
-    if pending:
-        from redline.cluster.runtime import check_placeable
-
-        for det in config.detectors:
-            check_placeable(f"detector '{det.name}' (each actor)", det.num_cpus, det.num_gpus)
-    sharded.stream_shards(
-        run, shards, pending, output_dir=OUTPUT_DIR,
-        select=lambda shard: shard.filter(pc.equal(shard.column("status"), STATUS_OK)).select(["id", "text"]),
-        results_per_row=len(names), process=sharded.through_ray_data(build_stream),
-        assemble=lambda shard, results: assemble_shard(shard, results, names),
-        empty_results=DETECTION_BATCH_SCHEMA, key=["id", "detector"],
-        batch_size=max(d.batch_size for d in config.detectors), actors=max(d.actors for d in config.detectors),
-        label=f"scoring with {len(names)} detector(s)", verbose=verbose, on_batch=count_busy,
-    )
-    return dict(busy)
+OUTCOMES = outcomes("detector")
 
 
-def score_corpus(run: Run, config: Any, build: Callable[[], pa.Table], watch: Stopwatch,
-                 verbose: bool) -> pa.Table:
-    """Score the corpus `build` returns with `config.detectors` into `run`'s prediction shards
-    (resuming any already written); returns every prediction."""
+def scorable(shard: pa.Table) -> pa.Table:
+    """The rows of an input shard a detector scores."""
+    return shard.filter(pc.equal(shard.column("status"), STATUS_OK)).select(["id", "text"])
+
+
+def score_corpus(run: Run, config: Any, build: Callable[[], pa.Table], watch: Stopwatch, verbose: bool,
+                 summary: Table = SCORE) -> list[dict[str, Any]]:
+    """Score the corpus `build` returns with `config.detectors` into `run`'s prediction parts (one
+    per shard and detector, written by the detector's actors; resuming any already written);
+    returns `summary`'s rows, summed part by part."""
     manifest = run.manifest
     shards = sharded.prepare_inputs(run, build, config.shard_size, corpus_counts)
     if manifest["counts"]["rows_in"] == 0:
         raise RedlineError("the corpus has no rows")
+    shard_rows = [scorable(s).num_rows for s in shards]
+    del shards  # the actors read their shards themselves
     watch.lap("read_corpus_s")
-    pending = sharded.pending_shards(run, OUTPUT_DIR, len(shards))
-    busy = _score_pending(config, run, shards, pending, verbose)
+    figures = {"summary": summary, "outcomes": OUTCOMES}
+    pools = [shard_host.Pool(
+        shard_host.ShardWork(run.dir.uri, OUTPUT_DIR, k, scorable, partial(assemble_shard, detector_names=[det.name]),
+                             figures, det.batch_size),
+        DetectionWorker, {"config": det}, det.actors, det.num_cpus, det.num_gpus,
+        shard_host.pending(run, OUTPUT_DIR, len(shard_rows), k)) for k, det in enumerate(config.detectors)]
+    manifest["resumed_shards"] = len(shard_rows) - len({i for p in pools for i in p.pending})
+    if any(p.pending for p in pools):
+        from redline.cluster.runtime import check_placeable
+
+        for det in config.detectors:
+            check_placeable(f"detector '{det.name}' (each actor)", det.num_cpus, det.num_gpus)
+    busy = shard_host.run_pools(run, pools, shard_rows,
+                                label=f"scoring with {len(pools)} detector(s)", verbose=verbose)
     watch.lap("score_s")
-    predictions = sharded.read_outputs(run.dir, OUTPUT_DIR)
-    manifest["counts"].update(output_counts(predictions, [d.name for d in config.detectors]))
-    manifest["busy_seconds"] = {**manifest.get("busy_seconds", {}), **{k: round(v, 3) for k, v in busy.items()}}
-    return predictions
+    parts = {(i, k): shard_host.output_part(i, k) for i in range(len(shard_rows)) for k in range(len(pools))}
+    rows = sharded.shard_summary(run, figures, OUTPUT_DIR, parts)
+    manifest["counts"].update(output_counts(rows["outcomes"], [d.name for d in config.detectors]))
+    spent = manifest.get("busy_seconds", {})
+    for k, det in enumerate(config.detectors):
+        spent[det.name] = round(spent.get(det.name, 0.0) + busy[k], 3)
+    manifest["busy_seconds"] = spent
+    return rows["summary"]
 
 
-def output_counts(predictions: pa.Table, detector_names: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {"rows_out": predictions.num_rows, "per_detector": {}}
+def output_counts(outcomes: list[dict[str, Any]], detector_names: list[str]) -> dict[str, Any]:
+    """Rows out per detector: scored, and the others by status and kind of reason."""
+    out: dict[str, Any] = {"rows_out": sum(r["rows"] for r in outcomes), "per_detector": {}}
     for name in detector_names:
-        det = predictions.filter(pc.equal(predictions.column("detector"), name))
-        status = det.column("status").to_pylist()
-        reasons = det.column("reason").to_pylist()
-        by_reason: dict[str, int] = defaultdict(int)
-        for s, r in zip(status, reasons):
-            if s != STATUS_OK:
-                by_reason[f"{s}: {r}"] += 1
-        out["per_detector"][name] = {"rows": det.num_rows, "scored": status.count(STATUS_OK),
-                                     "not_scored": dict(by_reason)}
+        mine = [r for r in outcomes if r["detector"] == name]
+        out["per_detector"][name] = {
+            "rows": sum(r["rows"] for r in mine), "scored": sum(r["rows"] for r in mine if r["status"] == STATUS_OK),
+            "not_scored": {f"{r['status']}: {why}": n for r in mine if r["status"] != STATUS_OK
+                           for why, n in r["reasons"].items()}}
     return out
 
 
 def execute(config: ScoreConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
-    predictions = score_corpus(run, config, lambda: read_corpora(config.corpora), watch, verbose)
-    metrics = detector_metrics(predictions)
+    metrics = score_corpus(run, config, lambda: read_corpora(config.corpora), watch, verbose)
     storage.write_json(run.dir.path("metrics.json"), metrics)
     return metrics
 
@@ -195,29 +174,24 @@ def execute(config: ScoreConfig, run: Run, watch: Stopwatch, verbose: bool) -> l
 # Report
 
 
-def plot_roc(predictions: pa.Table) -> bytes | None:
+def plot_roc(manifest: dict[str, Any]) -> bytes | None:
+    """Each detector's ROC curve over all its rows, from the run's score sketches (no output read)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from sklearn.metrics import roc_curve
 
-    fig, ax = plt.subplots(figsize=(5.2, 4.4))
-    drawn = False
-    for name in dict.fromkeys(predictions.column("detector").to_pylist()):
-        det = predictions.filter(pc.and_(pc.equal(predictions.column("detector"), name),
-                                         pc.equal(predictions.column("status"), STATUS_OK)))
-        det = det.filter(pc.is_valid(det.column("label")))
-        y = det.column("label").to_numpy(zero_copy_only=False)
-        s = det.column("toxic_score").to_numpy(zero_copy_only=False).astype(float)
-        if len(np.unique(y)) < 2:
-            continue
-        fpr, tpr, _ = roc_curve(y, s)
-        ax.plot(fpr, tpr, label=name)
-        drawn = True
-    if not drawn:
-        plt.close(fig)
+    roc = SCORE.figure("roc_auc").compute
+    assert isinstance(roc, A.RocAuc)
+    groups = manifest.get("partials", {}).get("summary", {}).get("groups", [])
+    per_detector = A.merge(*({(group[0],): sums} for group, _, sums in groups))
+    curves = {name: roc.curve(sums) for (name,), sums in per_detector.items()}
+    curves = {name: curve for name, curve in curves.items() if curve is not None}
+    if not curves:
         return None
+    fig, ax = plt.subplots(figsize=(5.2, 4.4))
+    for name, (fpr, tpr) in curves.items():
+        ax.plot(fpr, tpr, label=name)
     ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
     ax.set(xlabel="false positive rate", ylabel="true positive rate", title="ROC per detector")
     ax.legend(loc="lower right", fontsize=8)
@@ -232,16 +206,21 @@ def plot_rates(metrics: list[dict[str, Any]]) -> bytes | None:
                         "Detector quality")
 
 
-def example_errors(predictions: pa.Table, per_detector: int = 5) -> list[dict[str, Any]]:
-    """A few missed toxic rows (false negatives) per detector, highest-confidence misses first."""
+def example_errors(run: RunDir, per_detector: int = 5) -> list[dict[str, Any]]:
+    """A few missed toxic rows (false negatives) per detector, the lowest scores first: read shard by
+    shard (only those rows and columns), keeping each detector's lowest so far."""
+    kept: pa.Table | None = None
+    for part in storage.list_files(run.path(OUTPUT_DIR), ".parquet"):
+        miss = storage.read_parquet(part, ["detector", "id", "text", "toxic_score"],
+                                    [("label", "=", 1), ("pred_toxic", "=", False)])
+        kept = miss if kept is None else pa.concat_tables([kept, miss])
+        kept = pa.concat_tables([
+            kept.filter(pc.equal(kept.column("detector"), name)).sort_by("toxic_score").slice(0, per_detector)
+            for name in dict.fromkeys(kept.column("detector").to_pylist())] or [kept])
     out = []
-    for name in dict.fromkeys(predictions.column("detector").to_pylist()):
-        det = predictions.filter(pc.equal(predictions.column("detector"), name))
-        miss = det.filter(pc.and_(pc.equal(det.column("label"), 1), pc.equal(det.column("pred_toxic"), False)))
-        miss = miss.sort_by([("toxic_score", "ascending")]).slice(0, per_detector)
-        for r in miss.select(["id", "text", "toxic_score"]).to_pylist():
-            text = r["text"] if len(r["text"]) <= 160 else r["text"][:157] + "..."
-            out.append({"detector": name, "id": r["id"], "toxic_score": r["toxic_score"], "text": text})
+    for r in (kept.to_pylist() if kept is not None else []):
+        text = r["text"] if len(r["text"]) <= 160 else r["text"][:157] + "..."
+        out.append({"detector": r["detector"], "id": r["id"], "toxic_score": r["toxic_score"], "text": text})
     return out
 
 
@@ -259,7 +238,6 @@ def counts_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
-    predictions = sharded.read_outputs(run, OUTPUT_DIR)
     metrics = manifest.get("summary", [])
     columns = [c for c in SCORE.columns() if c[0] != "dataset" or several_datasets(metrics)]
     counts = [{"what": r["what"], "n": str(r["n"])} for r in counts_rows(manifest)]
@@ -267,9 +245,9 @@ def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
     note = ("Toxic is the positive class. FNR = toxic rows predicted benign (the attack success rate on "
             "adversarial toxic rows); FPR = benign rows predicted toxic.")
     report = Report(run, "redline score report", manifest, note)
-    report.table("Detectors", metrics, columns).plot("roc", plot_roc(predictions)).plot("rates", plot_rates(metrics))
+    report.table("Detectors", metrics, columns).plot("roc", plot_roc(manifest)).plot("rates", plot_rates(metrics))
     report.table("Rows", counts, COUNT_COLUMNS)
-    report.table("Missed toxic rows (lowest scores first)", example_errors(predictions), error_cols)
+    report.table("Missed toxic rows (lowest scores first)", example_errors(run), error_cols)
     report.write("metrics.csv", metrics)
 
 

@@ -68,8 +68,7 @@ def build_corpus(config: TransferConfig) -> pa.Table:
 
 
 def execute(config: TransferConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
-    scored = score_corpus(run, config, lambda: build_corpus(config), watch, verbose)
-    return TRANSFER.summarize(scored.rename_columns(["victim" if c == "detector" else c for c in scored.column_names]))
+    return score_corpus(run, config, lambda: build_corpus(config), watch, verbose, TRANSFER)
 
 
 def plot_transfer(rows: list[dict[str, Any]]) -> bytes | None:

@@ -86,7 +86,7 @@ def test_counts_add_up_and_report_is_written(attack_run):
 def test_attack_resumes_only_missing_shards(attack_run):
     cfg, result = attack_run
     run = Path(result.run_uri)
-    (run / "attempts" / "part-00003.parquet").unlink()
+    (run / "attempts" / "part-00003-0.parquet").unlink()
     manifest = json.loads((run / "manifest.json").read_text())
     manifest["state"] = "running"
     (run / "manifest.json").write_text(json.dumps(manifest))
@@ -94,6 +94,9 @@ def test_attack_resumes_only_missing_shards(attack_run):
     assert again.manifest["resumed_shards"] == 5 and again.manifest["state"] == "complete"
     rows = sharded.read_outputs(RunDir(again.run_uri), "attempts")
     assert Counter(rows.column("id").to_pylist()).most_common(1)[0][1] == 1 and rows.num_rows == 80
+    # the figures count the rewritten part once (its old sums dropped, every part recounted)
+    assert sum(r["attempts"] for r in again.summary) == 80
+    assert [(r["recipe"], r["goal"]) for r in again.summary] == [(r["recipe"], r["goal"]) for r in result.summary]
 
 
 def test_empty_seed_set_after_filtering(ray_session, tmp_path):

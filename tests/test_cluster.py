@@ -221,7 +221,8 @@ def test_every_pipeline_on_two_nodes_from_s3(cluster, s3_inputs, tmp_path):
                              "detectors": [{"name": "p", "kind": "profanity-check", "num_cpus": 0.5}, tiny_bert],
                              "shard_size": 400, "output": runs, "run_name": "score"}, "score")
     m = manifest("score")
-    assert m["state"] == "complete" and m["counts"]["rows_out"] == 2400 and len(s3_keys("runs/score/predictions/")) == 3
+    # one part per shard and detector, written on the worker node (the head has no CPU for an actor)
+    assert m["state"] == "complete" and m["counts"]["rows_out"] == 2400 and len(s3_keys("runs/score/predictions/")) == 6
 
     cluster.submit("attack", {"corpus": sample, "victim": {"name": "profanity-check", "kind": "profanity-check"},
                               "recipes": ["deepwordbug", "pwws"], "goals": ["tae", "bae"], "max_seeds": 8,
@@ -341,3 +342,19 @@ def test_killing_the_worker_node_mid_run_loses_and_duplicates_nothing(cluster, s
     ids = [i for key in s3_keys("runs/killed/predictions/")
            for i in pq.read_table(io.BytesIO(read_s3(key))).column("id").to_pylist()]
     assert len(ids) == len(set(ids)) == 3000
+
+
+def test_a_run_directory_the_worker_node_cannot_see_is_one_clear_error(cluster, s3_inputs, tmp_path):
+    """The actors read their input shards and write their parts themselves: a run directory on the
+    driver's own disk (which the worker node cannot read) is refused with a line that names it."""
+    runs = tmp_path / "runs"  # the driver's: 0700, another user's than the worker node's
+    config = {"corpus": {"path": f"{s3_inputs}/data/davidson-1200.csv", "preset": "davidson"},
+              "detectors": [{"name": "p", "kind": "profanity-check", "num_cpus": 0.5}],
+              "output": str(runs), "run_name": "local"}
+    proc = cluster.submit("score", config, "local", wait=False)
+    job_id = proc.stdout.split("submitted job ")[1].split()[0]
+    logs = cluster.redline("logs", job_id, "--address", cluster.address, "--follow").stdout
+    status = cluster.redline("status", job_id, "--address", cluster.address).stdout
+    assert "FAILED" in status.upper(), status
+    assert f"error: this node cannot see the run directory {runs}/local" in logs, logs[-3000:]
+

@@ -7,7 +7,6 @@ import pyarrow as pa
 import pytest
 
 from redline.pipelines import figures as F
-from redline.pipelines import metrics as M
 from redline.pipelines.registry import entries
 
 
@@ -16,7 +15,7 @@ def keys(table: F.Table) -> set[str]:
 
 
 SUMMARIES = {
-    "score": lambda: M.detector_metrics(pa.table({
+    "score": lambda: F.SCORE.summarize(pa.table({
         "detector": ["a", "a", "a"], "dataset": ["d1", "d1", "d2"], "status": ["ok"] * 3, "label": [1, 0, 1],
         "pred_toxic": [True, False, False], "toxic_score": [.9, .1, .2], "seconds": [1.0] * 3})),
     "attack": lambda: F.ATTACK.summarize(pa.table({
@@ -27,7 +26,7 @@ SUMMARIES = {
         "pred_toxic": [True, False, True]})),
     "diasafety": lambda: F.leaderboard(["risk"]).summarize(pa.table({
         "model": ["m"], "category": ["risk"], "verdict": ["safe"], "empty": [False]})),
-    "egregious": lambda: M.table3(pa.Table.from_pylist([
+    "egregious": lambda: F.EGREGIOUS.summarize(pa.Table.from_pylist([
         {"model": "m", "list": "mal", "target": "t", "search": "o-greedy", "status": "ok", "hits": ["o-greedy-hit"]}])),
 }
 
@@ -38,13 +37,6 @@ def test_every_summary_figure_is_declared(name):
     extra = {"risk"} if name == "diasafety" else set()  # a run's own categories: category_figures
     for row in SUMMARIES[name]():
         assert set(row) - extra <= keys(table), f"{name}: undeclared {sorted(set(row) - extra - keys(table))}"
-
-
-def test_source_checks_are_declared():
-    (row,) = M.source_checks(pa.Table.from_pylist([
-        {"model": "m", "list": "normal", "search": "o-greedy", "status": "ok", "source_reaches": True,
-         "reached": True, "objective": 1.0, "source_objective": 0.5}]))
-    assert set(row) == keys(F.EGREGIOUS_SOURCES)
 
 
 def test_declarations_are_complete_and_read_by_every_view():
@@ -84,7 +76,48 @@ def _attempts(n: int, seed: int = 0) -> pa.Table:
     return pa.Table.from_pylist(rows)
 
 
-def test_figures_summed_shard_by_shard_equal_those_of_all_rows_in_any_finishing_order(tmp_path):
+def _predictions(n: int, seed: int = 0) -> pa.Table:
+    import random
+
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        ok = rng.random() < 0.9
+        rows.append({"detector": rng.choice(["a", "b"]), "dataset": rng.choice(["d1", "d2", "d3"]),
+                     "status": "ok" if ok else rng.choice(["error", "rejected"]),
+                     "reason": None if ok else rng.choice(["TimeoutError: slow", "HTTPError: 503", "empty text"]),
+                     "label": rng.choice([None, 0, 1, 1]), "pred_toxic": rng.choice([True, False]) if ok else None,
+                     "toxic_score": rng.choice([rng.random(), 1 - 1e-9 * rng.random(), 0.5]) if ok else None,
+                     "seconds": rng.random() if ok else None})
+    return pa.Table.from_pylist(rows)
+
+
+def _searches(n: int, seed: int = 0) -> pa.Table:
+    import random
+
+    from redline.actors.triggers.hits import HIT_TYPES, SEARCHES
+
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        ok = rng.random() < 0.8
+        rows.append({"model": rng.choice(["m", "k"]), "list": rng.choice(["mal", "normal"]),
+                     "target": f"t{rng.randrange(40)}", "search": rng.choice(SEARCHES),
+                     "status": "ok" if ok else "skipped", "reason": None if ok else "out of vocabulary: x",
+                     "hits": rng.sample(HIT_TYPES, rng.randrange(3)) if ok else None,
+                     "reached": rng.random() < 0.4 if ok else None, "source_reaches": rng.choice([None, True, False]),
+                     "objective": rng.random(), "source_objective": rng.random(), "seconds": rng.random(),
+                     "sequences_scored": rng.randrange(100), "sweeps": rng.randrange(5)})
+    return pa.Table.from_pylist(rows)
+
+
+SHARDED = {"attack": (F.ATTACK, _attempts), "score": (F.SCORE, _predictions), "egregious": (F.EGREGIOUS, _searches),
+           "sources": (F.EGREGIOUS_SOURCES, _searches), "effort": (F.EGREGIOUS_EFFORT, _searches),
+           "outcomes": (F.outcomes("detector"), _predictions)}
+
+
+@pytest.mark.parametrize("name", sorted(SHARDED))
+def test_figures_summed_shard_by_shard_equal_those_of_all_rows_in_any_finishing_order(tmp_path, name):
     """A run's figures come from each output shard's partial sums, merged as shards finish (in any
     order, a resumed run's shards counted from its files): the same rows, in the same order, as the
     figures of the whole output at once."""
@@ -98,23 +131,26 @@ def test_figures_summed_shard_by_shard_equal_those_of_all_rows_in_any_finishing_
         def __init__(self):
             self.manifest, self.dir = {}, RunDir(str(tmp_path / "run"))
 
-    whole = _attempts(600)
+    table, rows = SHARDED[name]
+    whole = rows(600)
     shards = [whole.slice(i, 50) for i in range(0, whole.num_rows, 50)]
-    expected = F.ATTACK.summarize(whole)
+    expected = table.summarize(whole)
+    assert len(expected) > 1
     run = FakeRun()
     for i in [5, 0, 11, 3, 7, 1, 9, 2, 10, 4]:  # shards 6 and 8: written, the run stopped before counting them
-        sharded.count_figures(run, F.ATTACK, i, shards[i])
-    sharded.count_figures(run, F.ATTACK, 5, shards[5])  # counted once, however often it is offered
+        sharded.count_figures(run, {"summary": table}, i, shards[i])
+    sharded.count_figures(run, {"summary": table}, 5, shards[5])  # counted once, however often it is offered
     for i in (6, 8):
-        storage.write_parquet(shards[i], run.dir.path("attempts", sharded.part_name(i)))
-    got = sharded.shard_summary(run, F.ATTACK, "attempts", len(shards))
-    assert [(r["recipe"], r["goal"]) for r in got] == [(r["recipe"], r["goal"]) for r in expected]
+        storage.write_parquet(shards[i], run.dir.path("out", sharded.part_name(i)))
+    parts = {(i,): sharded.part_name(i) for i in range(len(shards))}
+    got = sharded.shard_summary(run, {"summary": table}, "out", parts)["summary"]
+    assert [tuple(r[k.key] for k in table.keys) for r in got] == [tuple(r[k.key] for k in table.keys) for r in expected]
     for mine, theirs in zip(got, expected):
         assert mine.keys() == theirs.keys()
         for key, value in theirs.items():
             assert mine[key] == (pytest.approx(value) if isinstance(value, float) else value), key
-    assert sorted(run.manifest["figures"]["shards"]) == list(range(len(shards)))
-    assert json.loads(json.dumps(run.manifest))["figures"] == run.manifest["figures"]  # a manifest holds them
+    assert sorted(run.manifest["partials"]["summary"]["shards"]) == [[i] for i in range(len(shards))]
+    assert json.loads(json.dumps(run.manifest))["partials"] == run.manifest["partials"]  # a manifest holds them
 
 
 def test_a_figure_declares_how_it_is_computed_and_its_sums_merge():

@@ -571,10 +571,10 @@ def test_a_crash_is_one_line_with_its_cause_and_the_trace_in_the_runs_log(tmp_pa
     with --verbose the traceback is printed too."""
     from redline.pipelines import score as score_pipeline
 
-    def planted(predictions):
+    def planted(*args):
         raise ZeroDivisionError("planted crash")
 
-    monkeypatch.setattr(score_pipeline, "detector_metrics", planted)
+    monkeypatch.setattr(score_pipeline, "output_counts", planted)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("REDLINE_VERBOSE", "0")
     assert main(score(tmp_path, score_config(tmp_path))) == 1

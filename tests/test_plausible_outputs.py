@@ -20,11 +20,21 @@ from redline.actors.attack.search import AlzantotGenetic
 from redline.actors.attack.text import AttackedText
 from redline.actors.attack.transformations import CharEdits
 from redline.actors.triggers import hits as H
-from redline.pipelines import metrics as M
 from redline.pipelines.diasafety import safest_first
-from redline.pipelines.figures import ATTACK, TRANSFER, leaderboard
+from redline.pipelines.figures import ATTACK, EGREGIOUS, EGREGIOUS_SOURCES, SCORE, TRANSFER, leaderboard
 
 # ---------------------------------------------------------------- metrics (wrong class, wrong denominator)
+
+
+def _predictions(rows: list[tuple]) -> pa.Table:
+    names = ["detector", "dataset", "status", "label", "pred_toxic", "toxic_score", "seconds"]
+    return pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)})
+
+
+def _confusion(y_true, y_pred, score) -> dict:
+    (row,) = SCORE.summarize(_predictions([("a", "d", "ok", int(t), bool(p), None if np.isnan(s) else float(s), 1.0)
+                                           for t, p, s in zip(y_true, y_pred, score)]))
+    return row
 
 
 def test_detection_metrics_agree_with_scikit_learn_on_a_hand_made_confusion():
@@ -32,7 +42,7 @@ def test_detection_metrics_agree_with_scikit_learn_on_a_hand_made_confusion():
     y_true = np.array([1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0])
     y_pred = np.array([1, 1, 1, 1, 0, 0, 1, 0, 0, 0, 0])
     score = np.array([.9, .8, .7, .6, .4, .2, .65, .3, .1, .05, np.nan])
-    got = M.classification_metrics(y_true, y_pred, score)
+    got = _confusion(y_true, y_pred, score)
     assert (got["tp"], got["fn"], got["fp"], got["tn"], got["n"]) == (4, 2, 1, 4, 11)
     assert got["fnr"] == pytest.approx(2 / 6) and got["fpr"] == pytest.approx(1 / 5)
     assert got["accuracy"] == pytest.approx(8 / 11)
@@ -43,14 +53,29 @@ def test_detection_metrics_agree_with_scikit_learn_on_a_hand_made_confusion():
     assert got["f1_macro"] == pytest.approx(f1_score(y_true, y_pred, average="macro"))
     finite = np.isfinite(score)  # a row without a score is left out of the ROC, not counted as 0
     assert got["roc_auc"] == pytest.approx(roc_auc_score(y_true[finite], score[finite]))
-    one_class = M.classification_metrics(np.array([1, 1]), np.array([1, 0]), np.array([.9, .1]))
+    one_class = _confusion(np.array([1, 1]), np.array([1, 0]), np.array([.9, .1]))
     assert one_class["roc_auc"] is None and one_class["fpr"] is None and one_class["fnr"] == 0.5
-    assert M.classification_metrics(np.array([]), np.array([]), np.array([]))["accuracy"] is None
+    (unlabelled,) = SCORE.summarize(_predictions([("a", "d", "ok", None, True, .5, 1.0)]))
+    assert unlabelled["accuracy"] is None and unlabelled["n"] == 0 and unlabelled["unlabelled"] == 1
 
 
-def _predictions(rows: list[tuple]) -> pa.Table:
-    names = ["detector", "dataset", "status", "label", "pred_toxic", "toxic_score", "seconds"]
-    return pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)})
+@pytest.mark.parametrize("seed", range(4))
+def test_roc_auc_from_score_sketches_matches_scikit_learn_on_many_scores(seed):
+    """ROC-AUC is summed shard by shard as sketches of the scores in log-odds, bounded in size: on
+    fewer distinct scores than a sketch's bins it is exact but for scores within 1e-9 in log-odds
+    of each other; on 30,000 (saturated ones near 0 and 1, and a tiny model's scores millionths
+    apart) it agrees with scikit-learn's to 2e-4."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, 30_000)
+    spread = (2.0, 10.0, 1e-5, 3.0)[seed]  # seed 1: most scores within 1e-4 of 0 or 1; seed 2: all near 0.5
+    score = 1 / (1 + np.exp(-rng.normal(spread * (2 * y - 1) * 0.7, spread)))
+    assert _confusion(y, score > 0.5, score)["roc_auc"] == pytest.approx(roc_auc_score(y, score), abs=2e-4)
+    few = slice(0, 3000)
+    assert _confusion(y[few], score[few] > 0.5, score[few])["roc_auc"] == pytest.approx(
+        roc_auc_score(y[few], score[few]), abs=1e-5)
+    shuffled = score.copy()
+    rng.shuffle(shuffled)  # scores that say nothing of the label: near 0.5, not near the above
+    assert _confusion(y, shuffled > 0.5, shuffled)["roc_auc"] == pytest.approx(roc_auc_score(y, shuffled), abs=2e-4)
 
 
 def test_detector_metrics_count_per_detector_and_dataset_and_leave_out_errors_and_unlabelled_rows():
@@ -59,7 +84,7 @@ def test_detector_metrics_count_per_detector_and_dataset_and_leave_out_errors_an
             ("a", "d2", "ok", None, True, .8, 1.0),
             ("b", "d1", "ok", 1, True, .7, 0.5), ("b", "d1", "ok", 0, True, .6, 0.5),
             ("b", "d2", "ok", 1, True, .9, 0.5), ("b", "d2", "ok", 0, False, .2, 0.5)]
-    got = {(r["detector"], r["dataset"]): r for r in M.detector_metrics(_predictions(rows))}
+    got = {(r["detector"], r["dataset"]): r for r in SCORE.summarize(_predictions(rows))}
     assert set(got) == {(d, s) for d in "ab" for s in ("all", "d1", "d2")}
     a = got[("a", "all")]
     assert (a["n"], a["tp"], a["fn"], a["tn"], a["fp"], a["not_scored"], a["unlabelled"]) == (3, 1, 1, 1, 0, 1, 1)
@@ -67,7 +92,7 @@ def test_detector_metrics_count_per_detector_and_dataset_and_leave_out_errors_an
     assert got[("a", "d2")]["fnr"] == 1.0 and got[("a", "d1")]["fnr"] == 0.0
     b = got[("b", "all")]
     assert (b["fp"], b["fpr"], b["fnr"], b["rows_per_s"]) == (1, 0.5, 0.0, pytest.approx(4 / 2.0))
-    single = M.detector_metrics(_predictions([r for r in rows if r[1] == "d1"]))
+    single = SCORE.summarize(_predictions([r for r in rows if r[1] == "d1"]))
     assert [(r["detector"], r["dataset"]) for r in single] == [("a", "all"), ("b", "all")]  # one dataset: no split
 
 
@@ -122,7 +147,7 @@ def test_table3_shares_are_per_search_over_searchable_targets():
             {"model": "m", "list": "mal", "target": "t3", "search": "o-greedy", "status": "error", "hits": None},
             {"model": "m", "list": "mal", "target": "t1", "search": "o-sample-min", "status": "ok",
              "hits": ["o-sample-min-2-hit"]}]
-    (row,) = M.table3(pa.Table.from_pylist(rows))
+    (row,) = EGREGIOUS.summarize(pa.Table.from_pylist(rows))
     assert (row["targets"], row["searchable"], row["o-greedy-hit"]) == (3, 2, 0.5)
     assert (row["o-sample-min-1-hit"], row["o-sample-min-2-hit"], row["o-sample-avg-1-hit"]) == (0.0, 1.0, None)
 
@@ -133,7 +158,7 @@ def test_source_checks_tell_local_optima_from_objective_defects():
             {**base, "reached": False, "objective": 0.2, "source_objective": 0.9},
             {**base, "reached": False, "objective": 0.9, "source_objective": 0.9},
             {**base, "reached": False, "objective": 0.1, "source_objective": 0.0, "source_reaches": False}]
-    (row,) = M.source_checks(pa.Table.from_pylist(rows))
+    (row,) = EGREGIOUS_SOURCES.summarize(pa.Table.from_pylist(rows))
     assert (row["reachable"], row["found"], row["local_optima"], row["objective_defects"]) == (3, 1 / 3, 1, 1)
 
 
@@ -638,11 +663,11 @@ def test_table3_and_source_checks_keep_models_and_lists_apart():
     rows = [{"model": "m", "list": "mal", "target": "t1", "search": "o-greedy", "status": "ok", "hits": ["o-greedy-hit"]},
             {"model": "m", "list": "normal", "target": "t2", "search": "o-greedy", "status": "ok", "hits": []},
             {"model": "k", "list": "mal", "target": "t3", "search": "o-greedy", "status": "ok", "hits": []}]
-    got = {(r["model"], r["list"]): r for r in M.table3(pa.Table.from_pylist(rows))}
+    got = {(r["model"], r["list"]): r for r in EGREGIOUS.summarize(pa.Table.from_pylist(rows))}
     assert {k: (r["targets"], r["o-greedy-hit"]) for k, r in got.items()} == {
         ("m", "mal"): (1, 1.0), ("m", "normal"): (1, 0.0), ("k", "mal"): (1, 0.0)}
     base = {"status": "ok", "source_reaches": True, "reached": True, "objective": 1.0, "source_objective": 0.5}
-    checks = M.source_checks(pa.Table.from_pylist([{**base, "model": "m", "list": "normal", "search": "o-greedy"},
+    checks = EGREGIOUS_SOURCES.summarize(pa.Table.from_pylist([{**base, "model": "m", "list": "normal", "search": "o-greedy"},
                                                    {**base, "model": "k", "list": "planted", "search": "o-sample-min"}]))
     assert {(c["model"], c["list"], c["search"]) for c in checks} == {("m", "normal", "o-greedy"),
                                                                       ("k", "planted", "o-sample-min")}

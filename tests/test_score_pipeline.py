@@ -56,7 +56,9 @@ def test_run_directory_holds_shards_manifest_and_report(davidson_run):
     cfg, result = davidson_run
     run = Path(result.run_uri)
     assert run.name.startswith("score-")
-    assert sorted(p.name for p in (run / "predictions").iterdir()) == [f"part-{i:05d}.parquet" for i in range(4)]
+    # one part per shard and detector, each written by the detector's actors
+    assert sorted(p.name for p in (run / "predictions").iterdir()) == [
+        f"part-{i:05d}-{k}.parquet" for i in range(4) for k in range(2)]
     for name in ("manifest.json", "report.md", "report.html", "metrics.csv", "metrics.json", "plots/roc.png"):
         assert (run / name).is_file(), name
     manifest = json.loads((run / "manifest.json").read_text())
@@ -98,6 +100,7 @@ def test_reported_metrics_match_a_recount(davidson_run):
         y, p = rows.label.astype(int), rows.pred_toxic.astype(int)
         assert m["n"] == 600
         assert m["f1_macro"] == pytest.approx(f1_score(y, p, average="macro"))
+        # summed shard by shard from score sketches: exact while a sketch holds under 4,096 bins
         assert m["roc_auc"] == pytest.approx(roc_auc_score(y, rows.toxic_score))
         assert m["fnr"] == pytest.approx(((y == 1) & (p == 0)).sum() / (y == 1).sum())
         assert m["fpr"] == pytest.approx(((y == 0) & (p == 1)).sum() / (y == 0).sum())
@@ -115,15 +118,15 @@ def test_interrupted_run_resumes_only_missing_shards(ray_session, tmp_path, davi
                       [{"name": "p", "kind": "profanity-check", "num_cpus": 0.25}], str(tmp_path), shard_size=50)
     first = run_score(cfg)
     run = Path(first.run_uri)
-    before = pq.read_table(run / "predictions" / "part-00002.parquet")
+    before = pq.read_table(run / "predictions" / "part-00002-0.parquet")
     # Make it look like a crash after three of four shards: state running, one shard missing.
-    (run / "predictions" / "part-00002.parquet").unlink()
+    (run / "predictions" / "part-00002-0.parquet").unlink()
     manifest = json.loads((run / "manifest.json").read_text())
     manifest["state"] = "running"
     (run / "manifest.json").write_text(json.dumps(manifest))
     second = run_score(cfg)
     assert not second.reused and second.manifest["resumed_shards"] == 3 and second.manifest["attempts"] == 2
-    after = pq.read_table(run / "predictions" / "part-00002.parquet")
+    after = pq.read_table(run / "predictions" / "part-00002-0.parquet")
     assert after.drop_columns(["seconds"]).equals(before.drop_columns(["seconds"]))
     assert read_predictions(second.run_uri).num_rows == 200
 
@@ -170,23 +173,28 @@ def test_killed_run_resumes_without_losing_or_duplicating_rows(ray_session, tmp_
     }))
     env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
     cmd = [sys.executable, "-m", "redline", "run", "score", "--config", str(config)]
-    written = kill_after_parts(cmd, env, tmp_path / "runs" / "killme" / "predictions", 3)
+    parts = tmp_path / "runs" / "killme" / "predictions"
+    written = kill_after_parts(cmd, env, parts, 3)
     total_shards = -(-24783 // 500)
-    assert 3 <= written < total_shards, "the run finished before it could be killed"
+    assert 3 <= written < 2 * total_shards, "the run finished before it could be killed"
+    done_shards = sum(all((parts / f"part-{i:05d}-{k}.parquet").exists() for k in (0, 1)) for i in range(total_shards))
     manifest = json.loads((tmp_path / "runs" / "killme" / "manifest.json").read_text())
     assert manifest["state"] == "running"
 
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     manifest = json.loads((tmp_path / "runs" / "killme" / "manifest.json").read_text())
-    assert manifest["state"] == "complete" and manifest["resumed_shards"] >= written
+    assert manifest["state"] == "complete" and manifest["resumed_shards"] >= done_shards
     preds = read_predictions(str(tmp_path / "runs" / "killme"))
     keys = Counter(zip(preds.column("id").to_pylist(), preds.column("detector").to_pylist()))
     assert len(keys) == 2 * 24783 and set(keys.values()) == {1}
 
 
-def test_s3_corpus_and_output_on_a_real_s3_server(ray_session, s3_env, tmp_path):
+def test_s3_corpus_and_output_on_a_real_s3_server(s3_env, tmp_path):
+    """The corpus and the run on S3, as a user runs it (its own local Ray, whose workers read the
+    input shards and write the predictions with the same S3 settings)."""
     import boto3
+    import yaml
 
     s3 = boto3.session.Session().client("s3")
     s3.create_bucket(Bucket="redline-test")
@@ -196,10 +204,14 @@ def test_s3_corpus_and_output_on_a_real_s3_server(ray_session, s3_env, tmp_path)
     cfg = make_config({"path": "s3://redline-test/corpora/c.csv", "text_column": "text", "label_column": "label",
                        "toxic_values": [1]},
                       [{"name": "p", "kind": "profanity-check", "num_cpus": 0.25}], "s3://redline-test/runs", run_name="s3run")
-    result = run_score(cfg)
-    assert result.run_uri == "s3://redline-test/runs/s3run" and result.report_html.startswith("s3://")
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_unset=True)))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, "-m", "redline", "run", "score", "--config", str(tmp_path / "c.yaml")],
+                          env={**env, "REDLINE_PROGRESS": "0"}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "s3://redline-test/runs/s3run" in done.stdout + done.stderr
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket="redline-test", Prefix="runs/s3run/")["Contents"]}
-    assert {"runs/s3run/manifest.json", "runs/s3run/report.html", "runs/s3run/predictions/part-00000.parquet",
+    assert {"runs/s3run/manifest.json", "runs/s3run/report.html", "runs/s3run/predictions/part-00000-0.parquet",
             "runs/s3run/input/part-00000.parquet", "runs/s3run/plots/roc.png"} <= keys
     manifest = json.loads(s3.get_object(Bucket="redline-test", Key="runs/s3run/manifest.json")["Body"].read())
     assert manifest["state"] == "complete" and manifest["counts"]["rows_out"] == 4
@@ -215,28 +227,58 @@ def test_unreachable_s3_endpoint_is_one_clear_error(monkeypatch):
         storage.read_bytes("s3://bucket/c.csv")
 
 
-def test_a_shard_is_written_only_when_every_distinct_row_arrived(tmp_path):
-    """Ray may re-send rows after a retry: a shard counts distinct results, so duplicates can never
-    make it look complete while a row is still missing."""
-    import pyarrow as pa
+class _Doubler:
+    """A row worker: each row's value doubled, in batches (as a detector scores them)."""
+
+    output_schema = pa.schema([("id", pa.string()), ("shard", pa.int32()), ("v", pa.int64())])
+    calls: list[int] = []
+
+    def __call__(self, batch):
+        _Doubler.calls.append(len(batch["id"]))
+        return pa.table({"id": batch["id"].tolist(), "shard": batch["shard"].tolist(),
+                         "v": (batch["v"] * 2).tolist()}, schema=self.output_schema)
+
+
+def test_an_actor_writes_its_shard_and_a_retried_shard_is_written_and_counted_once(tmp_path):
+    """The actor reads its input shard, runs it through its worker in batches, writes the part and
+    returns only its partial sums; Ray retrying the call (a lost actor) rewrites the same part and
+    the driver counts it once."""
+    import json as json_
 
     from redline.cluster import storage
     from redline.cluster.runs import Run, RunDir
-    from redline.pipelines import sharded
+    from redline.pipelines import aggregates as A
+    from redline.pipelines import shard_host, sharded
+    from redline.pipelines.figures import Figure, Table
 
     run = Run(RunDir(str(tmp_path / "run")), {}, reused=False)
-    shard = pa.table({"id": ["a", "b", "c", "d"]})
-    schema = pa.schema([("id", pa.string()), ("shard", pa.int32()), ("v", pa.int64())])
+    storage.write_json(run.dir.manifest_uri, {"state": "running"})
+    shard = pa.table({"id": [f"r{i}" for i in range(10)], "v": list(range(10)), "keep": [i != 3 for i in range(10)]})
+    storage.write_parquet(shard, run.dir.path(sharded.INPUT_DIR, sharded.part_name(7)))
+    total = Table(keys=(), values=(Figure("sum", "sum", "d", compute=A.Sum("v")),
+                                   Figure("n", "n", "d", compute=A.Count())))
 
-    def process(blocks):
-        batch = lambda ids: pa.table({"id": ids, "shard": pa.array([0] * len(ids), pa.int32()),  # noqa: E731
-                                      "v": list(range(len(ids)))}, schema=schema)
-        yield batch(["a", "a", "b", "c"])  # 4 rows, 3 distinct
-        assert not (tmp_path / "run" / "out" / "part-00000.parquet").exists()
-        yield batch(["d", "b"])
+    def assemble(shard, results):
+        return shard.select(["id"]).append_column("v", results.column("v").take(
+            pa.compute.index_in(shard.column("id"), value_set=results.column("id"))))
 
-    sharded.stream_shards(run, [shard], [0], output_dir="out", select=lambda s: s, results_per_row=1,
-                          process=process, assemble=lambda s, r: r, empty_results=schema, key=["id"],
-                          batch_size=8, actors=1, label="test")
-    written = storage.read_parquet(str(tmp_path / "run" / "out" / "part-00000.parquet"))
-    assert sorted(written.column("id").to_pylist()) == ["a", "b", "c", "d"]
+    work = shard_host.ShardWork(run.dir.uri, "out", 1, lambda s: s.filter(s.column("keep")).select(["id", "v"]),
+                                assemble, {"summary": total}, batch_size=4)
+    host = shard_host.ShardHost(work, _Doubler, {})
+    first = host({"shard": np.array([7])}).to_pylist()
+    again = host({"shard": np.array([7])}).to_pylist()  # the retry
+    assert _Doubler.calls[:3] == [4, 4, 1]  # 9 kept rows in batches of 4
+    assert [r["rows"] for r in first] == [9] and first[0]["partials"] == again[0]["partials"]
+    written = storage.read_parquet(run.dir.path("out", "part-00007-1.parquet"))
+    assert written.column("v").to_pylist() == [0, 2, 4, None, 8, 10, 12, 14, 16, 18]  # row 3 not sent: no value
+    for row in first + again:
+        partials = {k: A.from_json(v) for k, v in json_.loads(row["partials"]).items()}
+        sharded.count_partials(run, {"summary": total}, (7, 1), partials)
+    parts = {(7, 1): "part-00007-1.parquet"}
+    assert sharded.shard_summary(run, {"summary": total}, "out", parts)["summary"] == [{"sum": 2 * (45 - 3), "n": 10}]
+    blind = shard_host.ShardHost(shard_host.ShardWork(str(tmp_path / "elsewhere"), "out", 0, lambda s: s, assemble,
+                                                      {}, 4), _Doubler, {})
+    with pytest.raises(RedlineError, match="this node cannot see the run directory"):
+        blind({"shard": np.array([0])})
+
+

@@ -13,7 +13,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -251,6 +251,8 @@ class Attacker:
 
 class AttackWorker:
     """Ray Data actor: loads the victim and recipe components once, attacks batches of attempts."""
+
+    output_schema: ClassVar[pa.Schema] = ATTACK_RESULT_SCHEMA
 
     def __init__(self, victim: DetectorConfig, recipes: list[RecipeOptions], resources: AttackResources,
                  only_correct: bool = True, similarity: str = "auto", wordnet: Any = None,

@@ -1,0 +1,174 @@
+"""Shards processed where the work runs: each call of a Ray Data actor is one whole input shard,
+which the actor reads from the run directory, sends through its row worker (a detector, ...) in
+model batches, joins back onto the shard, writes atomically as the shard's output part and sums
+into its figures' partial sums. The driver sends shard numbers and receives one small summary row
+per shard (its partial sums as JSON): no row of the corpus or of the results passes through it.
+
+A retried call (a lost actor) rewrites the same part with the same rows, and a part's sums are
+counted once (by part), so resume neither loses nor duplicates rows.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from redline.cluster import storage
+from redline.cluster.progress import progress_bar
+from redline.cluster.runs import Run
+from redline.cluster.runtime import ensure_ray
+from redline.errors import RedlineError
+from redline.pipelines import aggregates as A
+from redline.pipelines import sharded
+from redline.pipelines.actor_pool import ActorPool
+from redline.pipelines.figures import Table
+
+SUMMARY_SCHEMA = pa.schema([("shard", pa.int64()), ("pool", pa.int64()), ("rows", pa.int64()),
+                            ("seconds", pa.float64()), ("partials", pa.string())])
+
+
+def output_part(index: int, pool: int) -> str:
+    """Output part of shard `index` from pool `pool` (one pool per detector)."""
+    return f"part-{index:05d}-{pool}.parquet"
+
+
+@dataclass(frozen=True)
+class ShardWork:
+    """What a pool does to a shard: which rows go to its worker, how its results join back onto the
+    shard, where the part goes, which figures are summed from it."""
+
+    run_uri: str
+    output_dir: str
+    pool: int
+    select: Callable[[pa.Table], pa.Table]
+    assemble: Callable[[pa.Table, pa.Table], pa.Table]
+    figures: dict[str, Table]
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One actor pool: its row worker (a class with `output_schema`, called with numpy batches) and
+    its resources; `pending`: the shards it has yet to write. `plain_actors`: hosted on plain Ray
+    actors (`pipelines/actor_pool.py`: no Ray Data start-up, for short runs of slow rows) instead of
+    a Ray Data actor pool."""
+
+    work: ShardWork
+    worker: type
+    worker_kwargs: dict[str, Any]
+    actors: int
+    num_cpus: float
+    num_gpus: float
+    pending: list[int]
+    plain_actors: bool = False
+
+    @property
+    def host_kwargs(self) -> dict[str, Any]:
+        return {"work": self.work, "worker": self.worker, "worker_kwargs": self.worker_kwargs}
+
+
+class ShardHost:
+    """An actor hosting one row worker, called with shard numbers. A constructor error is kept and
+    raised by the first call, so it reaches the driver as itself (Ray reports a failed actor
+    constructor only as a message)."""
+
+    def __init__(self, work: ShardWork, worker: type, worker_kwargs: dict[str, Any]) -> None:
+        self.work, self.empty, self.error = work, worker.output_schema.empty_table(), None
+        try:
+            _check_visible(work.run_uri)
+            self.worker = worker(**worker_kwargs)
+        except Exception as err:  # noqa: BLE001 - re-raised on the first call
+            self.error = err
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> pa.Table:
+        if self.error is not None:
+            raise self.error
+        return pa.Table.from_pylist([self.shard(int(i)) for i in batch["shard"]], schema=SUMMARY_SCHEMA)
+
+    def shard(self, index: int) -> dict[str, Any]:
+        w = self.work
+        shard = storage.read_parquet(storage.join(w.run_uri, sharded.INPUT_DIR, sharded.part_name(index)))
+        rows = w.select(shard)
+        rows = rows.append_column("shard", pa.array([index] * rows.num_rows, pa.int32()))
+        started = time.perf_counter()
+        results = [self.worker({c: part.column(c).to_numpy(zero_copy_only=False) for c in part.column_names})
+                   for part in (rows.slice(j, w.batch_size) for j in range(0, rows.num_rows, w.batch_size))]
+        seconds = time.perf_counter() - started
+        out = w.assemble(shard, pa.concat_tables(results) if results else self.empty)
+        storage.write_parquet(out, storage.join(w.run_uri, w.output_dir, output_part(index, w.pool)))
+        partials = {name: A.to_json(table.partials(out)) for name, table in w.figures.items()}
+        return {"shard": index, "pool": w.pool, "rows": rows.num_rows, "seconds": seconds,
+                "partials": json.dumps(partials)}
+
+
+def _check_visible(run_uri: str) -> None:
+    """The actor's node sees the run directory the driver created (it reads and writes there)."""
+    try:
+        seen, why = storage.exists(storage.join(run_uri, "manifest.json")), ""
+    except RedlineError as err:
+        seen, why = False, f" ({err})"
+    if not seen:
+        raise RedlineError(f"this node cannot see the run directory {run_uri}{why}: on a cluster of several nodes, "
+                           "put `output` where every node reaches it (s3://... or a shared filesystem)")
+
+
+def pending(run: Run, output_dir: str, n_shards: int, pool: int) -> list[int]:
+    done = set(storage.list_files(run.dir.path(output_dir), ".parquet"))
+    return [i for i in range(n_shards) if run.dir.path(output_dir, output_part(i, pool)) not in done]
+
+
+def run_pools(run: Run, pools: list[Pool], shard_rows: list[int], *, label: str, verbose: bool = False,
+              unit: str = "rows", note: Callable[[Run], str] | None = None) -> dict[int, float]:
+    """Every pool's pending shards through its actors, the pools side by side; each part's partial
+    sums are added to the run's manifest as its summary arrives (`note(run)`: running figures for the
+    progress line). Returns each pool's busy seconds."""
+    busy = {p.work.pool: 0.0 for p in pools}
+    pools = [p for p in pools if p.pending]
+    if not pools:
+        return busy
+    counted = run.manifest.get("partials", {})
+    if any([i, p.work.pool] in counted.get(name, {}).get("shards", []) for p in pools for i in p.pending
+           for name in p.work.figures):  # a counted part is gone (deleted by hand): recount every part from its file
+        for name in {name for p in pools for name in p.work.figures}:
+            counted.pop(name, None)
+    ensure_ray(verbose=verbose)
+    figures = {p.work.pool: p.work.figures for p in pools}
+    total = sum(shard_rows[i] for p in pools for i in p.pending)
+    with progress_bar(label, total=total, unit=unit) as advance, ExitStack() as hosts:
+        for batch in _summaries(pools, hosts):
+            for row in batch.to_pylist():
+                partials = {name: A.from_json(part) for name, part in json.loads(row["partials"]).items()}
+                sharded.count_partials(run, figures[row["pool"]], (row["shard"], row["pool"]), partials)
+                busy[row["pool"]] += row["seconds"]
+                advance(row["rows"], note(run) if note is not None else None)
+            run.dir.write_manifest(run.manifest)
+    return busy
+
+
+def _summaries(pools: list[Pool], hosts: ExitStack) -> Iterator[pa.Table]:
+    """The pools' summary rows as their shards finish: one Ray Data graph (a branch per pool), or a
+    pool of plain actors."""
+    import ray.data
+
+    if any(p.plain_actors for p in pools):
+        if len(pools) > 1:
+            raise ValueError("plain actors host one pool per run_pools call")
+        (p,) = pools
+        actors = hosts.enter_context(ActorPool(ShardHost, p.host_kwargs, min(p.actors, len(p.pending)),
+                                               num_cpus=p.num_cpus, num_gpus=p.num_gpus, batch_size=1))
+        return actors.map_unordered([pa.table({"shard": pa.array(p.pending, pa.int64())})])
+    # one shard per block, so any free actor takes the next shard
+    streams = [ray.data.from_items([{"shard": i} for i in p.pending], override_num_blocks=len(p.pending))
+               .map_batches(ShardHost, fn_constructor_kwargs=p.host_kwargs, batch_size=1, batch_format="numpy",
+                            compute=ray.data.ActorPoolStrategy(size=min(p.actors, len(p.pending))),
+                            num_cpus=p.num_cpus, num_gpus=p.num_gpus or None)
+               for p in pools]
+    stream = streams[0].union(*streams[1:]) if len(streams) > 1 else streams[0]
+    return stream.iter_batches(batch_format="pyarrow", batch_size=None)
