@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import Field, field_validator
 
 from redline.cluster.config import Input, LabelValue, Result, Strict
@@ -147,8 +148,6 @@ def check_column_types(raw: pa.Table, config: CorpusConfig) -> None:
     for column, setting, ok, expected in roles:
         values = raw.column(column)
         nonnull = values.drop_null()
-        example = nonnull[0].as_py() if len(nonnull) else None
-        row = next((i for i, v in enumerate(values.to_pylist()) if v is not None), None) if len(nonnull) else None
         if column in mixed:
             found = "values of mixed types"
         elif pa.types.is_null(values.type) or not len(nonnull):
@@ -157,48 +156,51 @@ def check_column_types(raw: pa.Table, config: CorpusConfig) -> None:
             found = f"{values.type} values"
         else:
             continue
+        example = nonnull[0].as_py() if len(nonnull) else None
+        row = next((i for i, v in enumerate(values.to_pylist()) if v is not None), None) if len(nonnull) else None
         shown = "" if row is None else f" (row {row}: {str(example)[:60]!r})"
         raise RedlineError(f"{config.path}: column '{column}' ({setting}) holds {found}{shown}, not {expected}; "
                            f"point corpus.{setting} at the right column")
 
 
-def _labels(raw: pa.Table, config: CorpusConfig) -> tuple[list[int | None], list[str | None]]:
+def _labels(raw: pa.Table, config: CorpusConfig) -> tuple[pa.Array, pa.Array]:
+    """Each row's label (1 toxic / 0 benign / null) and its source name, worked out once per distinct
+    value (or combination of label columns), not once per row."""
     n = raw.num_rows
     if config.label_column is None:
-        return [None] * n, [None] * n
+        return pa.nulls(n, pa.int8()), pa.nulls(n, pa.string())
     if isinstance(config.label_column, list):
         # Several 0/1 columns (Jigsaw): toxic if any is positive; -1 marks an unlabelled row.
-        cols = {c: raw.column(c).to_pylist() for c in config.label_column}
-        labels, names = [], []
-        for i in range(n):
-            values = {c: cols[c][i] for c in cols}
-            if any(v is None or v == -1 for v in values.values()):
-                labels.append(None)
-                names.append(None)
-                continue
-            positive = [c for c, v in values.items() if float(v) >= 0.5]
-            labels.append(1 if positive else 0)
-            names.append(",".join(positive) if positive else "none")
-        return labels, names
-    raw_values = raw.column(config.label_column).to_pylist()
-    toxic = {_value_key(v) for v in (config.toxic_values or [])}
-    benign = {_value_key(v) for v in config.benign_values} if config.benign_values is not None else None
-    if not toxic:
-        raise RedlineError(f"{config.path}: set corpus.toxic_values (which values of '{config.label_column}' mean toxic)")
-    display = {str(k).strip().lower(): v for k, v in (config.label_names or {}).items()}
-    labels, names = [], []
-    for value in raw_values:
-        key = _value_key(value)
-        if key is None:
-            labels.append(None)
-        elif key in toxic:
-            labels.append(1)
-        elif benign is None or key in benign:
-            labels.append(0)
-        else:
-            labels.append(None)
-        names.append(None if key is None else display.get(key, str(value)))
-    return labels, names
+        columns = config.label_column
+        unlabelled = pa.array([False] * n)
+        combo = pa.array([0] * n, pa.int64())
+        for bit, c in enumerate(columns):
+            values = raw.column(c).combine_chunks().cast(pa.float64())
+            unlabelled = pc.or_(unlabelled, pc.fill_null(pc.equal(values, -1.0), True))
+            positive = pc.fill_null(pc.greater_equal(values, 0.5), False).cast(pa.int64())
+            combo = pc.add(combo, pc.multiply(positive, 1 << bit))
+        combo = pc.if_else(unlabelled, pa.scalar(None, pa.int64()), combo)
+        keys = pc.unique(combo)
+        label_of = [None if k is None else int(k > 0) for k in keys.to_pylist()]
+        name_of = [None if k is None else (",".join(c for b, c in enumerate(columns) if k >> b & 1) or "none")
+                   for k in keys.to_pylist()]
+    else:
+        toxic = {_value_key(v) for v in (config.toxic_values or [])}
+        benign = {_value_key(v) for v in config.benign_values} if config.benign_values is not None else None
+        if not toxic:
+            raise RedlineError(f"{config.path}: set corpus.toxic_values (which values of '{config.label_column}' "
+                               "mean toxic)")
+        display = {str(k).strip().lower(): v for k, v in (config.label_names or {}).items()}
+        combo = raw.column(config.label_column).combine_chunks()
+        keys = pc.unique(combo)
+        label_of, name_of = [], []
+        for value in keys.to_pylist():
+            key = _value_key(value)
+            label_of.append(None if key is None else 1 if key in toxic else 0 if benign is None or key in benign
+                            else None)
+            name_of.append(None if key is None else display.get(key, str(value)))
+    at = pc.index_in(combo, value_set=keys, skip_nulls=False)
+    return pa.array(label_of, pa.int8()).take(at), pa.array(name_of, pa.string()).take(at)
 
 
 def sample_indices(n: int, config: CorpusConfig) -> np.ndarray:
@@ -228,44 +230,39 @@ def read_corpus(config: CorpusConfig) -> pa.Table:
 
     keep = sample_indices(raw.num_rows, config)
     raw = raw.take(pa.array(keep))
+    n = len(keep)
     labels, label_names = _labels(raw, config)
-    texts = [None if t is None else str(t) for t in raw.column(config.text_column).to_pylist()]
-    contexts = (raw.column(config.context_column).to_pylist() if config.context_column else [None] * raw.num_rows)
+    texts = raw.column(config.text_column).combine_chunks().cast(pa.string())
+    empty = pc.fill_null(pc.equal(pc.utf8_trim_whitespace(texts), ""), True)
+    too_long = pc.fill_null(pc.greater(pc.utf8_length(texts), config.max_chars), False)
+    status = pc.if_else(pc.or_(empty, too_long), STATUS_REJECTED, STATUS_OK)
+    reason = pc.if_else(empty, "empty text", pc.if_else(
+        too_long, f"text longer than corpus.max_chars={config.max_chars}", pa.scalar(None, pa.string())))
+    contexts = (raw.column(config.context_column).combine_chunks().cast(pa.string()) if config.context_column
+                else pa.nulls(n, pa.string()))
     dataset = config.dataset or config.preset or Path(config.path.rstrip("/")).stem
-    status, reason = [], []
-    for text in texts:
-        if text is None or not text.strip():
-            status.append(STATUS_REJECTED)
-            reason.append("empty text")
-        elif len(text) > config.max_chars:
-            status.append(STATUS_REJECTED)
-            reason.append(f"text longer than corpus.max_chars={config.max_chars}")
-        else:
-            status.append(STATUS_OK)
-            reason.append(None)
-    table = pa.table(
+    rows = pa.array(keep, pa.int64())
+    return pa.table(
         {
-            "id": [f"{dataset}/{config.split}/{i}" for i in keep],
+            "id": pc.binary_join_element_wise(f"{dataset}/{config.split}/", rows.cast(pa.string()), ""),
             "text": texts,
-            "context": [None if c is None else str(c) for c in contexts],
-            "label": pa.array(labels, pa.int8()),
+            "context": contexts,
+            "label": labels,
             "label_name": label_names,
-            "dataset": [dataset] * len(keep),
-            "split": [config.split] * len(keep),
-            "source": [config.path] * len(keep),
-            "source_row": pa.array(keep, pa.int64()),
+            "dataset": pa.repeat(pa.scalar(dataset), n),
+            "split": pa.repeat(pa.scalar(config.split), n),
+            "source": pa.repeat(pa.scalar(config.path), n),
+            "source_row": rows,
             "status": status,
             "reason": reason,
         },
         schema=CORPUS_SCHEMA,
     )
-    return table
 
 
 def read_corpora(configs: list[CorpusConfig]) -> pa.Table:
     tables = [read_corpus(c) for c in configs]
     table = pa.concat_tables(tables)
-    ids = table.column("id")
-    if len(ids) != len(set(ids.to_pylist())):
+    if len(tables) > 1 and pc.count_distinct(table.column("id")).as_py() != table.num_rows:
         raise RedlineError("two corpora share the same dataset and split; give each a distinct `dataset` or `split`")
     return table

@@ -9,7 +9,6 @@ part's partial sums; the driver only merges those. A restarted run skips parts a
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from functools import partial
 from typing import Any, Callable
 
@@ -61,20 +60,19 @@ def preflight(config: ScoreConfig) -> None:
 
 
 def corpus_counts(corpus: pa.Table) -> dict[str, Any]:
-    status = corpus.column("status").to_numpy(zero_copy_only=False)
-    reasons = corpus.column("reason").to_pylist()
-    rejected: dict[str, int] = defaultdict(int)
-    for s, r in zip(status, reasons):
-        if s != STATUS_OK:
-            rejected[r or "unknown"] += 1
-    labels = corpus.column("label").to_pylist()
+    def count(mask: Any) -> int:
+        return int(pc.sum(pc.fill_null(mask, False).cast(pa.int64())).as_py() or 0)
+
+    ok = pc.equal(corpus.column("status"), STATUS_OK)
+    rejected = corpus.filter(pc.invert(ok)).column("reason").fill_null("unknown").value_counts()
+    label = corpus.column("label")
     return {
         "rows_in": corpus.num_rows,
-        "scorable": int((status == STATUS_OK).sum()),
-        "rejected": dict(rejected),
-        "toxic": sum(1 for v in labels if v == 1),
-        "benign": sum(1 for v in labels if v == 0),
-        "unlabelled": sum(1 for v in labels if v is None),
+        "scorable": count(ok),
+        "rejected": {r["values"]: r["counts"] for r in rejected.to_pylist()},
+        "toxic": count(pc.equal(label, 1)),
+        "benign": count(pc.equal(label, 0)),
+        "unlabelled": count(pc.is_null(label)),
     }
 
 

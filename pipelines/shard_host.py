@@ -34,6 +34,9 @@ SUMMARY_SCHEMA = pa.schema([("shard", pa.int64()), ("pool", pa.int64()), ("rows"
                             ("seconds", pa.float64()), ("partials", pa.string())])
 
 
+MANIFEST_EVERY_S = 5.0
+
+
 def output_part(index: int, pool: int) -> str:
     """Output part of shard `index` from pool `pool` (one pool per detector)."""
     return f"part-{index:05d}-{pool}.parquet"
@@ -141,6 +144,7 @@ def run_pools(run: Run, pools: list[Pool], shard_rows: list[int], *, label: str,
     ensure_ray(verbose=verbose)
     figures = {p.work.pool: p.work.figures for p in pools}
     total = sum(shard_rows[i] for p in pools for i in p.pending)
+    saved = time.monotonic()
     with progress_bar(label, total=total, unit=unit) as advance, ExitStack() as hosts:
         for batch in _summaries(pools, hosts):
             for row in batch.to_pylist():
@@ -148,7 +152,12 @@ def run_pools(run: Run, pools: list[Pool], shard_rows: list[int], *, label: str,
                 sharded.count_partials(run, figures[row["pool"]], (row["shard"], row["pool"]), partials)
                 busy[row["pool"]] += row["seconds"]
                 advance(row["rows"], note(run) if note is not None else None)
-            run.dir.write_manifest(run.manifest)
+            # the running totals reach the manifest every few seconds: a part counted after the last
+            # save is counted again from its file on resume (sharded.run_partials), never lost
+            if time.monotonic() - saved > MANIFEST_EVERY_S:
+                run.dir.write_manifest(run.manifest)
+                saved = time.monotonic()
+    run.dir.write_manifest(run.manifest)
     return busy
 
 

@@ -79,8 +79,9 @@ def run_partials(run: Run, tables: dict[str, Table], output_dir: str,
                  parts: dict[Part, str]) -> dict[str, A.Partials]:
     """The run's merged partial sums per table (groups in the rows' order); a part written but not
     yet counted (the run stopped between the two) is read back and counted now, alone."""
+    counted = {t: {tuple(k) for k in run.manifest.get("partials", {}).get(t, {}).get("shards", [])} for t in tables}
     for part, name in parts.items():
-        if any(list(part) not in run.manifest.get("partials", {}).get(t, {}).get("shards", []) for t in tables):
+        if any(tuple(part) not in counted[t] for t in tables):
             count_figures(run, tables, part, storage.read_parquet(run.dir.path(output_dir, name)))
     out = {}
     for name in tables:

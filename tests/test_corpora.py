@@ -129,3 +129,14 @@ def test_bad_json_names_the_line(tmp_path):
     path.write_text('{"text": "a", "label": 0}\n{"text": broken}\n')
     with pytest.raises(RedlineError, match="invalid JSON on line 2"):
         read_corpus(corpus(path, text_column="text", label_column="label", toxic_values=[1]))
+
+
+def test_two_corpora_with_the_same_dataset_and_split_are_refused_and_distinct_ones_kept(tmp_path):
+    from redline.pipelines.corpora import read_corpora
+
+    path = write_csv(tmp_path / "c.csv", ["text", "label"], [["a", 1], ["b", 0]])
+    one = {"path": str(path), "text_column": "text", "label_column": "label", "toxic_values": [1]}
+    with pytest.raises(RedlineError, match="two corpora share the same dataset and split"):
+        read_corpora([CorpusConfig.model_validate(one), CorpusConfig.model_validate(one)])
+    both = read_corpora([CorpusConfig.model_validate(one), CorpusConfig.model_validate({**one, "split": "train"})])
+    assert both.column("id").to_pylist() == ["c/test/0", "c/test/1", "c/train/0", "c/train/1"]
