@@ -11,6 +11,7 @@ counted once (by part), so resume neither loses nor duplicates rows.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -123,7 +124,12 @@ def _check_visible(run_uri: str) -> None:
 
 
 def pending(run: Run, output_dir: str, n_shards: int, pool: int) -> list[int]:
+    """The shards whose part from `pool` is not written yet."""
     done = set(storage.list_files(run.dir.path(output_dir), ".parquet"))
+    older = [uri for uri in done if re.fullmatch(r"part-\d{5}\.parquet", uri.rsplit("/", 1)[-1])]
+    if older:  # one part per shard, written by the driver: resuming on top would hold some rows twice
+        raise RedlineError(f"{run.dir.path(output_dir)} holds parts written by an earlier redline (one per shard); "
+                           "rerun with --force to redo the run")
     return [i for i in range(n_shards) if run.dir.path(output_dir, output_part(i, pool)) not in done]
 
 

@@ -280,5 +280,10 @@ def test_an_actor_writes_its_shard_and_a_retried_shard_is_written_and_counted_on
                                                       {}, 4), _Doubler, {})
     with pytest.raises(RedlineError, match="this node cannot see the run directory"):
         blind({"shard": np.array([0])})
+    assert shard_host.pending(run, "out", 9, 1) == [0, 1, 2, 3, 4, 5, 6, 8]  # pool 1 wrote shard 7
+    assert shard_host.pending(run, "out", 9, 0) == list(range(9))
+    storage.write_parquet(shard, run.dir.path("out", "part-00000.parquet"))  # a part of an earlier redline's run
+    with pytest.raises(RedlineError, match="parts written by an earlier redline"):
+        shard_host.pending(run, "out", 9, 1)
 
 
