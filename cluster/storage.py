@@ -140,6 +140,17 @@ def read_bytes(uri: str) -> bytes:
         raise RedlineError(f"cannot read {uri}: {first_line(err)}") from None
 
 
+def remove(uri: str) -> None:
+    """Delete a file (one already gone is not an error)."""
+    fs, path = resolve(uri)
+    try:
+        fs.delete_file(path)
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        raise RedlineError(f"cannot delete {uri}: {first_line(err)}") from None
+
+
 def write_bytes(uri: str, data: bytes) -> None:
     """Atomic: readers see the old file or the whole new one, never a partial write.
 

@@ -172,10 +172,8 @@ def assemble(shard: pa.Table, results: pa.Table, victim: str) -> pa.Table:
 
 def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
     manifest = run.manifest
-    shards = sharded.prepare_inputs(run, lambda: build_attempts(config), config.shard_size, attempt_counts)
+    shard_rows = sharded.prepare_inputs(run, partial(build_attempts, config), config.shard_size, attempt_counts)
     watch.lap("build_attempts_s")
-    shard_rows = [s.num_rows for s in shards]
-    del shards  # the actors read their shards themselves
     pending = shard_host.pending(run, OUTPUT_DIR, len(shard_rows), 0)
     manifest["resumed_shards"] = len(shard_rows) - len(pending)
     worker_kwargs = {"victim": config.victim, "recipes": config.recipes, "resources": config.resources,

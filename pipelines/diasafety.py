@@ -121,22 +121,24 @@ def read_pregenerated(path: str, contexts: list[dict[str, Any]]) -> list[dict[st
     return out
 
 
-def generate(config: DiaSafetyEvalConfig, contexts: list[dict[str, Any]], verbose: bool) -> dict[str, list[dict[str, Any]]]:
+def generate(run: Run, config: DiaSafetyEvalConfig, contexts: list[dict[str, Any]],
+             verbose: bool) -> dict[str, list[dict[str, Any]]]:
     sampling = SamplingParams(n=config.responses_per_context, temperature=config.temperature, top_p=config.top_p,
                               top_k=config.top_k, max_tokens=config.max_tokens, seed=config.seed)
     table = pa.Table.from_pylist(contexts)
     out = {}
     for g in config.generators:
         gpus = g.num_gpus or config.num_gpus  # the actor's GPU is the model's (one device policy)
-        result = map_table(table, GenerationWorker, {"config": g.model_copy(update={"num_gpus": gpus}),
-                                                     "sampling": sampling},
+        result = map_table(run, f"generate-{g.name}", table, GenerationWorker,
+                           {"config": g.model_copy(update={"num_gpus": gpus}), "sampling": sampling},
                            actors=config.actors, num_cpus=config.num_cpus, num_gpus=gpus, batch_size=config.batch_size,
-                           verbose=verbose)
+                           verbose=verbose, label=f"generating with {g.name}")
         out[g.name] = result.to_pylist()
     return out
 
 
-def score(config: DiaSafetyEvalConfig, responses: dict[str, list[dict[str, Any]]], verbose: bool) -> dict[str, pa.Table]:
+def score(run: Run, config: DiaSafetyEvalConfig, responses: dict[str, list[dict[str, Any]]],
+          verbose: bool) -> dict[str, pa.Table]:
     """Every response of every model through the two-step detector on Ray Data actors (one pass, so
     batches fill across models); generation errors and empty responses are kept as rows."""
     flat = [{"id": f"{model}\x1f{r['id']}\x1f{j}", "model": model, "context_id": r["id"], "category": r["category"],
@@ -145,11 +147,11 @@ def score(config: DiaSafetyEvalConfig, responses: dict[str, list[dict[str, Any]]
     judged = pa.Table.from_pylist(flat) if flat else None
     if judged is not None:
         s = config.scoring
-        judged = map_table(judged, TwoStepWorker, {"utterance": config.utterance_detector,
+        judged = map_table(run, "score", judged, TwoStepWorker, {"utterance": config.utterance_detector,
                                                    "classifiers": config.classifiers, "batch_size": s.batch_size,
                                                    "precision": s.precision, "num_gpus": s.num_gpus},
                            actors=s.actors, num_cpus=s.num_cpus,
-                           num_gpus=s.num_gpus, batch_size=s.batch_size, verbose=verbose)
+                           num_gpus=s.num_gpus, batch_size=s.batch_size, verbose=verbose, label="two-step scoring")
         if judged.column("verdict").null_count:
             raise RedlineError(f"{judged.column('verdict').null_count} responses came back unjudged from the scorers")
         judged = judged.drop_columns(["id"])
@@ -179,7 +181,7 @@ def execute(config: DiaSafetyEvalConfig, run: Run, watch: Stopwatch, verbose: bo
         if storage.exists(path):
             responses[name] = storage.read_parquet(path).to_pylist()
     todo = config.model_copy(update={"generators": [g for g in config.generators if g.name not in responses]})
-    for name, rows in generate(todo, contexts, verbose).items():
+    for name, rows in generate(run, todo, contexts, verbose).items():
         merged = [{**c, **r} for c, r in zip(contexts, rows)]
         storage.write_parquet(pa.Table.from_pylist(merged), run.dir.path("responses", f"{name}.parquet"))
         responses[name] = merged
@@ -191,7 +193,7 @@ def execute(config: DiaSafetyEvalConfig, run: Run, watch: Stopwatch, verbose: bo
         path = run.dir.path("scored", f"{name}.parquet")
         if storage.exists(path):
             scored_by_model[name] = storage.read_parquet(path)
-    fresh = score(config, {n: r for n, r in responses.items() if n not in scored_by_model}, verbose)
+    fresh = score(run, config, {n: r for n, r in responses.items() if n not in scored_by_model}, verbose)
     for name, table in fresh.items():
         storage.write_parquet(table, run.dir.path("scored", f"{name}.parquet"))
     scored_by_model.update(fresh)

@@ -264,11 +264,11 @@ FIGURES = {"summary": EGREGIOUS, "sources": EGREGIOUS_SOURCES, "effort": EGREGIO
 
 def execute(config: EgregiousConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
     manifest = run.manifest
-    shards = sharded.prepare_inputs(run, lambda: build_inputs(config, manifest), config.shard_size,
-                                    lambda t: {"rows_in": t.num_rows, "targets": len(set(t.column("target").to_pylist()))})
+    # built here: a few target lists, whose models' test inputs are decoded in Ray tasks (build_inputs)
+    shard_rows = sharded.prepare_inputs(
+        run, lambda: build_inputs(config, manifest), config.shard_size,
+        lambda t: {"rows_in": t.num_rows, "targets": len(set(t.column("target").to_pylist()))}, on_worker=False)
     watch.lap("targets_s")
-    shard_rows = [s.num_rows for s in shards]
-    del shards  # the actors read their shards themselves
     thresholds = {name: [m["t_out"], m["t_in"]] for name, m in manifest["models"].items()}
     kwargs = {"models": config.models, "search": search_settings(config),
               "thresholds": thresholds, "num_gpus": config.num_gpus}

@@ -113,17 +113,19 @@ def scorable(shard: pa.Table) -> pa.Table:
     return shard.filter(pc.equal(shard.column("status"), STATUS_OK)).select(["id", "text"])
 
 
+def scorable_rows(shard: pa.Table) -> int:
+    return scorable(shard).num_rows
+
+
 def score_corpus(run: Run, config: Any, build: Callable[[], pa.Table], watch: Stopwatch, verbose: bool,
                  summary: Table = SCORE) -> list[dict[str, Any]]:
     """Score the corpus `build` returns with `config.detectors` into `run`'s prediction parts (one
     per shard and detector, written by the detector's actors; resuming any already written);
     returns `summary`'s rows, summed part by part."""
     manifest = run.manifest
-    shards = sharded.prepare_inputs(run, build, config.shard_size, corpus_counts)
+    shard_rows = sharded.prepare_inputs(run, build, config.shard_size, corpus_counts, rows=scorable_rows)
     if manifest["counts"]["rows_in"] == 0:
         raise RedlineError("the corpus has no rows")
-    shard_rows = [scorable(s).num_rows for s in shards]
-    del shards  # the actors read their shards themselves
     watch.lap("read_corpus_s")
     figures = {"summary": summary, "outcomes": OUTCOMES}
     pools = [shard_host.Pool(

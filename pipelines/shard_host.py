@@ -55,6 +55,7 @@ class ShardWork:
     assemble: Callable[[pa.Table, pa.Table], pa.Table]
     figures: dict[str, Table]
     batch_size: int
+    input_dir: str = sharded.INPUT_DIR
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class ShardHost:
     def __init__(self, work: ShardWork, worker: type, worker_kwargs: dict[str, Any]) -> None:
         self.work, self.empty, self.error = work, worker.output_schema.empty_table(), None
         try:
-            _check_visible(work.run_uri)
+            sharded.check_visible(work.run_uri)
             self.worker = worker(**worker_kwargs)
         except Exception as err:  # noqa: BLE001 - re-raised on the first call
             self.error = err
@@ -98,7 +99,7 @@ class ShardHost:
 
     def shard(self, index: int) -> dict[str, Any]:
         w = self.work
-        shard = storage.read_parquet(storage.join(w.run_uri, sharded.INPUT_DIR, sharded.part_name(index)))
+        shard = storage.read_parquet(storage.join(w.run_uri, w.input_dir, sharded.part_name(index)))
         rows = w.select(shard)
         rows = rows.append_column("shard", pa.array([index] * rows.num_rows, pa.int32()))
         started = time.perf_counter()
@@ -110,17 +111,6 @@ class ShardHost:
         partials = {name: A.to_json(table.partials(out)) for name, table in w.figures.items()}
         return {"shard": index, "pool": w.pool, "rows": rows.num_rows, "seconds": seconds,
                 "partials": json.dumps(partials)}
-
-
-def _check_visible(run_uri: str) -> None:
-    """The actor's node sees the run directory the driver created (it reads and writes there)."""
-    try:
-        seen, why = storage.exists(storage.join(run_uri, "manifest.json")), ""
-    except RedlineError as err:
-        seen, why = False, f" ({err})"
-    if not seen:
-        raise RedlineError(f"this node cannot see the run directory {run_uri}{why}: on a cluster of several nodes, "
-                           "put `output` where every node reaches it (s3://... or a shared filesystem)")
 
 
 def pending(run: Run, output_dir: str, n_shards: int, pool: int) -> list[int]:

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from redline.cluster import storage
-from redline.cluster.runs import Run, RunDir
+from redline.cluster.runs import Run
 from redline.errors import RedlineError
 from redline.pipelines import aggregates as A
 from redline.pipelines.figures import Table
@@ -25,29 +25,61 @@ def part_name(index: int) -> str:
 
 
 def prepare_inputs(run: Run, build: Callable[[], pa.Table], shard_size: int,
-                   counts: Callable[[pa.Table], dict[str, Any]]) -> list[pa.Table]:
-    """Input shards: read back when an earlier attempt wrote them all, else built and written now."""
-    n_shards = run.manifest.get("input_shards")
-    if n_shards is not None:
-        parts = storage.list_files(run.dir.path(INPUT_DIR), ".parquet")
-        if len(parts) == n_shards:
-            return [storage.read_parquet(p) for p in parts]
+                   counts: Callable[[pa.Table], dict[str, Any]], rows: Callable[[pa.Table], int] = len,
+                   on_worker: bool = True) -> list[int]:
+    """Input shards written once per run, and each shard's work (`rows(shard)`: the rows its actors
+    take). `build` (reading the corpus, ...) runs in a Ray task on a worker unless `on_worker` is
+    False, so the driver never reads the corpus: it records the shard count, `counts(table)` and the
+    rows per shard that the task returns. Resuming after every shard was written builds nothing."""
+    manifest = run.manifest
+    n_shards, per_shard = manifest.get("input_shards"), manifest.get("input_rows")
+    if n_shards is not None and per_shard is not None and len(per_shard) == n_shards:
+        if len(storage.list_files(run.dir.path(INPUT_DIR), ".parquet")) == n_shards:
+            return list(per_shard)
+    args = (run.dir.uri, n_shards, build, shard_size, counts, rows)
+    if on_worker:
+        import ray
+
+        from redline.cluster.runtime import check_placeable
+
+        check_placeable("the task reading the inputs", 1)
+        # max_calls=1: the worker process exits after, giving back the corpus' memory
+        task = ray.remote(num_cpus=1, max_calls=1, max_retries=2)(write_inputs)
+        written = ray.get(task.remote(*args))
+    else:
+        written = write_inputs(*args)
+    manifest["input_shards"], manifest["input_rows"] = len(written["rows"]), written["rows"]
+    if written["counts"] is not None:
+        manifest["counts"] = written["counts"]
+    run.dir.write_manifest(manifest)
+    return written["rows"]
+
+
+def write_inputs(run_uri: str, n_shards: int | None, build: Callable[[], pa.Table], shard_size: int,
+                 counts: Callable[[pa.Table], dict[str, Any]], rows: Callable[[pa.Table], int]) -> dict[str, Any]:
+    """The input shards of a run: read back when an earlier attempt wrote all `n_shards`, else built
+    and written now (the same rows in the same shard on every attempt, so a retried task rewrites
+    the same files). Returns the rows per shard and, when built, `counts(table)`."""
+    check_visible(run_uri)
+    parts = storage.list_files(storage.join(run_uri, INPUT_DIR), ".parquet")
+    if n_shards is not None and len(parts) == n_shards:
+        return {"rows": [rows(storage.read_parquet(p)) for p in parts], "counts": None}
     table = build()
     shards = [table.slice(i, shard_size) for i in range(0, table.num_rows, shard_size)]
     for i, shard in enumerate(shards):
-        storage.write_parquet(shard, run.dir.path(INPUT_DIR, part_name(i)))
-    run.manifest["input_shards"] = len(shards)
-    run.manifest["counts"] = counts(table)
-    run.dir.write_manifest(run.manifest)
-    return shards
+        storage.write_parquet(shard, storage.join(run_uri, INPUT_DIR, part_name(i)))
+    return {"rows": [rows(s) for s in shards], "counts": counts(table)}
 
 
-def read_outputs(run: RunDir, output_dir: str) -> pa.Table:
-    """Every output shard of a run directory, as one table."""
-    parts = storage.list_files(run.path(output_dir), ".parquet")
-    if not parts:
-        raise RedlineError(f"{run.path(output_dir)} holds no output shards")
-    return pa.concat_tables([storage.read_parquet(p) for p in parts])
+def check_visible(run_uri: str) -> None:
+    """This process's node sees the run directory the driver created (it reads and writes there)."""
+    try:
+        seen, why = storage.exists(storage.join(run_uri, "manifest.json")), ""
+    except RedlineError as err:
+        seen, why = False, f" ({err})"
+    if not seen:
+        raise RedlineError(f"this node cannot see the run directory {run_uri}{why}: on a cluster of several nodes, "
+                           "put `output` where every node reaches it (s3://... or a shared filesystem)")
 
 
 Part = tuple[int, ...]  # an output part: its shard (and pool, where a shard has several parts)

@@ -13,6 +13,7 @@ Each stage's full table (kept and rejected rows, with its own columns) is writte
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import re
@@ -21,6 +22,7 @@ from typing import Annotated, Any, Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
 from redline.actors.detectors import DetectorConfig
@@ -35,7 +37,6 @@ from redline.cluster import storage
 from redline.cluster.config import Execution, Input, Result, RunConfig, Strict
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, require_finished
 from redline.errors import RedlineError
-from redline.pipelines import sharded
 from redline.pipelines.figures import TAEBENCH
 from redline.pipelines.report import Report, png_bytes
 from redline.pipelines.stages import map_table
@@ -101,9 +102,8 @@ def load_raw(config: TaebenchConfig) -> pa.Table:
     parts = []
     for uri in config.attack_runs:
         require_finished(uri, "attack")
-        table = sharded.read_outputs(RunDir(uri), "attempts")
-        parts.append(table.filter(pc.equal(table.column("status"), "success")))
-    raw = pa.concat_tables(parts) if parts else None
+        parts.extend(successes(uri))
+    raw = pa.concat_tables(parts, promote_options="permissive") if parts else None
     if raw is None or raw.num_rows == 0:
         raise RedlineError("the attack runs hold no successful adversarial examples to filter")
     label = pc.if_else(pc.equal(raw.column("goal"), "tae"), 1, 0).cast(pa.int8())
@@ -117,6 +117,21 @@ def load_raw(config: TaebenchConfig) -> pa.Table:
     for row, more in zip(table.to_pylist(), raw.column("more_examples").to_pylist()):
         extra.extend({**row, "id": f"{row['id']}~{n}", "text": text} for n, text in enumerate(more or [], start=2))
     return pa.concat_tables([table, pa.Table.from_pylist(extra, schema=table.schema)])
+
+
+def successes(uri: str) -> list[pa.Table]:
+    """An attack run's successful attempts, part by part, with only the columns TaeBench keeps (the
+    failed and skipped attempts, most of a run, are never loaded)."""
+    parts = storage.list_files(storage.join(uri, "attempts"), ".parquet")
+    if not parts:
+        raise RedlineError(f"{storage.join(uri, 'attempts')} holds no attempts")
+    wanted = ["id", "perturbed_text", "goal", "status", "more_examples", *PROVENANCE]
+    out = []
+    for part in parts:
+        f = pq.ParquetFile(io.BytesIO(storage.read_bytes(part)))
+        table = f.read(columns=[c for c in wanted if c in f.schema_arrow.names])
+        out.append(table.filter(pc.equal(table.column("status"), "success")))
+    return out
 
 
 def _normalise(text: str, on: bool) -> str:
@@ -138,7 +153,7 @@ def dedupe(table: pa.Table, config: TaebenchConfig) -> pa.Table:
         "reject_reason", pa.array([None if k else "duplicate text" for k in kept], pa.string()))
 
 
-def grammar(table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.Table | str:
+def grammar(run: Run, table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.Table | str:
     g = config.grammar
     assert g is not None
     if not g.url or not LanguageToolClient(g.url, g.language, timeout=10).available():
@@ -147,8 +162,10 @@ def grammar(table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.Table 
             return f"skipped: no LanguageTool server {where}"
         raise RedlineError(f"grammar stage: no LanguageTool server {where}; start one, or set "
                            f"grammar.skip_if_unavailable: true (or grammar: null) to run without it")
-    out = map_table(table, GrammarWorker, {"config": g},
-                    actors=g.actors, num_cpus=g.num_cpus, batch_size=g.batch_size, verbose=verbose)
+    out = map_table(run, "grammar", table, GrammarWorker, {"config": g}, actors=g.actors, num_cpus=g.num_cpus,
+                    batch_size=g.batch_size, verbose=verbose, label="grammar stage",
+                    redo=lambda part: pc.or_(pc.is_valid(part.column("grammar_error")),
+                                             pc.is_null(part.column("grammar_errors"))))
     errs, seed_errs = out.column("grammar_errors").to_pylist(), out.column("seed_grammar_errors").to_pylist()
     failures = out.column("grammar_error").to_pylist()
     fail_on_errors("grammar", "LanguageTool", [f or (None if e is not None else "no result") for e, f in zip(errs, failures)])
@@ -161,11 +178,11 @@ def grammar(table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.Table 
     return _with_verdict(out, reasons)
 
 
-def naturalness(table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.Table:
+def naturalness(run: Run, table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.Table:
     n = config.naturalness
     assert n is not None
     det = n.detector()
-    out = _detect(table, det, verbose, prefix="natural")
+    out = _detect(run, "naturalness", table, det, verbose, prefix="natural")
     fail_on_errors("naturalness", "the naturalness classifier", _detector_errors(out, "natural"))
     reasons = []
     for score in out.column("natural_score").to_pylist():
@@ -176,16 +193,17 @@ def naturalness(table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.Ta
     return _with_verdict(out, reasons)
 
 
-def label_filter(table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.Table:
+def label_filter(run: Run, table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.Table:
     """Keep a TAE only if the judge says Yes and the classifier says toxic; a BAE only on No and benign."""
     out = table
     if config.judge is not None:
         j = config.judge
-        out = map_table(out, JudgeWorker, {"config": j},
-                        actors=j.actors, num_cpus=j.num_cpus, batch_size=j.batch_size, verbose=verbose)
+        out = map_table(run, "label-judge", out, JudgeWorker, {"config": j}, actors=j.actors, num_cpus=j.num_cpus,
+                        batch_size=j.batch_size, verbose=verbose, label="LLM judge",
+                        redo=lambda part: pc.fill_null(pc.equal(part.column("judge_verdict"), ERROR), True))
     if config.classifier is not None:
         c = config.classifier
-        out = _detect(out, c, verbose, prefix="classifier")
+        out = _detect(run, "label-classifier", out, c, verbose, prefix="classifier")
     col = {name: out.column(name).to_pylist() for name in out.column_names
            if name in ("judge_verdict", "judge_reason", "classifier_toxic")}
     if config.judge is not None:
@@ -227,9 +245,10 @@ def fail_on_errors(stage: str, what: str, errors: list[str | None]) -> None:
                            f"{' '.join(failed[0].split())[:200]}); fix the cause and rerun to resume this stage")
 
 
-def _detect(table: pa.Table, det: DetectorConfig, verbose: bool, prefix: str) -> pa.Table:
-    out = map_table(table, DetectionWorker, {"config": det}, actors=det.actors,
-                    num_cpus=det.num_cpus, num_gpus=det.num_gpus, batch_size=det.batch_size, verbose=verbose)
+def _detect(run: Run, stage: str, table: pa.Table, det: DetectorConfig, verbose: bool, prefix: str) -> pa.Table:
+    out = map_table(run, stage, table, DetectionWorker, {"config": det}, actors=det.actors, num_cpus=det.num_cpus,
+                    num_gpus=det.num_gpus, batch_size=det.batch_size, verbose=verbose, label=f"{stage} ({det.name})",
+                    redo=lambda part: pc.fill_null(pc.not_equal(part.column("det_status"), "ok"), True))
     renames = {"toxic_score": f"{prefix}_score", "pred_toxic": f"{prefix}_toxic", "det_status": f"{prefix}_status",
                "det_reason": f"{prefix}_reason"}
     drop = {"detector", "probs", "seconds"}
@@ -282,9 +301,9 @@ def execute(config: TaebenchConfig, run: Run, watch: Stopwatch, verbose: bool) -
     manifest = run.manifest
     steps: dict[str, Callable[[pa.Table], pa.Table | str] | None] = {
         "dedupe": lambda t: dedupe(t, config),
-        "grammar": (lambda t: grammar(t, config, verbose)) if config.grammar else None,
-        "naturalness": (lambda t: naturalness(t, config, verbose)) if config.naturalness else None,
-        "label": lambda t: label_filter(t, config, verbose),
+        "grammar": (lambda t: grammar(run, t, config, verbose)) if config.grammar else None,
+        "naturalness": (lambda t: naturalness(run, t, config, verbose)) if config.naturalness else None,
+        "label": lambda t: label_filter(run, t, config, verbose),
     }
     raw = load_raw(config)
     manifest.setdefault("stages", {})

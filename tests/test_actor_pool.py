@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from redline.errors import RedlineError, unwrap_user_error
@@ -75,6 +76,7 @@ def test_constructor_user_error_reaches_the_caller(ray_session):
 
 class _CudnnLike:
     input_columns = ["id"]
+    output_schema = pa.schema([("id", pa.string())])
 
     def __init__(self) -> None:
         pass
@@ -83,19 +85,72 @@ class _CudnnLike:
         raise RuntimeError("cudnn RNN backward can only be called in training mode\nmore detail")
 
 
+def _run(tmp_path, name: str):
+    from redline.cluster.runs import Run, RunDir
+
+    run = RunDir(str(tmp_path / name))
+    run.write_manifest({"state": "running"})
+    return Run(run, {"state": "running"}, reused=False)
+
+
 def test_a_failed_actor_is_recorded_by_its_cause_not_rays_wrapping(ray_session, tmp_path):
     """The manifest's error is the cause in one line, never the actor's name in terminal colours."""
-    from redline.cluster.runs import Run as RunState
-    from redline.cluster.runs import RunDir, lifecycle
+    from redline.cluster.runs import lifecycle
     from redline.errors import cause_line
     from redline.pipelines.stages import map_table
 
     table = pa.table({"id": ["a", "b"]})
+    run = _run(tmp_path, "run")
     with pytest.raises(Exception) as info:
-        map_table(table, _CudnnLike, {}, num_cpus=0.25)
+        map_table(run, "cudnn", table, _CudnnLike, {}, num_cpus=0.25)
     line = cause_line(info.value)
     assert line == "RuntimeError: cudnn RNN backward can only be called in training mode", line
-    run = RunState(RunDir(str(tmp_path / "run")), {"state": "running"}, reused=False)
     with pytest.raises(Exception), lifecycle(run):
-        map_table(table, _CudnnLike, {}, num_cpus=0.25)
+        map_table(run, "cudnn", table, _CudnnLike, {}, num_cpus=0.25)
     assert run.manifest["state"] == "failed" and run.manifest["error"] == line
+
+
+class _Answers:
+    """Answers each text, except `down` ones while `outage` exists; logs every text it is asked."""
+
+    input_columns = ["id", "text"]
+    output_schema = pa.schema([("id", pa.string()), ("answer", pa.string())])
+
+    def __init__(self, log: str, outage: str) -> None:
+        self.log, self.outage = log, outage
+
+    def __call__(self, batch):
+        texts = [str(t) for t in batch["text"]]
+        with open(self.log, "a") as f:
+            f.writelines(t + "\n" for t in texts)
+        down = os.path.exists(self.outage)
+        answers = ["error" if down and t.startswith("down") else t.upper() for t in texts]
+        return pa.table({"id": [str(i) for i in batch["id"]], "answer": answers}, schema=self.output_schema)
+
+
+def test_a_stage_resumes_only_the_parts_whose_answers_failed(ray_session, tmp_path):
+    """Stage steps are hosted like every worker: each shard's answers are a part of the run written by
+    its actor. A part holding a failed answer is not kept, so the rerun asks that shard again and
+    never re-asks (re-pays for) the shards that were answered."""
+    from redline.pipelines.stages import map_table
+
+    texts = [f"ok {i}" for i in range(60)] + ["down 60"] + [f"ok {i}" for i in range(61, 120)]
+    table = pa.table({"id": [f"r{i}" for i in range(120)], "text": texts, "other": list(range(120))})
+    log, outage = tmp_path / "asked.log", tmp_path / "outage"
+    outage.touch()
+    run = _run(tmp_path, "stage")
+    kwargs = {"log": str(log), "outage": str(outage)}
+    redo = lambda part: pc.equal(part.column("answer"), "error")  # noqa: E731
+    first = map_table(run, "answers", table, _Answers, kwargs, num_cpus=0.25, batch_size=10, redo=redo)
+    assert first.column("other").to_pylist() == list(range(120))  # the caller's columns, its rows' order
+    assert first.column("answer").to_pylist()[60] == "error" and first.column("answer")[0].as_py() == "OK 0"
+    assert sorted(log.read_text().splitlines()) == sorted(texts)
+    shards = run.manifest["work"]["answers"]
+    assert sum(shards) == 120 and len(shards) > 1
+
+    outage.unlink()
+    log.unlink()
+    again = map_table(run, "answers", table, _Answers, kwargs, num_cpus=0.25, batch_size=10, redo=redo)
+    assert again.column("answer").to_pylist() == [t.upper() for t in texts]
+    asked = log.read_text().splitlines()
+    assert "down 60" in asked and len(asked) == max(shards)  # the one shard that failed, asked once more

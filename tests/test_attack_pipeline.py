@@ -6,17 +6,23 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from redline.cli import main
 from redline.cluster.config import validate_config
 from redline.cluster.runs import RunDir
 from redline.errors import RedlineError
-from redline.pipelines import sharded
 from redline.pipelines.attack import AttackConfig, run_attack
 from redline.pipelines.schema import ATTACK_SCHEMA
 
 from conftest import kill_after_parts, status_and_report, write_csv
+
+
+def read_outputs(run: RunDir, output_dir: str) -> pa.Table:
+    """Every part of a run's output directory as one table (a test's whole view)."""
+    return pa.concat_tables([pq.read_table(p) for p in sorted(Path(run.path(output_dir)).glob("*.parquet"))])
 
 
 def attack_config(corpus: dict, output: str, **kw) -> AttackConfig:
@@ -35,7 +41,7 @@ def attack_run(ray_session, davidson, wordnet_ready, tmp_path_factory):
 def test_attack_rows_follow_the_schema_with_provenance(attack_run):
     cfg, result = attack_run
     run = RunDir(result.run_uri)
-    rows = sharded.read_outputs(run, "attempts")
+    rows = read_outputs(run, "attempts")
     assert rows.schema == ATTACK_SCHEMA
     ids = rows.column("id").to_pylist()
     assert len(ids) == len(set(ids)) == 80  # 20 seeds x 2 recipes x 2 goals
@@ -59,7 +65,7 @@ def test_several_examples_per_seed_reach_taebench(ray_session, davidson, tmp_pat
                         recipes=[{"name": "deepwordbug", "examples_per_seed": 3}])
     result = run_attack(cfg)
     [row] = result.summary
-    attempts = sharded.read_outputs(RunDir(result.run_uri), "attempts").to_pylist()
+    attempts = read_outputs(RunDir(result.run_uri), "attempts").to_pylist()
     wins = [a for a in attempts if a["status"] == "success"]
     assert wins and all(len(a["more_examples"]) == 2 and a["perturbed_text"] not in a["more_examples"] for a in wins)
     assert row["examples"] == 3 * row["success"]
@@ -92,7 +98,7 @@ def test_attack_resumes_only_missing_shards(attack_run):
     (run / "manifest.json").write_text(json.dumps(manifest))
     again = run_attack(cfg)
     assert again.manifest["resumed_shards"] == 5 and again.manifest["state"] == "complete"
-    rows = sharded.read_outputs(RunDir(again.run_uri), "attempts")
+    rows = read_outputs(RunDir(again.run_uri), "attempts")
     assert Counter(rows.column("id").to_pylist()).most_common(1)[0][1] == 1 and rows.num_rows == 80
     # the figures count the rewritten part once (its old sums dropped, every part recounted)
     assert sum(r["attempts"] for r in again.summary) == 80
@@ -114,7 +120,7 @@ def test_toxictrap_composite_with_the_genetic_search_fools_profanity_check(ray_s
                         recipes=["toxictrap-composite-genetic"])
     result = run_attack(cfg)
     [row] = result.summary
-    attempts = sharded.read_outputs(RunDir(result.run_uri), "attempts").to_pylist()
+    attempts = read_outputs(RunDir(result.run_uri), "attempts").to_pylist()
     wins = [a for a in attempts if a["status"] == "success"]
     assert row["recipe"] == "toxictrap-composite-genetic" and row["asr"] > 0 and wins
     assert all(a["search"] == "genetic-25x10" and not a["pred_after"] for a in wins)
@@ -189,7 +195,7 @@ def test_killed_attack_resumes_without_losing_or_duplicating_rows(ray_session, t
     assert done.returncode == 0, done.stderr[-2000:]
     manifest = json.loads((tmp_path / "runs" / "killme" / "manifest.json").read_text())
     assert manifest["state"] == "complete" and manifest["resumed_shards"] >= written
-    rows = sharded.read_outputs(RunDir(str(tmp_path / "runs" / "killme")),
+    rows = read_outputs(RunDir(str(tmp_path / "runs" / "killme")),
                                 "attempts")
     ids = rows.column("id").to_pylist()
     assert len(ids) == len(set(ids)) == 1500 and manifest["counts"]["attempts_out"] == 1500

@@ -29,6 +29,9 @@ pytestmark = pytest.mark.slow
 
 WORKER_USER = "redline-worker"
 BUCKET = "redline-cluster"
+# a directory only the worker node sees its files in: a tmpfs mounted in the worker's own mount
+# namespace (on the head, and to the driver, it is an empty directory)
+WORKER_ONLY = Path("/srv/redline-worker-only")
 
 
 def s3():
@@ -53,8 +56,8 @@ def manifest(run: str) -> dict:
 class Cluster:
     """A head node (this user) and a worker node (another user) on 127.0.0.1."""
 
-    def __init__(self, root: Path, aws: dict[str, str]) -> None:
-        self.root, self.aws = root, aws
+    def __init__(self, root: Path, aws: dict[str, str], worker_files: list[Path]) -> None:
+        self.root, self.aws, self.worker_files = root, aws, worker_files
         self.gcs, self.dashboard = free_port(), free_port()
         self.address = f"http://127.0.0.1:{self.dashboard}"
         self.env = {**os.environ, **aws, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}",
@@ -92,6 +95,10 @@ class Cluster:
                    "--node-ip-address=127.0.0.1", "--num-cpus=2", '--resources={"worker_node": 1}',
                    f"--temp-dir={self.home / 'ray'}", "--object-store-memory=150000000", "--disable-usage-stats",
                    *self.ports()]
+        copies = " && ".join(f"cp {f} {WORKER_ONLY}/" for f in self.worker_files)
+        command = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                   f'mount -t tmpfs -o mode=0755 tmpfs {WORKER_ONLY} && {copies} && chmod -R a+r {WORKER_ONLY} '
+                   '&& exec "$@"', "sh", *command]
         log = open(self.root / "worker.log", "ab")
         self.worker = subprocess.Popen(command, cwd=self.home, stdout=log, stderr=subprocess.STDOUT,
                                        start_new_session=True)
@@ -144,12 +151,17 @@ class Cluster:
 def _worker_user() -> None:
     if os.geteuid() != 0 or not shutil.which("runuser") or not shutil.which("useradd"):
         pytest.skip("the two-node test runs the worker node as another Unix user: it needs root (CI has it)")
+    WORKER_ONLY.mkdir(parents=True, exist_ok=True)
+    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "mount", "-t", "tmpfs", "tmpfs",
+                            str(WORKER_ONLY)], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"the two-node test gives the worker node its own mount namespace: {probe.stderr.strip()}")
     if subprocess.run(["id", WORKER_USER], capture_output=True).returncode != 0:
         subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", WORKER_USER], check=True)
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory, moto_endpoint):
+def cluster(tmp_path_factory, moto_endpoint, davidson):
     _worker_user()
     # The other user must be able to run this venv's interpreter; traversing (not listing) the
     # directories above it is enough. The test's own directories stay 0700.
@@ -164,7 +176,7 @@ def cluster(tmp_path_factory, moto_endpoint):
     saved = {k: os.environ.get(k) for k in aws}
     os.environ.update(aws)
     s3().create_bucket(Bucket=BUCKET)
-    c = Cluster(tmp_path_factory.mktemp("cluster"), aws)
+    c = Cluster(tmp_path_factory.mktemp("cluster"), aws, [davidson])
     try:
         c.start_head()
         c.start_worker()
@@ -315,18 +327,34 @@ def test_serve_with_a_replica_on_the_worker_node(cluster, s3_inputs, tmp_path):
         subprocess.run([str(VENV_BIN / "redline"), "serve", "stop", "--port", str(port)], env=env, timeout=120)
 
 
+def submit_until_parts(cluster: Cluster, config: dict, name: str, parts: int) -> str:
+    """Submit a score run and return its job id once `parts` prediction parts are written."""
+    proc = cluster.submit("score", config, name, wait=False)
+    job_id = proc.stdout.split("submitted job ")[1].split()[0]
+    deadline = time.time() + 240
+    while len(s3_keys(f"runs/{name}/predictions/")) < parts:
+        assert time.time() < deadline, cluster.redline("logs", job_id, "--address", cluster.address).stdout[-3000:]
+        time.sleep(0.5)
+    return job_id
+
+
+def assert_every_row_once(name: str, rows: int) -> None:
+    import io
+
+    import pyarrow.parquet as pq
+
+    ids = [i for key in s3_keys(f"runs/{name}/predictions/")
+           for i in pq.read_table(io.BytesIO(read_s3(key))).column("id").to_pylist()]
+    assert len(ids) == len(set(ids)) == rows
+
+
 def test_killing_the_worker_node_mid_run_loses_and_duplicates_nothing(cluster, s3_inputs, tmp_path):
     # one text per model call: slow enough to be killed half way
     config = {"corpus": {"path": f"{s3_inputs}/data/davidson-3000.csv", "preset": "davidson"}, "shard_size": 250,
               "detectors": [{"name": "tiny-bert", "kind": "hf", "model": f"{s3_inputs}/models/tiny-bert", "num_cpus": 1,
                              "batch_size": 1}],
               "output": f"{s3_inputs}/runs", "run_name": "killed"}
-    proc = cluster.submit("score", config, "killed", wait=False)
-    job_id = proc.stdout.split("submitted job ")[1].split()[0]
-    deadline = time.time() + 240
-    while len(s3_keys("runs/killed/predictions/")) < 2:
-        assert time.time() < deadline, cluster.redline("logs", job_id, "--address", cluster.address).stdout[-3000:]
-        time.sleep(0.5)
+    job_id = submit_until_parts(cluster, config, "killed", 2)
     cluster.kill_worker()
     cluster.redline("stop", job_id, "--address", cluster.address)
     written = len(s3_keys("runs/killed/predictions/"))
@@ -335,13 +363,27 @@ def test_killing_the_worker_node_mid_run_loses_and_duplicates_nothing(cluster, s
     cluster.submit("score", config, "killed")
     m = manifest("killed")
     assert m["state"] == "complete" and m["resumed_shards"] >= written
-    import io
+    assert_every_row_once("killed", 3000)
 
-    import pyarrow.parquet as pq
 
-    ids = [i for key in s3_keys("runs/killed/predictions/")
-           for i in pq.read_table(io.BytesIO(read_s3(key))).column("id").to_pylist()]
-    assert len(ids) == len(set(ids)) == 3000
+def test_the_driver_never_reads_the_corpus_and_a_stopped_driver_resumes(cluster, s3_inputs, tmp_path):
+    """The corpus is on the worker node's disk only (the head sees an empty directory there): the
+    worker reads it and writes the input shards. The driver is then stopped mid-run (the worker
+    node lives on) and the resubmitted job resumes: every row once."""
+    corpus = WORKER_ONLY / "labeled_data.csv"
+    assert not corpus.exists()  # not from here, nor from the head's driver
+    config = {"corpus": {"path": str(corpus), "preset": "davidson", "limit": 3000, "sample": "first"},
+              "shard_size": 250, "output": f"{s3_inputs}/runs", "run_name": "stopped",
+              "detectors": [{"name": "tiny-bert", "kind": "hf", "model": f"{s3_inputs}/models/tiny-bert", "num_cpus": 1,
+                             "batch_size": 1}]}
+    job_id = submit_until_parts(cluster, config, "stopped", 2)
+    stopped = cluster.redline("stop", job_id, "--address", cluster.address)
+    assert stopped.returncode == 0, stopped.stderr
+    assert len(s3_keys("runs/stopped/input/")) == 12 and manifest("stopped")["state"] != "complete"
+    cluster.submit("score", config, "stopped")
+    m = manifest("stopped")
+    assert m["state"] == "complete" and m["counts"]["rows_in"] == 3000 and m["resumed_shards"] >= 2
+    assert_every_row_once("stopped", 3000)
 
 
 def test_a_run_directory_the_worker_node_cannot_see_is_one_clear_error(cluster, s3_inputs, tmp_path):

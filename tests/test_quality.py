@@ -415,6 +415,7 @@ def test_train_naturalness_and_judge_classifier_commands(tmp_path, sample_rows, 
 def test_dedupe_keeps_every_recipe_and_grammar_rejects_new_errors(ray_session, tmp_path):
     import pyarrow as pa
 
+    from redline.cluster.runs import Run, RunDir
     from redline.pipelines.taebench import TaebenchConfig, dedupe, grammar
 
     table = pa.table({
@@ -427,7 +428,10 @@ def test_dedupe_keeps_every_recipe_and_grammar_rejects_new_errors(ray_session, t
         d = dedupe(table, cfg)
         assert d.column("kept").to_pylist() == [True, False, True, True]  # normalised duplicate; other goal kept
         assert d.column("recipes").to_pylist()[0] == "deepwordbug,pwws"
-        g = grammar(d.filter(d.column("kept")).drop_columns(["kept", "reject_reason"]), cfg, verbose=False)
+        run = RunDir(str(tmp_path / "run"))
+        run.write_manifest({"state": "running"})
+        g = grammar(Run(run, {"state": "running"}, reused=False),
+                    d.filter(d.column("kept")).drop_columns(["kept", "reject_reason"]), cfg, verbose=False)
     assert g.column("kept").to_pylist() == [False, True, True]  # row 4's seed has the same error
     assert g.column("reject_reason")[0].as_py() == "1 more grammar errors than the seed (1 vs 0)"
 

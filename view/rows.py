@@ -31,7 +31,7 @@ PAIRS = (("seed_text", "perturbed_text"), ("seed_text", "text"))  # (before, aft
 FACET_MAX_VALUES = 40
 FACET_MAX_CHARS = 64
 FIRST = ("attempts", "predictions", "triggers", "scored", "taebench", "taebench_plus")  # each pipeline's main rows
-HIDDEN_LAST = ("input",)  # planned work, not results: listed after the results
+HIDDEN_LAST = ("input", "work")  # planned work and stages' parts, not results: listed after the results
 
 
 @dataclass(frozen=True)
