@@ -31,7 +31,7 @@ from redline.actors.providers import (
     providers,
 )
 from redline.cluster.artifacts import local_path
-from redline.cluster.config import Execution, Input, RemoteApi, Result
+from redline.cluster.config import ActorPoolSize, Execution, Input, RemoteApi, Result
 from redline.errors import RedlineError
 
 YES, NO, UNSURE = "yes", "no", "unsure"
@@ -138,11 +138,10 @@ class ChatJudgeOptions(ChatModelOptions):
         return self.template or default
 
 
-class JudgeConfig(ChatJudgeOptions):
+class JudgeConfig(ChatJudgeOptions, ActorPoolSize):
     """The TaeBench label filter's LLM judge (default template: the paper's 5-shot Yes/No/Unsure format)."""
 
     name: str = Result("llm-judge")
-    actors: int = Execution(1, gt=0)
     num_cpus: float = Execution(0.25, ge=0)
     num_gpus: float = Execution(0.0, ge=0, description="provider hf: the GPU the local model runs on.")
     batch_size: int = Execution(64, gt=0)

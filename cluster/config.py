@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, get_args
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
@@ -85,6 +85,23 @@ class Strict(BaseModel):
         if unmarked:
             raise TypeError(f"{cls.__module__}.{cls.__qualname__}: mark {', '.join(unmarked)} with Result(...), "
                             "Execution(...) or Input(...) in place of Field(...) (its role in the run key)")
+
+
+class ActorPoolSize(Strict):
+    """How many actors host a step's worker: `actors` start at once and the pool never shrinks below
+    them; it grows up to `max_actors` while shards wait and the cluster has room for another actor, so
+    nodes that join mid-run are used."""
+
+    actors: int = Execution(1, gt=0, description="Actors started at once (the pool's least size).")
+    max_actors: int | None = Execution(None, gt=0, description=(
+        "Grow the pool up to this many actors while work waits and the cluster has room (nodes that join "
+        "mid-run too); null: as many as the cluster offers; equal to actors: a fixed pool."))
+
+    @model_validator(mode="after")
+    def _max_at_least_actors(self) -> "ActorPoolSize":
+        if self.max_actors is not None and self.max_actors < self.actors:
+            raise ValueError(f"max_actors ({self.max_actors}) is below actors ({self.actors})")
+        return self
 
 
 class RemoteApi(Strict):

@@ -11,12 +11,15 @@ calls, and the caller drops rows it has already seen by key.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
 
 from redline.cluster.runtime import check_placeable, ensure_ray
+
+GROW_EVERY_S = 1.0
 
 
 class _Host:
@@ -37,29 +40,45 @@ class _Host:
 
 class ActorPool:
     def __init__(self, worker: type, kwargs: dict[str, Any], size: int, *, num_cpus: float, num_gpus: float = 0,
-                 batch_size: int = 256, in_flight: int = 2, max_restarts: int = 3) -> None:
-        """Starts `size` actors at once (their constructors run while the caller prepares work);
-        each call gets at most `batch_size` rows."""
+                 batch_size: int = 256, in_flight: int = 2, max_restarts: int = 3, max_size: int | None = None) -> None:
+        """Starts `size` actors at once (their constructors run while the caller prepares work) and
+        adds more, up to `max_size`, while batches wait and the cluster has room for one (a node that
+        joined, a CPU another step gave back); each call gets at most `batch_size` rows."""
         import ray
 
         ensure_ray()
         check_placeable(f"each {worker.__name__} actor", num_cpus, num_gpus)
-        remote = ray.remote(_Host).options(num_cpus=num_cpus, num_gpus=num_gpus or None,
-                                           max_restarts=max_restarts, max_task_retries=max_restarts)
-        self._actors = [remote.remote(worker, kwargs) for _ in range(size)]
+        self._remote = ray.remote(_Host).options(num_cpus=num_cpus, num_gpus=num_gpus or None,
+                                                 max_restarts=max_restarts, max_task_retries=max_restarts)
+        self._args = (worker, kwargs)
+        self._needs = {"CPU": num_cpus, "GPU": num_gpus}
+        self._actors = [self._remote.remote(*self._args) for _ in range(size)]
+        self._max_size = max(size, max_size or size)
         self._in_flight = max(1, in_flight)
         self._batch_size = batch_size
+        self._looked = 0.0
+
+    def _room_for_one(self) -> bool:
+        """Whether the cluster has room for another actor now (looked up at most every second)."""
+        import ray
+
+        if len(self._actors) >= self._max_size or time.monotonic() - self._looked < GROW_EVERY_S:
+            return False
+        self._looked = time.monotonic()
+        free = ray.available_resources()
+        return all(free.get(k, 0.0) + 1e-9 >= need for k, need in self._needs.items() if need)
 
     def map_unordered(self, batches: Iterable[pa.Table]) -> Iterator[pa.Table]:
         """Each batch's output as soon as it is ready; every actor keeps `in_flight` batches queued
         so it never waits on the driver between batches."""
         import ray
 
-        todo = (b.slice(j, self._batch_size) for b in batches for j in range(0, b.num_rows, self._batch_size))
+        slices = (b.slice(j, self._batch_size) for b in batches for j in range(0, b.num_rows, self._batch_size))
+        waiting = [next(slices, None)]  # the next batch, looked at before it is sent
         owner: dict[Any, Any] = {}
 
         def submit(actor: Any) -> bool:
-            batch = next(todo, None)
+            batch, waiting[0] = waiting[0], (next(slices, None) if waiting[0] is not None else None)
             if batch is None:
                 return False
             columns = {name: batch.column(name).to_numpy(zero_copy_only=False) for name in batch.column_names}
@@ -74,6 +93,9 @@ class ActorPool:
             actor = owner.pop(ready[0])
             result = ray.get(ready[0])
             submit(actor)
+            if waiting[0] is not None and self._room_for_one():
+                self._actors.append(self._remote.remote(*self._args))
+                submit(self._actors[-1])  # one call queued while it starts; more as it answers
             yield result
 
     def shutdown(self) -> None:

@@ -25,7 +25,7 @@ from redline.actors.attack.recipes import preflight as recipe_preflight
 from redline.actors.attack.recipes import uses_gpu as recipe_uses_gpu
 from redline.actors.detectors import DetectorConfig, detector_class, preflight_detector
 from redline.cluster import storage
-from redline.cluster.config import Execution, Result, RunConfig
+from redline.cluster.config import ActorPoolSize, Execution, Result, RunConfig
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.cluster.tables import STATUS_OK, conform
 from redline.errors import RedlineError
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 OUTPUT_DIR = "attempts"
 
 
-class AttackConfig(RunConfig):
+class AttackConfig(RunConfig, ActorPoolSize):
     """`redline run attack`: perturb seeds with attack recipes until the victim flips its decision."""
 
     corpus: CorpusConfig | list[CorpusConfig]
@@ -58,7 +58,6 @@ class AttackConfig(RunConfig):
     seed: int = Result(0)
     resources: AttackResources = Field(default_factory=AttackResources,
                                        description="Models and files recipes use (see README).")
-    actors: int = Execution(1, gt=0, description="Attacker actors; each loads the victim and recipe models once.")
     num_cpus: float = Execution(1.0, ge=0)
     num_gpus: float = Execution(0.0, ge=0)
     batch_size: int = Execution(64, gt=0, description="Attempts each actor runs at once (their queries are batched).")
@@ -185,7 +184,7 @@ def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> 
                                 figures, config.batch_size)
     # plain actors: no Ray Data start-up, most of a short attack's wall time (pipelines/actor_pool.py)
     pool = shard_host.Pool(work, AttackWorker, worker_kwargs, config.actors, config.num_cpus, config.num_gpus,
-                           pending, plain_actors=True)
+                           pending, plain_actors=True, max_actors=config.max_actors)
     shard_host.run_pools(run, [pool], shard_rows, label=f"attacking {config.victim.name}", verbose=verbose,
                          unit="attempts")
     attack_s = watch.lap("attack_s")

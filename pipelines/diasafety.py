@@ -25,7 +25,7 @@ from redline.actors.dialogue_safety.classifiers import check_classifiers, load_r
 from redline.actors.dialogue_safety.two_step import TwoStepWorker
 from redline.actors.generators import GenerationWorker, GeneratorConfig, SamplingParams
 from redline.cluster import storage
-from redline.cluster.config import Execution, Input, Result, RunConfig, Strict, unique_names
+from redline.cluster.config import ActorPoolSize, Execution, Input, Result, RunConfig, Strict, unique_names
 from redline.cluster.devices import PRECISION_HELP, Precision
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.cluster.tables import conform
@@ -42,17 +42,16 @@ class PregeneratedResponses(Strict):
     path: str = Input(description="JSON or JSONL rows: {context, category?, responses: [...]}.")
 
 
-class ScoringActors(Strict):
+class ScoringActors(ActorPoolSize):
     """Actors that each load the two-step detector once and judge responses in batches."""
 
-    actors: int = Execution(1, gt=0)
     num_cpus: float = Execution(1.0, ge=0)
     num_gpus: float = Execution(0.0, ge=0, description="1 puts the context classifiers on a GPU.")
     batch_size: int = Execution(256, gt=0, description="Responses per batch.")
     precision: Precision = Result("auto", description=PRECISION_HELP)
 
 
-class DiaSafetyEvalConfig(RunConfig):
+class DiaSafetyEvalConfig(RunConfig, ActorPoolSize):
     """`redline run diasafety`: evaluate chatbots on DiaSafety contexts with the two-step detector."""
 
     contexts: str = Input(description="DiaSafety JSON (validation or test split); its contexts are the prompts.")
@@ -70,7 +69,6 @@ class DiaSafetyEvalConfig(RunConfig):
     utterance_detector: DetectorConfig = Field(description="Step 1: judges the response alone.")
     classifiers: str = Input(description="Step 2: a one-vs-all directory from `redline train dialogue-safety`.")
     batch_size: int = Execution(16, gt=0, description="Contexts per generation batch.")
-    actors: int = Execution(1, gt=0)
     num_cpus: float = Execution(1.0, ge=0)
     num_gpus: float = Execution(0.0, ge=0)
     scoring: ScoringActors = Field(default_factory=ScoringActors,
@@ -131,7 +129,7 @@ def generate(run: Run, config: DiaSafetyEvalConfig, contexts: list[dict[str, Any
         gpus = g.num_gpus or config.num_gpus  # the actor's GPU is the model's (one device policy)
         result = map_table(run, f"generate-{g.name}", table, GenerationWorker,
                            {"config": g.model_copy(update={"num_gpus": gpus}), "sampling": sampling},
-                           actors=config.actors, num_cpus=config.num_cpus, num_gpus=gpus, batch_size=config.batch_size,
+                           size=config, num_cpus=config.num_cpus, num_gpus=gpus, batch_size=config.batch_size,
                            verbose=verbose, label=f"generating with {g.name}")
         out[g.name] = result.to_pylist()
     return out
@@ -150,7 +148,7 @@ def score(run: Run, config: DiaSafetyEvalConfig, responses: dict[str, list[dict[
         judged = map_table(run, "score", judged, TwoStepWorker, {"utterance": config.utterance_detector,
                                                    "classifiers": config.classifiers, "batch_size": s.batch_size,
                                                    "precision": s.precision, "num_gpus": s.num_gpus},
-                           actors=s.actors, num_cpus=s.num_cpus,
+                           size=s, num_cpus=s.num_cpus,
                            num_gpus=s.num_gpus, batch_size=s.batch_size, verbose=verbose, label="two-step scoring")
         if judged.column("verdict").null_count:
             raise RedlineError(f"{judged.column('verdict').null_count} responses came back unjudged from the scorers")

@@ -24,7 +24,7 @@ from redline.actors.triggers.settings import TriggerSearchSettings
 from redline.actors.triggers.worker import RESULT_SCHEMA, EgregiousModelConfig, TriggerWorker
 from redline.cluster import storage
 from redline.cluster.artifacts import local_path
-from redline.cluster.config import Execution, Input, Result, RunConfig, unique_names
+from redline.cluster.config import ActorPoolSize, Execution, Input, Result, RunConfig, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.errors import RedlineError
 from redline.pipelines import shard_host, sharded
@@ -52,7 +52,7 @@ class TargetListConfig(RunConfig):
                                                            "else the run's `searches`.")
 
 
-class EgregiousConfig(RunConfig, TriggerSearchSettings):
+class EgregiousConfig(RunConfig, TriggerSearchSettings, ActorPoolSize):
     """`redline run egregious`: gibbs-enum trigger search over target lists, hit rates by hit type (the
     search's settings are TriggerSearchSettings' fields, set at the top level)."""
 
@@ -63,7 +63,6 @@ class EgregiousConfig(RunConfig, TriggerSearchSettings):
     searches: list[Search] = Result(
         ["o-greedy", "o-sample-avg", "o-sample-min", "io-sample-avg", "io-sample-min"], min_length=1,
         description="Hit types to search for (each reports k = 1 and 2); io needs an LM.")
-    actors: int = Execution(1, gt=0)
     num_cpus: float = Execution(1.0, gt=0)
     num_gpus: float = Execution(0.0, ge=0)
     batch_size: int = Execution(64, gt=0, description="Targets per actor call (searched together in one batch).")
@@ -275,7 +274,7 @@ def execute(config: EgregiousConfig, run: Run, watch: Stopwatch, verbose: bool) 
     pool = shard_host.Pool(shard_host.ShardWork(run.dir.uri, OUTPUT_DIR, 0, _every_row, assemble, FIGURES,
                                                 config.batch_size),
                            TriggerWorker, kwargs, config.actors, config.num_cpus, config.num_gpus,
-                           shard_host.pending(run, OUTPUT_DIR, len(shard_rows), 0))
+                           shard_host.pending(run, OUTPUT_DIR, len(shard_rows), 0), max_actors=config.max_actors)
     manifest["resumed_shards"] = len(shard_rows) - len(pool.pending)
     if pool.pending:
         from redline.cluster.runtime import check_placeable

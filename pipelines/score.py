@@ -132,7 +132,8 @@ def score_corpus(run: Run, config: Any, build: Callable[[], pa.Table], watch: St
         shard_host.ShardWork(run.dir.uri, OUTPUT_DIR, k, scorable, partial(assemble_shard, detector_names=[det.name]),
                              figures, det.batch_size),
         DetectionWorker, {"config": det}, det.actors, det.num_cpus, det.num_gpus,
-        shard_host.pending(run, OUTPUT_DIR, len(shard_rows), k)) for k, det in enumerate(config.detectors)]
+        shard_host.pending(run, OUTPUT_DIR, len(shard_rows), k), max_actors=det.max_actors)
+        for k, det in enumerate(config.detectors)]
     manifest["resumed_shards"] = len(shard_rows) - len({i for p in pools for i in p.pending})
     if any(p.pending for p in pools):
         from redline.cluster.runtime import check_placeable
@@ -145,10 +146,11 @@ def score_corpus(run: Run, config: Any, build: Callable[[], pa.Table], watch: St
     parts = {(i, k): shard_host.output_part(i, k) for i in range(len(shard_rows)) for k in range(len(pools))}
     rows = sharded.shard_summary(run, figures, OUTPUT_DIR, parts)
     manifest["counts"].update(output_counts(rows["outcomes"], [d.name for d in config.detectors]))
-    spent = manifest.get("busy_seconds", {})
+    spent, used = manifest.get("busy_seconds", {}), manifest.get("actors_used", {})
     for k, det in enumerate(config.detectors):
-        spent[det.name] = round(spent.get(det.name, 0.0) + busy[k], 3)
-    manifest["busy_seconds"] = spent
+        spent[det.name] = round(spent.get(det.name, 0.0) + busy[k].seconds, 3)
+        used[det.name] = max(used.get(det.name, 0), busy[k].actors)
+    manifest["busy_seconds"], manifest["actors_used"] = spent, used
     return rows["summary"]
 
 

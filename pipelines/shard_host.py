@@ -11,11 +11,13 @@ counted once (by part), so resume neither loses nor duplicates rows.
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,7 +34,7 @@ from redline.pipelines.actor_pool import ActorPool
 from redline.pipelines.figures import Table
 
 SUMMARY_SCHEMA = pa.schema([("shard", pa.int64()), ("pool", pa.int64()), ("rows", pa.int64()),
-                            ("seconds", pa.float64()), ("partials", pa.string())])
+                            ("seconds", pa.float64()), ("host", pa.string()), ("partials", pa.string())])
 
 
 MANIFEST_EVERY_S = 5.0
@@ -63,7 +65,8 @@ class Pool:
     """One actor pool: its row worker (a class with `output_schema`, called with numpy batches) and
     its resources; `pending`: the shards it has yet to write. `plain_actors`: hosted on plain Ray
     actors (`pipelines/actor_pool.py`: no Ray Data start-up, for short runs of slow rows) instead of
-    a Ray Data actor pool."""
+    a Ray Data actor pool. `actors` start at once; the pool grows up to `max_actors` (None: as many
+    as the cluster has room for) while shards wait, never beyond the shards pending."""
 
     work: ShardWork
     worker: type
@@ -73,10 +76,29 @@ class Pool:
     num_gpus: float
     pending: list[int]
     plain_actors: bool = False
+    max_actors: int | None = None
 
     @property
     def host_kwargs(self) -> dict[str, Any]:
         return {"work": self.work, "worker": self.worker, "worker_kwargs": self.worker_kwargs}
+
+    @property
+    def sizes(self) -> tuple[int, int]:
+        """The pool's least and greatest size for its pending shards."""
+        n = len(self.pending)
+        return min(self.actors, n), min(self.max_actors or n, n)
+
+
+@dataclass
+class PoolUse:
+    """What a pool spent: its actors' busy seconds and how many actors took part."""
+
+    seconds: float = 0.0
+    hosts: set[str] = field(default_factory=set)
+
+    @property
+    def actors(self) -> int:
+        return len(self.hosts)
 
 
 class ShardHost:
@@ -86,6 +108,7 @@ class ShardHost:
 
     def __init__(self, work: ShardWork, worker: type, worker_kwargs: dict[str, Any]) -> None:
         self.work, self.empty, self.error = work, worker.output_schema.empty_table(), None
+        self.host = f"{socket.gethostname()}:{os.getpid()}"
         try:
             sharded.check_visible(work.run_uri)
             self.worker = worker(**worker_kwargs)
@@ -109,7 +132,7 @@ class ShardHost:
         out = w.assemble(shard, pa.concat_tables(results) if results else self.empty)
         storage.write_parquet(out, storage.join(w.run_uri, w.output_dir, output_part(index, w.pool)))
         partials = {name: A.to_json(table.partials(out)) for name, table in w.figures.items()}
-        return {"shard": index, "pool": w.pool, "rows": rows.num_rows, "seconds": seconds,
+        return {"shard": index, "pool": w.pool, "rows": rows.num_rows, "seconds": seconds, "host": self.host,
                 "partials": json.dumps(partials)}
 
 
@@ -124,11 +147,11 @@ def pending(run: Run, output_dir: str, n_shards: int, pool: int) -> list[int]:
 
 
 def run_pools(run: Run, pools: list[Pool], shard_rows: list[int], *, label: str, verbose: bool = False,
-              unit: str = "rows", note: Callable[[Run], str] | None = None) -> dict[int, float]:
+              unit: str = "rows", note: Callable[[Run], str] | None = None) -> dict[int, PoolUse]:
     """Every pool's pending shards through its actors, the pools side by side; each part's partial
     sums are added to the run's manifest as its summary arrives (`note(run)`: running figures for the
-    progress line). Returns each pool's busy seconds."""
-    busy = {p.work.pool: 0.0 for p in pools}
+    progress line). Returns what each pool spent."""
+    busy = {p.work.pool: PoolUse() for p in pools}
     pools = [p for p in pools if p.pending]
     if not pools:
         return busy
@@ -146,7 +169,8 @@ def run_pools(run: Run, pools: list[Pool], shard_rows: list[int], *, label: str,
             for row in batch.to_pylist():
                 partials = {name: A.from_json(part) for name, part in json.loads(row["partials"]).items()}
                 sharded.count_partials(run, figures[row["pool"]], (row["shard"], row["pool"]), partials)
-                busy[row["pool"]] += row["seconds"]
+                busy[row["pool"]].seconds += row["seconds"]
+                busy[row["pool"]].hosts.add(row["host"])
                 advance(row["rows"], note(run) if note is not None else None)
             # the running totals reach the manifest every few seconds: a part counted after the last
             # save is counted again from its file on resume (sharded.run_partials), never lost
@@ -166,13 +190,14 @@ def _summaries(pools: list[Pool], hosts: ExitStack) -> Iterator[pa.Table]:
         if len(pools) > 1:
             raise ValueError("plain actors host one pool per run_pools call")
         (p,) = pools
-        actors = hosts.enter_context(ActorPool(ShardHost, p.host_kwargs, min(p.actors, len(p.pending)),
+        least, most = p.sizes
+        actors = hosts.enter_context(ActorPool(ShardHost, p.host_kwargs, least, max_size=most,
                                                num_cpus=p.num_cpus, num_gpus=p.num_gpus, batch_size=1))
         return actors.map_unordered([pa.table({"shard": pa.array(p.pending, pa.int64())})])
     # one shard per block, so any free actor takes the next shard
     streams = [ray.data.from_items([{"shard": i} for i in p.pending], override_num_blocks=len(p.pending))
                .map_batches(ShardHost, fn_constructor_kwargs=p.host_kwargs, batch_size=1, batch_format="numpy",
-                            compute=ray.data.ActorPoolStrategy(size=min(p.actors, len(p.pending))),
+                            compute=ray.data.ActorPoolStrategy(min_size=p.sizes[0], max_size=p.sizes[1]),
                             num_cpus=p.num_cpus, num_gpus=p.num_gpus or None)
                for p in pools]
     stream = streams[0].union(*streams[1:]) if len(streams) > 1 else streams[0]

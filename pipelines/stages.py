@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from redline.cluster import storage
+from redline.cluster.config import ActorPoolSize
 from redline.cluster.runs import Run
 from redline.cluster.runtime import check_placeable, ensure_ray
 from redline.pipelines import shard_host, sharded
@@ -23,24 +24,26 @@ from redline.pipelines import shard_host, sharded
 WORK_DIR = "work"
 
 
-def map_table(run: Run, stage: str, table: pa.Table, worker: type, kwargs: dict[str, Any], *, actors: int = 1,
-              num_cpus: float = 1.0, num_gpus: float = 0.0, batch_size: int = 64, verbose: bool = False,
-              label: str | None = None, redo: Callable[[pa.Table], pa.ChunkedArray] | None = None) -> pa.Table:
-    """`worker(**kwargs)` on every row's `worker.input_columns` (which include `id`), across `actors`
-    actors; returns `table` with the worker's output columns, aligned with its rows (rows the worker
-    did not answer get nulls). `stage` names the step's room in the run directory. `redo(part)`: the
-    rows whose answer is a failure, not a result; a part holding one is deleted after it is read, so
-    the caller can stop with the failure and a rerun asks that part again."""
+def map_table(run: Run, stage: str, table: pa.Table, worker: type, kwargs: dict[str, Any], *,
+              size: ActorPoolSize | None = None, num_cpus: float = 1.0, num_gpus: float = 0.0, batch_size: int = 64,
+              verbose: bool = False, label: str | None = None,
+              redo: Callable[[pa.Table], pa.ChunkedArray] | None = None) -> pa.Table:
+    """`worker(**kwargs)` on every row's `worker.input_columns` (which include `id`), on a pool of
+    `size` actors; returns `table` with the worker's output columns, aligned with its rows (rows the
+    worker did not answer get nulls). `stage` names the step's room in the run directory. `redo(part)`:
+    the rows whose answer is a failure, not a result; a part holding one is deleted after it is read,
+    so the caller can stop with the failure and a rerun asks that part again."""
+    size = size or ActorPoolSize()
     if table.num_rows == 0:
         return table
     columns: list[str] = worker.input_columns  # type: ignore[attr-defined]
     room = f"{WORK_DIR}/{stage}"
     inputs, outputs = f"{room}/{sharded.INPUT_DIR}", f"{room}/output"
     shard_rows = _write_inputs(run, stage, table.select(columns), inputs,
-                               sharded.block_rows(table.num_rows, batch_size, actors))
+                               sharded.block_rows(table.num_rows, batch_size, size.actors))
     work = shard_host.ShardWork(run.dir.uri, outputs, 0, _every_row, _aligned, {}, batch_size, input_dir=inputs)
-    pool = shard_host.Pool(work, worker, kwargs, actors, num_cpus, num_gpus,
-                           shard_host.pending(run, outputs, len(shard_rows), 0))
+    pool = shard_host.Pool(work, worker, kwargs, size.actors, num_cpus, num_gpus,
+                           shard_host.pending(run, outputs, len(shard_rows), 0), max_actors=size.max_actors)
     if pool.pending:
         ensure_ray(verbose=verbose)
         check_placeable(f"each {worker.__name__} actor", num_cpus, num_gpus)

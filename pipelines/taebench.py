@@ -34,7 +34,7 @@ from redline.actors.quality.grammar import (
     LanguageToolClient,
 )
 from redline.cluster import storage
-from redline.cluster.config import Execution, Input, Result, RunConfig, Strict
+from redline.cluster.config import ActorPoolSize, Execution, Input, Result, RunConfig
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, require_finished
 from redline.errors import RedlineError
 from redline.pipelines.figures import TAEBENCH
@@ -45,7 +45,7 @@ from redline.pipelines.template import Pipeline
 log = logging.getLogger(__name__)
 
 
-class NaturalnessConfig(Strict):
+class NaturalnessConfig(ActorPoolSize):
     """A text-acceptability classifier (any HF sequence classifier, e.g. CoLA-style)."""
 
     model: str = Input(description="Hub id or local directory (see `redline train naturalness`).")
@@ -53,7 +53,6 @@ class NaturalnessConfig(Strict):
     threshold: float = Result(0.5, ge=0, le=1, description="Reject below this probability of natural.")
     max_length: int = Result(128, gt=0)
     batch_size: int = Execution(64, gt=0)
-    actors: int = Execution(1, gt=0)
     num_cpus: float = Execution(1.0, ge=0)
     num_gpus: float = Execution(0.0, ge=0)
 
@@ -63,7 +62,8 @@ class NaturalnessConfig(Strict):
         if self.natural_label:
             extra["toxic_labels"] = [self.natural_label]
         return DetectorConfig.model_validate({"name": "naturalness", "kind": "hf", "threshold": self.threshold,
-                                              "rule": "score", "batch_size": self.batch_size, "actors": self.actors,
+                                              "rule": "score", "batch_size": self.batch_size,
+                                              "actors": self.actors, "max_actors": self.max_actors,
                                               "num_cpus": self.num_cpus, "num_gpus": self.num_gpus, **extra})
 
 
@@ -162,7 +162,7 @@ def grammar(run: Run, table: pa.Table, config: TaebenchConfig, verbose: bool) ->
             return f"skipped: no LanguageTool server {where}"
         raise RedlineError(f"grammar stage: no LanguageTool server {where}; start one, or set "
                            f"grammar.skip_if_unavailable: true (or grammar: null) to run without it")
-    out = map_table(run, "grammar", table, GrammarWorker, {"config": g}, actors=g.actors, num_cpus=g.num_cpus,
+    out = map_table(run, "grammar", table, GrammarWorker, {"config": g}, size=g, num_cpus=g.num_cpus,
                     batch_size=g.batch_size, verbose=verbose, label="grammar stage",
                     redo=lambda part: pc.or_(pc.is_valid(part.column("grammar_error")),
                                              pc.is_null(part.column("grammar_errors"))))
@@ -198,7 +198,7 @@ def label_filter(run: Run, table: pa.Table, config: TaebenchConfig, verbose: boo
     out = table
     if config.judge is not None:
         j = config.judge
-        out = map_table(run, "label-judge", out, JudgeWorker, {"config": j}, actors=j.actors, num_cpus=j.num_cpus,
+        out = map_table(run, "label-judge", out, JudgeWorker, {"config": j}, size=j, num_cpus=j.num_cpus,
                         batch_size=j.batch_size, verbose=verbose, label="LLM judge",
                         redo=lambda part: pc.fill_null(pc.equal(part.column("judge_verdict"), ERROR), True))
     if config.classifier is not None:
@@ -246,7 +246,7 @@ def fail_on_errors(stage: str, what: str, errors: list[str | None]) -> None:
 
 
 def _detect(run: Run, stage: str, table: pa.Table, det: DetectorConfig, verbose: bool, prefix: str) -> pa.Table:
-    out = map_table(run, stage, table, DetectionWorker, {"config": det}, actors=det.actors, num_cpus=det.num_cpus,
+    out = map_table(run, stage, table, DetectionWorker, {"config": det}, size=det, num_cpus=det.num_cpus,
                     num_gpus=det.num_gpus, batch_size=det.batch_size, verbose=verbose, label=f"{stage} ({det.name})",
                     redo=lambda part: pc.fill_null(pc.not_equal(part.column("det_status"), "ok"), True))
     renames = {"toxic_score": f"{prefix}_score", "pred_toxic": f"{prefix}_toxic", "det_status": f"{prefix}_status",

@@ -81,7 +81,7 @@ def openai_judge(slow_s: float = 3.0, api_key: str | None = None) -> _Server:
     answers nonsense the first time only; DOWN always 500; NOTJSON answers an HTML page; NOCHOICES a
     completion without choices; DATED a 429 whose Retry-After is an HTTP date 1.5 s ahead, then Yes.
     Model `missing` is a 404; with `api_key` a request without it is a 401. A moderation request
-    with SHORT in a text gets one result too few. Every chat request's passage and time is kept in
+    with SHORT in a text gets one result too few, with SLOW it answers after `slow_s`. Every chat request's passage and time is kept in
     `server.httpd.log`."""
     calls: dict[str, int] = defaultdict(int)
 
@@ -101,6 +101,8 @@ def openai_judge(slow_s: float = 3.0, api_key: str | None = None) -> _Server:
                             "category_scores": {"harassment": 0.9 if looks_toxic(t) else 0.1}} for t in texts]
                 if any("SHORT" in t for t in texts):
                     results = results[:-1]
+                if any("SLOW" in t for t in texts):
+                    time.sleep(slow_s)
                 return _reply(self, 200, {"id": "modr-1", "model": body.get("model"), "results": results})
             prompt = body["messages"][-1]["content"]
             if "Passage:" in prompt:

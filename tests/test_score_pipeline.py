@@ -131,6 +131,29 @@ def test_interrupted_run_resumes_only_missing_shards(ray_session, tmp_path, davi
     assert read_predictions(second.run_uri).num_rows == 200
 
 
+def test_a_pool_grows_while_shards_wait_unless_it_is_fixed(ray_session, tmp_path):
+    """`actors` start at once; while shards wait and the cluster has room (here: 2 CPUs, actors of
+    0.25) the pool grows, unless `max_actors` holds it; either way every row once."""
+    from standins import openai_judge
+
+    rows = [[f"SLOW text {i}", ["toxic", "fine"][i % 2]] for i in range(300)]
+    corpus = write_csv(tmp_path / "slow.csv", ["text", "label"], rows)
+    with openai_judge(slow_s=0.3) as api:  # every moderation call takes 0.3 s: 30 calls, 9 s for one actor
+        slow = {"name": "m", "kind": "openai-moderation", "base_url": api.url + "/v1", "num_cpus": 0.25,
+                "batch_size": 10}
+        runs = {name: run_score(make_config({"path": str(corpus), "text_column": "text", "label_column": "label",
+                                             "toxic_values": ["toxic"]},
+                                            [{**slow, **extra}], str(tmp_path / "runs"), shard_size=20, run_name=name))
+                for name, extra in (("grows", {}), ("fixed", {"max_actors": 1}))}
+    assert runs["grows"].manifest["actors_used"]["m"] >= 2 and runs["fixed"].manifest["actors_used"]["m"] == 1
+    for result in runs.values():
+        ids = read_predictions(result.run_uri).column("id").to_pylist()
+        assert len(ids) == len(set(ids)) == 300
+    with pytest.raises(Exception, match=r"max_actors \(1\) is below actors \(2\)"):
+        make_config({"path": str(corpus), "text_column": "text"}, [{**slow, "actors": 2, "max_actors": 1}],
+                    str(tmp_path / "runs"))
+
+
 def test_rows_that_cannot_be_scored_stay_in_the_output(ray_session, tmp_path):
     path = write_csv(tmp_path / "c.csv", ["text", "label"],
                      [["you idiot", 1], ["", 0], ["x" * 1_000_000, 1], ["lovely weather", 0]])

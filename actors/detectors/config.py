@@ -8,11 +8,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 
-from redline.cluster.config import Execution, Result, Strict, first_error
+from redline.cluster.config import ActorPoolSize, Execution, Result, first_error
 from redline.errors import RedlineError
 
 
-class DetectorConfig(Strict):
+class DetectorConfig(ActorPoolSize):
     """One detector: its kind (a registry name), decision rule, resources, and kind-specific options.
 
     Kind-specific fields (e.g. `model` for `hf`, `patterns` for `keywords`) sit beside the common
@@ -30,7 +30,6 @@ class DetectorConfig(Strict):
         "auto", description="score: toxic score >= threshold; argmax: the top class is a toxic one."
     )
     batch_size: int = Execution(64, gt=0, le=65_536)
-    actors: int = Execution(1, gt=0, description="Size of this detector's actor pool.")
     num_cpus: float = Execution(1.0, ge=0)
     num_gpus: float = Execution(0.0, ge=0, description="GPUs per actor; a model-backed detector runs on it.")
 

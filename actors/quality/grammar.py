@@ -15,11 +15,11 @@ import httpx
 import numpy as np
 import pyarrow as pa
 
-from redline.cluster.config import Execution, Result, Strict
+from redline.cluster.config import ActorPoolSize, Execution, Result
 from redline.errors import RedlineError
 
 
-class GrammarConfig(Strict):
+class GrammarConfig(ActorPoolSize):
     url: str | None = Result(None, description="LanguageTool server root, e.g. http://127.0.0.1:8010.")
     language: str = Result("en-US")
     categories: list[str] = Result(
@@ -28,7 +28,6 @@ class GrammarConfig(Strict):
     skip_if_unavailable: bool = Result(False, description="true: with no server, skip this stage (and say so).")
     concurrency: int = Execution(8, gt=0)
     timeout_s: float = Execution(30.0, gt=0)
-    actors: int = Execution(1, gt=0)
     num_cpus: float = Execution(0.25, ge=0)
     batch_size: int = Execution(64, gt=0)
 
