@@ -114,7 +114,7 @@ def main() -> int:
     bare = bare_rate(victim, work)
     print(json.dumps({"what": "bare loop, tokenizers backend + forward", "texts_per_s": bare}), flush=True)
     detector = {"name": "proxy", "kind": "hf", "model": str(victim), "max_length": 64, "batch_size": args.batch_size,
-                "actors": args.actors, "num_cpus": args.actor_cpus}
+                "actors": args.actors, "max_actors": args.actors, "num_cpus": args.actor_cpus}  # fixed, as the peer's
     table = []
     for rows in (int(r) for r in args.rows.split(",") if r):
         corpus = repeated_corpus(rows, work / f"davidson-{rows}.csv")
@@ -136,9 +136,10 @@ def main() -> int:
     for seeds in (int(s) for s in args.seeds.split(",") if s):
         config = {"corpus": {"path": str(DAVIDSON), "preset": "davidson", "split": "all"},
                   "victim": {**detector, "batch_size": 4096}, "recipes": ["deepwordbug"], "goals": ["tae"],
-                  "max_seeds": seeds, "similarity": "never", "actors": args.actors, "num_cpus": args.actor_cpus,
-                  "batch_size": args.batch_size}
-        config["victim"].pop("actors"), config["victim"].pop("num_cpus")
+                  "max_seeds": seeds, "similarity": "never", "actors": args.actors, "max_actors": args.actors,
+                  "num_cpus": args.actor_cpus, "batch_size": args.batch_size}
+        for key in ("actors", "max_actors", "num_cpus"):
+            config["victim"].pop(key)
         figures, manifest = redline("run attack", config, work, f"attack-{seeds}")
         summary = manifest["summary"][0]
         decided = summary["success"] + summary["failed"]
