@@ -114,7 +114,9 @@ def status(
     address: AddressOpt = None,
 ) -> None:
     """Show a run's state, counts and summary from its manifest (any pipeline), or a submitted job's status."""
-    from redline.cluster import jobs, storage
+    import time
+
+    from redline.cluster import jobs, leases, storage
     from redline.cluster.runs import RunResult
 
     if jobs.looks_like_job_id(target):
@@ -129,6 +131,9 @@ def status(
                   f"config {manifest.get('config_hash')})")
     if manifest.get("error"):
         console.print(f"  error: {manifest['error']}")
+    holder = leases.held(run.path(leases.LEASE))
+    if manifest.get("state") != "complete" and holder and float(holder.get("expires", 0)) > time.time():
+        console.print(f"  driver: {leases.describe(holder)}")
     counts = manifest.get("counts", {})
     if counts:
         console.print("  counts: " + ", ".join(f"{k} {v}" for k, v in counts.items() if not isinstance(v, dict)))

@@ -1,8 +1,9 @@
 """Artifacts by URI: every model, model directory or data file a worker loads may be a local path, a
 hub id, or an s3:// URI. An s3:// artifact is fetched into a cache on the node that needs it, keyed
 by its content (the objects' ETags), atomically (downloaded beside the cache, then renamed into
-place) and once per node: a second process, or a second actor, finds it there. Nothing relies on
-the driver's disk.
+place) and once per node: a second process, or a second actor, finds it there or waits while the
+first fetches it. The cache is bounded ($REDLINE_CACHE_MAX_GB) and drops the least recently used
+artifacts first. Nothing relies on the driver's disk.
 
 Training commands write to s3:// the same way in reverse: into a local directory, then uploaded.
 """
@@ -13,6 +14,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -75,7 +77,8 @@ def cache_root() -> Path:
 
 def local_path(uri: str) -> str:
     """A local path for `uri`: unchanged for local paths and hub ids; an s3:// file or directory is
-    fetched into this node's cache first (once, keyed by content)."""
+    fetched into this node's cache first (once per node, keyed by content: processes that need it
+    at the same time wait on a per-artifact file lock while one of them downloads it)."""
     if not isinstance(uri, str) or not storage.is_s3(uri):
         return uri
     objects = listing(uri)
@@ -85,10 +88,17 @@ def local_path(uri: str) -> str:
     paths.relative_parts(name, f"artifact name in {uri}")
     digest = hashlib.sha256(repr([uri, objects]).encode()).hexdigest()[:24]
     home = cache_root() / digest
-    if (home / ".complete").is_file():
-        return str(home / name)
     cache_root().mkdir(parents=True, exist_ok=True, mode=0o700)
-    staging = cache_root() / f".{digest}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+    with _locked(digest):
+        if not (home / ".complete").is_file():
+            _fetch(uri, objects, name, home)
+        (home / ".complete").touch()  # when it was last used: the cache evicts the least recently used
+    evict_beyond(cache_limit_bytes(), keep=digest)
+    return str(home / name)
+
+
+def _fetch(uri: str, objects: list[tuple[str, int, str]], name: str, home: Path) -> None:
+    staging = cache_root() / f".{home.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
     bucket, key = _bucket_key(uri)
     client = s3_client()
     try:
@@ -98,19 +108,72 @@ def local_path(uri: str) -> str:
             with paths.create_below(staging, parts, f"{uri}/{rel}" if rel else uri) as f:
                 client.download_fileobj(bucket, f"{key}/{rel}" if rel else key, f)
         (staging / ".complete").write_text(uri)
-        try:
-            os.rename(staging, home)  # atomic: readers see the whole artifact or none
-        except OSError:
-            if not (home / ".complete").is_file():  # not another process's finished copy: retry once
-                shutil.rmtree(home, ignore_errors=True)
-                os.rename(staging, home)
+        shutil.rmtree(home, ignore_errors=True)  # an unfinished copy of a process that died mid-rename
+        os.rename(staging, home)  # atomic: readers see the whole artifact or none
     except Exception as err:  # noqa: BLE001 - a failed download leaves nothing behind
         if isinstance(err, RedlineError):
             raise
         raise RedlineError(f"cannot fetch {uri}: {first_line(err)}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return str(home / name)
+
+
+@contextmanager
+def _locked(digest: str, wait: bool = True) -> Iterator[bool]:
+    """This node's lock on one cached artifact (held while it is fetched or evicted); with `wait`
+    False, yields whether it was free instead of waiting for it."""
+    import fcntl
+
+    with open(cache_root() / f".{digest}.lock", "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+DEFAULT_CACHE_GB = 100.0
+IN_USE_S = 60.0  # an artifact used this recently may be loading in another process: never evicted
+
+
+def cache_limit_bytes() -> int:
+    """The artifact cache's bound: $REDLINE_CACHE_MAX_GB (default 100 GB)."""
+    raw = os.environ.get("REDLINE_CACHE_MAX_GB", "")
+    try:
+        gb = float(raw) if raw else DEFAULT_CACHE_GB
+    except ValueError:
+        raise RedlineError(f"REDLINE_CACHE_MAX_GB={raw!r} is not a number of gigabytes") from None
+    if gb <= 0:
+        raise RedlineError(f"REDLINE_CACHE_MAX_GB={raw!r} must be above 0")
+    return int(gb * 1024**3)
+
+
+def _size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def evict_beyond(limit: int, keep: str) -> list[str]:
+    """Remove the least recently used artifacts until the cache holds at most `limit` bytes (never
+    `keep`, one used in the last IN_USE_S seconds, nor one another process is fetching); returns
+    the digests removed."""
+    entries = [(d.joinpath(".complete").stat().st_mtime, d.name, _size(d)) for d in cache_root().iterdir()
+               if d.is_dir() and not d.name.startswith(".") and d.joinpath(".complete").is_file()]
+    total, removed = sum(size for _, _, size in entries), []
+    for used, digest, size in sorted(entries):
+        if total <= limit:
+            break
+        if digest == keep or time.time() - used < IN_USE_S:
+            continue
+        with _locked(digest, wait=False) as free:
+            if free:
+                shutil.rmtree(cache_root() / digest, ignore_errors=True)
+                total -= size
+                removed.append(digest)
+    return removed
 
 
 def upload_dir(local: str | Path, uri: str) -> None:

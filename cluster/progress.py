@@ -49,12 +49,23 @@ class PlainProgress:
         self.description, self.total, self.unit, self.interval, self.write = description, total, unit, interval, write
         self.done, self.note, self.notice = 0, "", ""
         self.started = self.last = time.monotonic()
+        self.first: tuple[float, int] | None = None  # when the first results came, and how many
+
+    def rate(self) -> float | None:
+        """The rate since the first results: start-up (actors loading models) is not work to come,
+        so it never makes an ETA; None until a second batch of results arrives."""
+        if self.first is None:
+            return None
+        at, done = self.first
+        seconds = time.monotonic() - at
+        return (self.done - done) / seconds if seconds > 0 and self.done > done else None
 
     def line(self) -> str:
         elapsed = max(time.monotonic() - self.started, 1e-9)
-        rate = self.done / elapsed
+        steady = self.rate()
+        rate = steady if steady is not None else self.done / elapsed
         pct = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
-        eta = f", ETA {_eta((self.total - self.done) / rate)}" if rate > 0 and self.total > self.done else ""
+        eta = f", ETA {_eta((self.total - self.done) / steady)}" if steady and self.total > self.done else ""
         note = f", {self.note}" if self.note else ""
         notice = f" [{self.notice}]" if self.notice else ""
         return (f"{self.description}: {self.done:,}/{self.total:,}{pct} {self.unit}, {rate:,.1f} {self.unit}/s{eta}{note}"
@@ -62,6 +73,8 @@ class PlainProgress:
 
     def advance(self, n: int = 1, note: str | None = None) -> None:
         self.done += n
+        if self.first is None and n:
+            self.first = (time.monotonic(), self.done)
         if note is not None:
             self.note = note
         now = time.monotonic()

@@ -19,8 +19,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from redline.cluster import fingerprints, storage
+from redline.cluster import fingerprints, leases, storage
 from redline.cluster.config import config_hash, input_uris
+from redline.cluster.leases import Lease
 from redline.errors import RedlineError, cause_line, first_line, unwrap_user_error
 
 ERROR_LOG = "error.log"  # a failed run's full traceback, beside its manifest
@@ -109,6 +110,7 @@ class Run:
     dir: RunDir
     manifest: dict[str, Any]
     reused: bool
+    lease: Lease | None = None  # this driver's hold on the run directory (cluster/leases.py)
 
     @property
     def uri(self) -> str:
@@ -155,9 +157,24 @@ def open_run(pipeline: str, config: BaseModel, output: str, run_name: str | None
         raise RedlineError(f"{run.uri} holds a run of the {previous.get('pipeline') or 'unknown'} pipeline, not the "
                            f"{pipeline} run '{name}'; choose another run_name")
     inputs_now = fingerprints.of(input_uris(config) if inputs is None else inputs)
+    # held before --force clears the directory or a resume writes into it (a reused finished run needs none)
+    resumes = previous is not None and (force or previous.get("state") != "complete")
+    lease = leases.acquire(run.uri) if resumes else None
+    try:
+        return _open(run, previous, pipeline, config, name, key, force, inputs_now, lease)
+    except BaseException:
+        if lease is not None:
+            lease.release()
+        raise
+
+
+def _open(run: RunDir, previous: dict[str, Any] | None, pipeline: str, config: BaseModel, name: str, key: str,
+          force: bool, inputs_now: dict[str, Any], lease: Lease | None) -> Run:
     if force and previous:
         clear(run.uri)
         previous = None
+        if lease is not None:
+            lease.write()
     if previous and previous.get("config_hash") not in (None, key):
         raise RedlineError(f"{run.uri} holds a run of a different config; choose another run_name or pass --force")
     if previous:
@@ -166,6 +183,8 @@ def open_run(pipeline: str, config: BaseModel, output: str, run_name: str | None
             raise RedlineError(f"input {changed[0]} changed since run {run.uri} read it; pass --force to redo the run "
                                "(or restore the input)")
     if previous and previous.get("state") == "complete":
+        if lease is not None:
+            lease.release()
         return Run(run, previous, reused=True)
     manifest: dict[str, Any] = previous or {}
     manifest.update(pipeline=pipeline, run_name=name, state="running", run_uri=run.uri,
@@ -174,7 +193,7 @@ def open_run(pipeline: str, config: BaseModel, output: str, run_name: str | None
                     attempts=int(manifest.get("attempts", 0)) + 1)
     manifest.pop("error", None)
     run.write_manifest(manifest)
-    return Run(run, manifest, reused=False)
+    return Run(run, manifest, reused=False, lease=lease or leases.acquire(run.uri))
 
 
 @contextmanager
@@ -202,6 +221,9 @@ def lifecycle(run: Run) -> Iterator[None]:
         if user is not None and user is not err:
             raise user from None
         raise
+    finally:
+        if run.lease is not None:  # after the manifest says how the run ended
+            run.lease.release()
 
 
 def stop_reason(err: BaseException) -> str | None:
@@ -225,6 +247,8 @@ def complete(run: Run) -> None:
     run.manifest["state"] = "complete"
     run.manifest["finished_at"] = storage.now_iso()
     run.dir.write_manifest(run.manifest)
+    if run.lease is not None:
+        run.lease.release()
 
 
 def require_finished(uri: str, pipeline: str) -> dict[str, Any]:

@@ -98,3 +98,62 @@ def test_a_run_outlives_its_short_lived_credentials(moto_with_auth, tmp_path, mo
     assert storage.read_parquet("s3://runs/r/part-0.parquet").column("id").to_pylist() == ["a", "b"]
     assert {entry[0] for entry in artifacts.listing("s3://runs/r")} >= {"manifest.json", "part-0.parquet", "part-1.parquet"}
     assert storage.s3_filesystem() is fs and artifacts.s3_client() is client  # the same connections throughout
+
+
+def _fetch_in_a_child(uri: str, log: str, start) -> None:  # noqa: ANN001 - a multiprocessing barrier
+    """A process on the same node asking for the same artifact; each object it downloads is logged."""
+    client = artifacts.s3_client()
+    real = client.download_fileobj
+
+    def logged(bucket, key, f):  # noqa: ANN001, ANN202
+        with open(log, "a") as out:
+            out.write(key + "\n")
+        return real(bucket, key, f)
+
+    client.download_fileobj = logged
+    start.wait()
+    artifacts.local_path(uri)
+
+
+def test_an_artifact_several_processes_need_at_once_is_fetched_once(s3_env, tmp_path, monkeypatch):
+    import multiprocessing
+
+    monkeypatch.setenv("REDLINE_CACHE", str(tmp_path / "cache"))
+    client = artifacts.s3_client()
+    client.create_bucket(Bucket="models")
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        client.put_object(Bucket="models", Key=f"m/{name}", Body=b"x" * 300_000)
+    log = tmp_path / "downloads.log"
+    ctx = multiprocessing.get_context("fork")
+    start = ctx.Barrier(4)
+    children = [ctx.Process(target=_fetch_in_a_child, args=("s3://models/m", str(log), start)) for _ in range(4)]
+    for c in children:
+        c.start()
+    for c in children:
+        c.join(60)
+    assert [c.exitcode for c in children] == [0] * 4
+    assert sorted(log.read_text().splitlines()) == ["m/config.json", "m/model.safetensors", "m/tokenizer.json"]
+    assert (tmp_path / "cache" / "artifacts").is_dir() and not [
+        p for p in (tmp_path / "cache" / "artifacts").iterdir() if p.is_dir() and p.name.startswith(".")]
+
+
+def test_the_artifact_cache_drops_the_least_recently_used_beyond_its_bound(s3_env, tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setenv("REDLINE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(artifacts, "IN_USE_S", 0.0)
+    client = artifacts.s3_client()
+    client.create_bucket(Bucket="files")
+    for name in "abc":
+        client.put_object(Bucket="files", Key=f"{name}.bin", Body=b"x" * 400_000)
+    monkeypatch.setenv("REDLINE_CACHE_MAX_GB", str(1_000_000 / 1024**3))  # room for two of the three
+    a = artifacts.local_path("s3://files/a.bin")
+    b = artifacts.local_path("s3://files/b.bin")
+    os.utime(os.path.join(os.path.dirname(b), ".complete"), (1, 1))  # b: used long ago, a: more recently
+    os.utime(os.path.join(os.path.dirname(a), ".complete"), (2, 2))
+    c = artifacts.local_path("s3://files/c.bin")
+    assert os.path.exists(a) and os.path.exists(c) and not os.path.exists(b)
+    assert artifacts.local_path("s3://files/b.bin") == b and os.path.exists(b)  # fetched again when asked
+    monkeypatch.setenv("REDLINE_CACHE_MAX_GB", "lots")
+    with pytest.raises(Exception, match="REDLINE_CACHE_MAX_GB='lots' is not a number of gigabytes"):
+        artifacts.local_path("s3://files/a.bin")

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -211,6 +212,64 @@ def test_killed_run_resumes_without_losing_or_duplicating_rows(ray_session, tmp_
     preds = read_predictions(str(tmp_path / "runs" / "killme"))
     keys = Counter(zip(preds.column("id").to_pylist(), preds.column("detector").to_pylist()))
     assert len(keys) == 2 * 24783 and set(keys.values()) == {1}
+
+
+def test_one_run_one_driver_and_a_dead_drivers_run_resumes_without_unlocking(ray_session, tmp_path, davidson,
+                                                                              tiny_binary_model):
+    """A second driver on a run whose driver lives is refused with one line naming it; once that
+    driver is killed, the same command resumes the run at once (no manual unlock)."""
+    import signal
+    import socket
+
+    import yaml
+
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "corpus": {"path": str(davidson), "preset": "davidson", "limit": 6000},
+        "detectors": [{"name": "tiny", "kind": "hf", "model": str(tiny_binary_model), "batch_size": 4,
+                       "num_cpus": 0.5, "max_actors": 1}],
+        "output": str(tmp_path / "runs"), "run_name": "held", "shard_size": 500}))
+    env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
+    cmd = [sys.executable, "-m", "redline", "run", "score", "--config", str(config)]
+    first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    parts = tmp_path / "runs" / "held" / "predictions"
+    deadline = time.time() + 240
+    while not list(parts.glob("part-*.parquet")):
+        assert first.poll() is None and time.time() < deadline, first.stderr.read().decode()[-2000:]
+        time.sleep(0.2)
+    second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode != 0 and second.stderr.strip().splitlines() == [
+        f"error: run {tmp_path / 'runs' / 'held'} is in use by another driver, pid {first.pid} on "
+        f"{socket.gethostname()}: wait for it to finish or stop it; a driver that died frees the run by "
+        + second.stderr.strip().rsplit(" by ", 1)[1]], second.stderr
+    assert first.poll() is None  # the refused driver left the running one alone
+    status = subprocess.run([sys.executable, "-m", "redline", "status", str(tmp_path / "runs" / "held")], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert f"driver: pid {first.pid} on {socket.gethostname()}" in status.stdout, status.stdout
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not (tmp_path / "runs" / "held" / "lease.json").exists()  # released when the run completed
+    ids = read_predictions(str(tmp_path / "runs" / "held")).column("id").to_pylist()
+    assert len(ids) == len(set(ids)) == 6000
+
+
+def test_a_lease_held_on_another_host_is_refused_until_it_expires(tmp_path):
+    from redline.cluster import leases
+
+    lease = tmp_path / "run" / leases.LEASE
+    lease.parent.mkdir()
+    lease.write_text(json.dumps({"token": "t", "host": "elsewhere", "pid": 1, "job": "raysubmit_1",
+                                 "expires": time.time() + 30}))
+    with pytest.raises(RedlineError, match=r"in use by another driver, job raysubmit_1 \(pid 1 on elsewhere\): "
+                                           r"wait for it to finish or stop it with `redline stop raysubmit_1`"):
+        leases.acquire(str(tmp_path / "run"))
+    lease.write_text(json.dumps({"token": "t", "host": "elsewhere", "pid": 1, "expires": time.time() - 1}))
+    mine = leases.acquire(str(tmp_path / "run"))
+    assert json.loads(lease.read_text())["token"] == mine.token
+    mine.release()
+    assert not lease.exists()
 
 
 def test_s3_corpus_and_output_on_a_real_s3_server(s3_env, tmp_path):
