@@ -1,7 +1,8 @@
 """One run, one driver: a driver holds its run directory's lease (`lease.json`) while it lives,
 renewing it every RENEW_S seconds; a second driver on the same run is refused with one line naming
 the holder. A driver that died frees the run without a manual unlock: at once when it ran on this
-host (its process is gone), else when its lease expires (TTL_S after its last renewal).
+host (its process, told apart by its start time, is gone), else when its lease expires (TTL_S
+after its last renewal).
 
 Without conditional writes on every store, two drivers starting in the same instant are told apart
 by writing, waiting SETTLE_S and reading back: the last writer holds the run, the other refuses.
@@ -17,6 +18,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from redline.cluster import storage
@@ -38,17 +40,20 @@ def _job_id() -> str | None:
     return str(job) if job else None
 
 
-def _alive_here(holder: dict[str, Any]) -> bool:
-    """Whether the holder, when it ran on this host, still has a process (elsewhere: assumed alive)."""
-    if holder.get("host") != socket.gethostname():
-        return True
+def _process_start(pid: int) -> str | None:
+    """When process `pid` of this host started (Linux), so a pid reused by another process is told apart."""
     try:
-        os.kill(int(holder.get("pid", 0)), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, ValueError, OverflowError):
-        return True
-    return True
+        return Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _holds(holder: dict[str, Any]) -> bool:
+    """Whether the holder still holds its lease: on this host, while its process lives (however late
+    its renewal: a stopped or swapped-out driver still owns its run); elsewhere, until it expires."""
+    if holder.get("host") == socket.gethostname() and holder.get("started") is not None:
+        return _process_start(holder.get("pid", 0)) == holder["started"]
+    return float(holder.get("expires", 0)) >= time.time()
 
 
 def describe(holder: dict[str, Any]) -> str:
@@ -64,8 +69,8 @@ class Lease:
     _thread: threading.Thread | None = None
 
     def record(self) -> dict[str, Any]:
-        return {"token": self.token, "host": socket.gethostname(), "pid": os.getpid(), "job": _job_id(),
-                "expires": time.time() + TTL_S}
+        return {"token": self.token, "host": socket.gethostname(), "pid": os.getpid(),
+                "started": _process_start(os.getpid()), "job": _job_id(), "expires": time.time() + TTL_S}
 
     def write(self) -> None:
         storage.write_json(self.uri, self.record())
@@ -112,12 +117,12 @@ def acquire(run_uri: str) -> Lease:
 
 
 def _refuse_if_held(run_uri: str, holder: dict[str, Any] | None, token: str) -> None:
-    if not holder or holder.get("token") == token:
+    if not holder or holder.get("token") == token or not _holds(holder):
         return
-    expires = float(holder.get("expires", 0))
-    if expires < time.time() or not _alive_here(holder):
-        return
-    until = datetime.fromtimestamp(expires, timezone.utc).strftime("%H:%M:%S UTC")
+    if holder.get("host") == socket.gethostname():
+        freed = "at once"
+    else:
+        freed = "by " + datetime.fromtimestamp(float(holder.get("expires", 0)), timezone.utc).strftime("%H:%M:%S UTC")
     stop = f"stop it with `redline stop {holder['job']}`" if holder.get("job") else "stop it"
     raise RedlineError(f"run {run_uri} is in use by another driver, {describe(holder)}: wait for it to finish or "
-                       f"{stop}; a driver that died frees the run by {until}")
+                       f"{stop}; a driver that dies frees the run {freed}")
