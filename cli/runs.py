@@ -170,21 +170,26 @@ def submit(
     address: AddressOpt = None,
     set_: SetOpt = None,
     env: Annotated[Optional[list[str]], typer.Option(
-        "--env", help="Pass this environment variable to the job (repeatable), e.g. --env HF_TOKEN. Only S3 "
-                      "endpoint/region and hub mirror settings travel by default, never credentials.")] = None,
+        "--env", help="Pass this (non-secret) environment variable's value to the job (repeatable). Only S3 "
+                      "endpoint/region and hub mirror settings travel by default; a name that looks like a "
+                      "secret is refused (the Jobs API shows a job's environment).")] = None,
+    secret: Annotated[Optional[list[str]], typer.Option(
+        "--secret", help="A secret the job needs, by name (repeatable), e.g. --secret OPENAI_API_KEY: checked "
+                         "to be set on the cluster's driver and nodes (a Kubernetes secretKeyRef, the cloud's "
+                         "secret store); its value never travels with the job.")] = None,
     wait: Annotated[bool, typer.Option(help="Wait for the job to finish and stream its logs.")] = False,
 ) -> None:
     """Run a pipeline on a running Ray cluster through the Ray Jobs API.
 
     The config travels with the job; the cluster's nodes need redline installed (ray_cluster.yaml
     does that). Use s3:// paths for corpora and output so every node can reach them. Secrets (API
-    keys, HF_TOKEN) reach the job only when named with --env.
+    keys, HF_TOKEN) live on the cluster's nodes, never in the job: name them with --secret.
     """
     from redline.cluster import jobs
 
     entry = registry.entry(pipeline)
     job_id = jobs.submit(entry.name, " ".join(entry.command), registry.pipeline(entry.name).config, config,
-                         jobs.jobs_address(address), sets=set_ or [], env_names=env or [])
+                         jobs.jobs_address(address), sets=set_ or [], env_names=env or [], secret_names=secret or [])
     console.print(f"submitted job [bold]{job_id}[/bold]")
     console.print(f"  status: redline status {job_id}    logs: redline logs {job_id} --follow")
     if wait:
@@ -193,6 +198,20 @@ def submit(
         console.print(f"job {job_id}: {state}")
         if state != "SUCCEEDED":
             raise typer.Exit(1)
+
+
+@app.command("check-secrets", hidden=True)
+def check_secrets(names: Annotated[list[str], typer.Argument(help="Environment variable names.")]) -> None:
+    """Run as a job by `submit --secret`: prints `missing: NAME on ...` for each secret not set on the
+    driver or a node, and fails if any is missing. Never prints a value."""
+    from redline.cluster import jobs
+
+    missing = jobs.missing_on_nodes([jobs.variable_name(n, "--secret") for n in names])
+    for where in missing:
+        typer.echo(f"missing: {where}")
+    if missing:
+        raise typer.Exit(2)
+    typer.echo(f"present on the driver and every node: {', '.join(names)}")
 
 
 @app.command("stop")

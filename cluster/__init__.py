@@ -1,5 +1,5 @@
 """Where and how things run: CLI, configuration, Ray runtime, job submission, storage."""
 
 # the modules other packages may import (a test holds every import from outside to this list)
-__all__ = ["access", "artifacts", "client", "config", "devices", "fingerprints", "jobs", "leases", "net", "paths",
-           "progress", "protocol", "runs", "runtime", "storage", "tables"]
+__all__ = ["access", "artifacts", "client", "config", "devices", "fingerprints", "jobs", "leases",
+           "net", "paths", "progress", "protocol", "runs", "runtime", "storage", "tables"]

@@ -60,19 +60,82 @@ def _pinned(config: BaseModel) -> BaseModel:
 
 
 # Settings (never secrets) a job inherits from the submitting shell so that it reaches the same S3 and
-# hub mirrors; anything else, credentials above all, travels only when asked for by name (--env).
+# hub mirrors; anything else travels only when asked for by name (--env), and never a secret.
 FORWARDED_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION", "HF_ENDPOINT",
                  "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "REDLINE_PROGRESS")
+SECRET_LIKE = re.compile(r"KEY|SECRET|TOKEN|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
+SECRETS_CHECK_S = 120.0
+
+
+def variable_name(name: str, flag: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", name):
+        raise RedlineError(f"{flag} expects an environment variable name, got {name[:80]!r}")
+    return name
 
 
 def job_env(names: list[str]) -> dict[str, str]:
-    """The environment a job gets: the non-secret settings above plus the variables named by the user."""
+    """The environment a job gets: the non-secret settings above plus the variables named by the user.
+    A job's environment is readable by whoever reaches the dashboard (`/api/jobs/`), so a name that
+    looks like a secret is refused: secrets live on the nodes (`--secret`)."""
     for name in names:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise RedlineError(f"--env expects an environment variable name, got {name!r}")
+        variable_name(name, "--env")
+        if SECRET_LIKE.search(name):
+            raise RedlineError(f"--env {name} looks like a secret, and a job's environment is readable by anyone who "
+                               f"reaches the dashboard (/api/jobs/): set it on the cluster's nodes and pass "
+                               f"--secret {name}")
         if name not in os.environ:
             raise RedlineError(f"--env {name}: no such variable in this environment")
     return {k: os.environ[k] for k in (*FORWARDED_ENV, *names) if k in os.environ}
+
+
+def missing_on_nodes(names: list[str]) -> list[str]:
+    """On the cluster (run as a job): where each of `names` is unset, as "NAME on the driver" or
+    "NAME on node IP"; the nodes up now are asked, each by a task pinned to it."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from redline.cluster.runtime import ensure_ray
+
+    missing = [f"{n} on the driver" for n in names if not os.environ.get(n)]
+    ensure_ray()
+
+    def unset(wanted: list[str]) -> list[str]:
+        return [n for n in wanted if not os.environ.get(n)]
+
+    probe = ray.remote(num_cpus=0)(unset)
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    answers = ray.get([probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                       .remote(names) for n in nodes])
+    return missing + [f"{name} on node {node['NodeManagerAddress']}" for node, unset_there in zip(nodes, answers)
+                      for name in unset_there]
+
+
+def check_secrets(jobs: Any, names: list[str], address: str) -> None:
+    """Fail with one line unless every secret named is set on the cluster's driver and nodes: asked by
+    a short job that carries only the names (a value never travels in a job)."""
+    line = shlex.join(["redline", "check-secrets", *names])
+    job_id = f"redline-secrets-{os.urandom(6).hex()}"
+    submit_job(jobs, address, entrypoint=line, submission_id=job_id, metadata={"redline_secrets": ",".join(names)})
+    deadline = time.monotonic() + SECRETS_CHECK_S
+    status = "PENDING"
+    while time.monotonic() < deadline:
+        state = jobs.get_job_status(job_id)
+        status = str(getattr(state, "value", state))
+        if status in ("SUCCEEDED", "FAILED", "STOPPED"):
+            break
+        time.sleep(0.5)
+    logs = jobs.get_job_logs(job_id) if status in ("SUCCEEDED", "FAILED") else ""
+    try:
+        jobs.delete_job(job_id)
+    except (RuntimeError, ValueError):
+        pass
+    missing = [ln.split("missing: ", 1)[1] for ln in logs.splitlines() if ln.startswith("missing: ")]
+    if missing:
+        raise RedlineError(f"--secret: {', '.join(missing)} is not set; give the cluster's nodes the secret (a "
+                           "Kubernetes secretKeyRef, the cloud's secret store), never the job")
+    if status != "SUCCEEDED":
+        raise RedlineError(f"checking --secret on {address} did not finish ({status}): "
+                           f"{first_line(logs.strip().splitlines()[-1]) if logs.strip() else 'no output'}")
 
 
 def entrypoint(command: str) -> str:
@@ -82,7 +145,7 @@ def entrypoint(command: str) -> str:
 
 
 def submit(pipeline: str, command: str, model: type[BaseModel], config_path: Path, address: str, sets: list[str],
-           env_names: list[str] | None = None) -> str:
+           env_names: list[str] | None = None, secret_names: list[str] | None = None) -> str:
     """Validate the config (with its overrides) here, so that a mistake fails here and not on the
     cluster, then send `redline <command>` as a Ray job that carries the validated config, overrides
     applied and local paths pinned, in its working directory; returns the job id."""
@@ -90,7 +153,10 @@ def submit(pipeline: str, command: str, model: type[BaseModel], config_path: Pat
 
     config = _pinned(load_config(model, config_path, parse_overrides(sets)))
     env = job_env(env_names or [])
+    secrets = [variable_name(n, "--secret") for n in dict.fromkeys(secret_names or [])]
     jobs = client(address)
+    if secrets:
+        check_secrets(jobs, secrets, address)
     workdir = Path(tempfile.mkdtemp(prefix="redline-job-"))
     try:
         # what the user set, not the defaults of this install: the cluster's own defaults apply
@@ -98,20 +164,26 @@ def submit(pipeline: str, command: str, model: type[BaseModel], config_path: Pat
         (workdir / "config.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
         line = entrypoint(command)
         job_id = f"redline-{pipeline}-{os.urandom(6).hex()}"
-        deadline = time.monotonic() + AGENT_WAIT_S
-        while True:
-            try:
-                return jobs.submit_job(entrypoint=line, submission_id=job_id,
-                                       runtime_env={"working_dir": str(workdir), "env_vars": env},
-                                       metadata={"redline_pipeline": pipeline, "config": str(config_path)})
-            except (ConnectionError, RuntimeError) as err:
-                # A head that has just started answers 500 until its job agent is up.
-                if "No available agent" in str(err) and time.monotonic() < deadline:
-                    time.sleep(2)
-                    continue
-                raise RedlineError(f"job submission to {address} failed: {first_line(err)}") from None
+        return submit_job(jobs, address, entrypoint=line, submission_id=job_id,
+                          runtime_env={"working_dir": str(workdir), "env_vars": env},
+                          metadata={"redline_pipeline": pipeline, "config": str(config_path),
+                                    "redline_secrets": ",".join(secrets)})
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def submit_job(jobs: Any, address: str, **job: Any) -> str:
+    """`jobs.submit_job(**job)`, waiting out a head that has just started: it answers 500 until its
+    job agent is up."""
+    deadline = time.monotonic() + AGENT_WAIT_S
+    while True:
+        try:
+            return jobs.submit_job(**job)
+        except (ConnectionError, RuntimeError) as err:
+            if "No available agent" in str(err) and time.monotonic() < deadline:
+                time.sleep(2)
+                continue
+            raise RedlineError(f"job submission to {address} failed: {first_line(err)}") from None
 
 
 def job_info(job_id: str, address: str) -> dict[str, Any]:

@@ -91,14 +91,21 @@ def ensure_ray(verbose: bool = False) -> None:
 
 
 def check_placeable(what: str, num_cpus: float, num_gpus: float = 0.0) -> None:
-    """Refuse at start an actor that no node of the cluster can hold: Ray would queue it and wait forever,
-    silently. On a cluster whose autoscaler adds such nodes, set REDLINE_AUTOSCALING=1 to wait instead."""
+    """Refuse at start an actor that no node of the cluster can hold (Ray would queue it and wait
+    forever, silently), unless the cluster's autoscaler adds such a node: then wait for it."""
     import ray
 
+    from redline.cluster import autoscaling
+
     ensure_ray()
-    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
-    if any(r.get("CPU", 0) + 1e-9 >= num_cpus and r.get("GPU", 0) + 1e-9 >= num_gpus for r in nodes):
+
+    def fits() -> bool:
+        nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+        return any(r.get("CPU", 0) + 1e-9 >= num_cpus and r.get("GPU", 0) + 1e-9 >= num_gpus for r in nodes)
+
+    if fits():
         return
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
     most_cpus = max((r.get("CPU", 0) for r in nodes), default=0)
     most_gpus = max((r.get("GPU", 0) for r in nodes), default=0)
     if num_gpus > most_gpus:
@@ -108,8 +115,8 @@ def check_placeable(what: str, num_cpus: float, num_gpus: float = 0.0) -> None:
         short = f"num_cpus {num_cpus:g}, but the largest node has {most_cpus:g} CPUs"
     else:
         short = f"num_cpus {num_cpus:g} with num_gpus {num_gpus:g} on one node, but no node has both"
-    if os.environ.get("REDLINE_AUTOSCALING") == "1":
-        log.warning("%s asks for %s; waiting for the autoscaler to add such a node", what, short)
-        return
-    raise RedlineError(f"{what} asks for {short}: lower it (or set REDLINE_AUTOSCALING=1 if the cluster's "
-                       "autoscaler adds such nodes)")
+    first = autoscaling.status()
+    if first is None:
+        raise RedlineError(f"{what} asks for {short}, and the cluster has no autoscaler to add one: lower it")
+    autoscaling.wait_for_node(what, f"num_cpus {num_cpus:g}, num_gpus {num_gpus:g}",
+                              {"CPU": num_cpus, "GPU": num_gpus}, fits, first)

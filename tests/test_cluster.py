@@ -28,6 +28,9 @@ from conftest import SHARED_DATA, VENV_BIN, free_port, shared_file, wait_for_por
 pytestmark = pytest.mark.slow
 
 WORKER_USER = "redline-worker"
+# A secret both nodes hold in their environment, as a Kubernetes secretKeyRef or the cloud's secret
+# store gives it: a job names it (--secret), never carries it.
+SECRET_NAME, SECRET_VALUE = "REDLINE_PROBE_API_KEY", f"sk-probe-{os.urandom(8).hex()}"
 BUCKET = "redline-cluster"
 # a directory only the worker node sees its files in: a tmpfs mounted in the worker's own mount
 # namespace (on the head, and to the driver, it is an empty directory)
@@ -61,7 +64,7 @@ class Cluster:
         self.gcs, self.dashboard = free_port(), free_port()
         self.address = f"http://127.0.0.1:{self.dashboard}"
         self.env = {**os.environ, **aws, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}",
-                    "RAY_AUTH_MODE": "disabled", "REDLINE_PROGRESS": "0"}
+                    "RAY_AUTH_MODE": "disabled", "REDLINE_PROGRESS": "0", SECRET_NAME: SECRET_VALUE}
         self.env.pop("RAY_ADDRESS", None)
         self.home = Path(f"/home/{WORKER_USER}") / f"node-{self.gcs}"
         self.head = self.worker = None
@@ -89,7 +92,7 @@ class Cluster:
         env = {"HOME": f"/home/{WORKER_USER}", "TMPDIR": str(self.home / "tmp"), "REDLINE_CACHE": str(self.home / "cache"),
                "PATH": f"{VENV_BIN}:/usr/bin:/bin", "RAY_AUTH_MODE": "disabled", "REDLINE_PROGRESS": "0",
                # what an instance role gives a cloud node: S3 access without a job passing keys
-               **self.aws}
+               **self.aws, SECRET_NAME: SECRET_VALUE}
         command = ["runuser", "-u", WORKER_USER, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()],
                    str(VENV_BIN / "ray"), "start", "--block", f"--address=127.0.0.1:{self.gcs}",
                    "--node-ip-address=127.0.0.1", "--num-cpus=2", '--resources={"worker_node": 1}',
@@ -126,12 +129,13 @@ class Cluster:
         return subprocess.run([str(VENV_BIN / "redline"), *args], env=self.env, cwd=self.root, capture_output=True,
                               text=True, timeout=timeout)
 
-    def submit(self, pipeline: str, config: dict, name: str, wait: bool = True) -> subprocess.CompletedProcess:
+    def submit(self, pipeline: str, config: dict, name: str, wait: bool = True,
+               *extra: str) -> subprocess.CompletedProcess:
+        """Both nodes hold the S3 credentials (as an instance role would give them): the job carries none."""
         path = self.root / f"{name}.yaml"
         path.write_text(yaml.safe_dump(config))
-        args = ["submit", pipeline, "--config", str(path), "--address", self.address, "--env", "AWS_ACCESS_KEY_ID",
-                "--env", "AWS_SECRET_ACCESS_KEY"]
-        proc = self.redline(*args, *(["--wait"] if wait else []))
+        proc = self.redline("submit", pipeline, "--config", str(path), "--address", self.address, *extra,
+                            *(["--wait"] if wait else []))
         if wait:
             assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
         return proc
@@ -400,3 +404,34 @@ def test_a_run_directory_the_worker_node_cannot_see_is_one_clear_error(cluster, 
     assert "FAILED" in status.upper(), status
     assert f"error: this node cannot see the run directory {runs}/local" in logs, logs[-3000:]
 
+
+
+def test_a_secret_lives_on_the_nodes_and_never_in_the_jobs_api(cluster, s3_inputs, tmp_path):
+    """An API detector on the worker node authenticates with a key that only the nodes' environment
+    holds; the job names it (--secret) and neither the Jobs API nor the job's logs show its value."""
+    import urllib.request
+
+    from standins import openai_judge
+
+    sample = {"path": f"{s3_inputs}/data/sample.csv", "text_column": "text", "label_column": "label",
+              "toxic_values": ["toxic"], "dataset": "sample"}
+    with openai_judge(api_key=SECRET_VALUE) as api:
+        config = {"corpus": sample, "output": f"{s3_inputs}/runs", "run_name": "secret",
+                  "detectors": [{"name": "moderation", "kind": "openai-moderation", "base_url": api.url + "/v1",
+                                 "api_key_env": SECRET_NAME, "num_cpus": 0.5}]}
+        refused = cluster.submit("score", config, "secret", False, "--env", SECRET_NAME)
+        assert refused.returncode == 2 and f"--secret {SECRET_NAME}" in refused.stderr, refused.stderr
+        unknown = cluster.submit("score", config, "secret", False, "--secret", "REDLINE_NOT_ON_THE_CLUSTER")
+        lines = unknown.stderr.strip().splitlines()
+        assert unknown.returncode == 2 and len(lines) == 1, unknown.stderr
+        assert "REDLINE_NOT_ON_THE_CLUSTER on the driver" in lines[0] and "on node" in lines[0]
+        done = cluster.submit("score", config, "secret", True, "--secret", SECRET_NAME)
+    m = manifest("secret")
+    assert m["state"] == "complete" and m["counts"]["rows_out"] > 0
+    assert all(r["not_scored"] == 0 for r in m["summary"])  # every call carried the key
+    job_id = done.stdout.split("submitted job ")[1].split()[0]
+    listing = urllib.request.urlopen(f"{cluster.address}/api/jobs/", timeout=30).read().decode()
+    logs = cluster.redline("logs", job_id, "--address", cluster.address)
+    assert job_id in listing and SECRET_NAME in listing  # the name travels, as the job's metadata
+    assert SECRET_VALUE not in listing and SECRET_VALUE not in logs.stdout + logs.stderr + done.stdout
+    print(f"/api/jobs/ ({len(listing):,} bytes) and the job's logs ({len(logs.stdout):,} bytes): no secret value")

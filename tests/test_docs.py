@@ -79,9 +79,11 @@ HOW: dict[str, tuple[str, str]] = {
     "ray start --address=HEAD:6379 --resources='{\"worker_node\": 1}'": (
         "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "HEAD is the user's head node"),
     "export AWS_ENDPOINT_URL=...": ("tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "a placeholder"),
-    "redline submit score --config examples/score_davidson.yaml --address http://HEAD:8265 --env AWS_ACCESS_KEY_ID "
-    "--env AWS_SECRET_ACCESS_KEY --wait": ("tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3",
-                                          "HEAD is the user's head node"),
+    "redline submit score --config examples/score_davidson.yaml --address http://HEAD:8265 --wait": (
+        "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "HEAD is the user's head node"),
+    "redline submit taebench --config examples/taebench.yaml --address http://HEAD:8265 --secret OPENAI_API_KEY": (
+        "tests/test_cluster.py::test_a_secret_lives_on_the_nodes_and_never_in_the_jobs_api",
+        "HEAD is the user's head node"),
     "redline logs JOB_ID --address http://HEAD:8265 --follow": (
         "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "HEAD is the user's head node"),
     "redline stop JOB_ID --address http://HEAD:8265": (

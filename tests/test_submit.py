@@ -131,7 +131,9 @@ def test_submitted_overrides_never_reach_the_jobs_shell(tmp_path, monkeypatch):
     assert not marker.exists()
 
 
-def test_secrets_reach_a_job_only_when_named(monkeypatch):
+def test_a_job_carries_settings_never_secrets(monkeypatch):
+    """A job's environment is shown by the Jobs API: it carries S3/hub settings and the variables named
+    with --env, and a name that looks like a secret is refused (secrets live on the nodes: --secret)."""
     from redline.cluster.jobs import job_env
     from redline.errors import RedlineError
 
@@ -139,9 +141,13 @@ def test_secrets_reach_a_job_only_when_named(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("REDLINE_DATASET_TAG", "nightly")
     env = job_env([])
     assert env["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000" and env["HF_HUB_OFFLINE"] == "1"
     assert "HF_TOKEN" not in env and "OPENAI_API_KEY" not in env
-    assert job_env(["HF_TOKEN"])["HF_TOKEN"] == "hf_secret"
+    assert job_env(["REDLINE_DATASET_TAG"])["REDLINE_DATASET_TAG"] == "nightly"
+    for name in ("HF_TOKEN", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD"):
+        with pytest.raises(RedlineError, match=f"looks like a secret.*--secret {name}"):
+            job_env([name])
     with pytest.raises(RedlineError, match="no such variable"):
         job_env(["NOT_SET_ANYWHERE_123"])
