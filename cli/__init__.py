@@ -43,8 +43,20 @@ app.add_typer(run_app, name="run")
 app.add_typer(train_app, name="train")
 
 
+def _print_version(show: bool) -> None:
+    if show:
+        import ray
+
+        from redline import __version__
+
+        print(f"redline {__version__} (ray {ray.__version__}, python {sys.version.split()[0]})")
+        raise typer.Exit()
+
+
 @app.callback()
-def _global(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details.")] = False) -> None:
+def _global(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details.")] = False,
+            version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                                  help="Print redline's version and exit.")] = False) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("REDLINE_VERBOSE", "1" if verbose else "0")
 

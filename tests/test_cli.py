@@ -206,6 +206,11 @@ def test_examples_validate(tmp_path):
 
 
 def test_ray_cluster_yaml_passes_the_launcher_schema():
+    """Ray's own cluster-config schema, and what makes `ray up` boot redline: one pinned image (this
+    version's tag, never `latest`), a pinned AMI, an instance profile on every node for S3, and
+    nothing installed from a moving branch."""
+    import tomllib
+
     from ray.autoscaler._private.util import prepare_config, validate_config
 
     config = yaml.safe_load((REPO / "ray_cluster.yaml").read_text())
@@ -213,30 +218,61 @@ def test_ray_cluster_yaml_passes_the_launcher_schema():
     types = config["available_node_types"]
     gpu = [t for t in types.values() if t.get("resources", {}).get("GPU")]
     assert config["provider"]["type"] == "aws" and gpu and config["head_node_type"] in types
-    assert any("redline" in cmd for cmd in config["setup_commands"])
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    image = config["docker"]["image"]
+    assert image.rsplit(":", 1)[1].startswith(version) and config["docker"]["pull_before_run"] is True
+    assert any("--shm-size" in o for o in config["docker"]["run_options"])
+    for node_type in types.values():
+        assert node_type["node_config"]["ImageId"].startswith("ami-")
+        assert node_type["node_config"]["IamInstanceProfile"]["Arn"].startswith("arn:aws:iam::")
+    commands = " ".join(config["setup_commands"] + config.get("head_setup_commands", [])
+                        + config.get("worker_setup_commands", []))
+    assert "pip install" not in commands and "git+" not in commands
     broken = yaml.safe_load((REPO / "ray_cluster.yaml").read_text())
     broken["available_node_types"]["gpu.g5.xlarge"]["min_workers"] = "two"
     with pytest.raises(Exception, match="is not of type 'integer'"):
         validate_config(prepare_config(broken))
 
 
-def _check_ray_cluster_spec(spec: dict) -> None:
+def _containers(spec: dict) -> list[tuple[dict, dict]]:
+    """(pod spec, its first container) of the head and every worker group."""
+    pods = [spec["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"] for g in spec["workerGroupSpecs"]]
+    return [(pod, pod["containers"][0]) for pod in pods]
+
+
+def _check_ray_cluster_spec(spec: dict, accounts: set[str]) -> None:
     """What KubeRay's v1 CRDs require of a cluster spec (headGroupSpec.template; every worker group's
-    groupName, min/max replicas, rayStartParams and template), with string-valued rayStartParams."""
+    groupName, min/max replicas, rayStartParams and template, string-valued rayStartParams), and what a
+    real cluster needs: a service account for workload identity, secrets only by reference (and
+    optional, so a pipeline that needs none runs without them), GPU tolerations, a memory-backed
+    /dev/shm for the object store, requests equal to limits."""
     head = spec["headGroupSpec"]
-    assert all(isinstance(v, str) for v in head["rayStartParams"].values())
-    assert head["template"]["spec"]["containers"][0]["image"] and head["template"]["spec"]["containers"][0]["name"]
+    assert all(isinstance(v, str) for v in head["rayStartParams"].values()) and head["rayStartParams"]["num-cpus"] == "0"
     groups = spec["workerGroupSpecs"]
     for g in groups:
         assert isinstance(g["groupName"], str) and isinstance(g["rayStartParams"], dict)
         assert all(isinstance(g[k], int) for k in ("minReplicas", "maxReplicas", "replicas"))
         assert g["minReplicas"] <= g["replicas"] <= g["maxReplicas"]
-        assert g["template"]["spec"]["containers"][0]["image"]
     gpu = [g for g in groups if g["template"]["spec"]["containers"][0]["resources"]["limits"].get("nvidia.com/gpu")]
     assert gpu, "a GPU worker group"
-    for c in [head["template"]["spec"]["containers"][0]] + [g["template"]["spec"]["containers"][0] for g in groups]:
-        assert any("secretRef" in e for e in c.get("envFrom", [])), "S3 credentials from a secret"
-        assert not any(e.get("name", "").startswith("AWS_SECRET") and "value" in e for e in c.get("env", []))
+    for g in gpu:
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in g["template"]["spec"]["tolerations"]
+    for pod, c in _containers(spec):
+        assert c["image"] and c["name"] and pod["serviceAccountName"] in accounts
+        assert c["resources"]["requests"] == c["resources"]["limits"]
+        for e in c.get("env", []):
+            assert "value" not in e and e["valueFrom"]["secretKeyRef"]["optional"] is True
+        assert all(e["secretRef"]["optional"] is True for e in c.get("envFrom", []))
+        shm = next(m["name"] for m in c["volumeMounts"] if m["mountPath"] == "/dev/shm")
+        assert next(v for v in pod["volumes"] if v["name"] == shm)["emptyDir"]["medium"] == "Memory"
+
+
+def _groups_fit(spec: dict, asks: list[tuple[float, float]]) -> None:
+    """Every pool's actor fits one worker group's pod (KubeRay gives Ray the pod's limits)."""
+    sizes = [(float(c["resources"]["limits"]["cpu"]), float(c["resources"]["limits"].get("nvidia.com/gpu", 0)))
+             for _, c in _containers(spec)[1:]]
+    for cpus, gpus in asks:
+        assert any(cpus <= c and gpus <= g for c, g in sizes), (cpus, gpus, sizes)
 
 
 def test_kuberay_manifests_have_what_the_crds_require():
@@ -245,20 +281,34 @@ def test_kuberay_manifests_have_what_the_crds_require():
     from redline.cluster.config import validate_config
     from redline.pipelines import registry
 
-    config_map, job = yaml.safe_load_all((REPO / "cluster" / "kubernetes" / "rayjob.yaml").read_text())
-    assert config_map["kind"] == "ConfigMap" and job["apiVersion"] == "ray.io/v1" and job["kind"] == "RayJob"
-    assert job["metadata"]["name"] and isinstance(job["spec"]["shutdownAfterJobFinishes"], bool)
-    _check_ray_cluster_spec(job["spec"]["rayClusterSpec"])
+    docs = {d["kind"]: d for d in yaml.safe_load_all((REPO / "cluster" / "kubernetes" / "rayjob.yaml").read_text())}
+    config_map, job, account = docs["ConfigMap"], docs["RayJob"], docs["ServiceAccount"]
+    assert job["apiVersion"] == "ray.io/v1" and job["metadata"]["name"] and isinstance(
+        job["spec"]["shutdownAfterJobFinishes"], bool)
+    spec = job["spec"]["rayClusterSpec"]
+    assert spec["enableInTreeAutoscaling"] is True
+    _check_ray_cluster_spec(spec, {account["metadata"]["name"]})
     argv = shlex.split(job["spec"]["entrypoint"])  # a registered pipeline, with a config that validates
     entry = next(e for e in registry.entries() if list(e.command) == argv[1:3])
-    mount = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]
+    mount = next(m for m in spec["headGroupSpec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+                 if m["name"] == "config")
     assert argv[argv.index("--config") + 1] == f"{mount['mountPath']}/config.yaml"
-    validate_config(registry.pipeline(entry.name).config, yaml.safe_load(config_map["data"]["config.yaml"]))
+    config = validate_config(registry.pipeline(entry.name).config, yaml.safe_load(config_map["data"]["config.yaml"]))
+    _groups_fit(spec, [(d.num_cpus, d.num_gpus) for d in config.detectors])
     env = yaml.safe_load(job["spec"]["runtimeEnvYAML"])["env_vars"]
     assert env["REDLINE_PROGRESS"] == "lines"  # a job's log gets plain lines, never a live bar that prints nothing
-    cluster = yaml.safe_load((REPO / "cluster" / "kubernetes" / "raycluster.yaml").read_text())
-    assert cluster["apiVersion"] == "ray.io/v1" and cluster["kind"] == "RayCluster"
-    _check_ray_cluster_spec(cluster["spec"])
+    assert not any(jobs_secret_like(k) for k in env)
+    cluster_docs = {d["kind"]: d for d in yaml.safe_load_all(
+        (REPO / "cluster" / "kubernetes" / "raycluster.yaml").read_text())}
+    cluster = cluster_docs["RayCluster"]
+    assert cluster["apiVersion"] == "ray.io/v1"
+    _check_ray_cluster_spec(cluster["spec"], {cluster_docs["ServiceAccount"]["metadata"]["name"]})
+
+
+def jobs_secret_like(name: str) -> bool:
+    from redline.cluster.jobs import SECRET_LIKE
+
+    return bool(SECRET_LIKE.search(name))
 
 
 def test_the_eta_leaves_the_start_up_out(monkeypatch):
@@ -322,3 +372,11 @@ def test_ray_noise_never_reaches_the_user(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "core_worker.cc" not in proc.stderr and "graceful_shutdown" not in proc.stderr + proc.stdout
     assert "scoring with 1 detector(s): 2/2 (100%) rows" in proc.stderr  # the plain progress line is kept
+
+
+def test_version_names_redline_ray_and_python(capsys):
+    from redline import __version__
+
+    assert main(["--version"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"redline {__version__} (ray 2.") and "python 3." in line

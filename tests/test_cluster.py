@@ -64,7 +64,8 @@ class Cluster:
         self.gcs, self.dashboard = free_port(), free_port()
         self.address = f"http://127.0.0.1:{self.dashboard}"
         self.env = {**os.environ, **aws, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}",
-                    "RAY_AUTH_MODE": "disabled", "REDLINE_PROGRESS": "0", SECRET_NAME: SECRET_VALUE}
+                    "RAY_AUTH_MODE": "disabled", "REDLINE_PROGRESS": "0", SECRET_NAME: SECRET_VALUE,
+                    "REDLINE_QUIET_RAY": "1"}  # the jobs' drivers filter Ray's noise, as for a user
         self.env.pop("RAY_ADDRESS", None)
         self.home = Path(f"/home/{WORKER_USER}") / f"node-{self.gcs}"
         self.head = self.worker = None
@@ -435,3 +436,48 @@ def test_a_secret_lives_on_the_nodes_and_never_in_the_jobs_api(cluster, s3_input
     assert job_id in listing and SECRET_NAME in listing  # the name travels, as the job's metadata
     assert SECRET_VALUE not in listing and SECRET_VALUE not in logs.stdout + logs.stderr + done.stdout
     print(f"/api/jobs/ ({len(listing):,} bytes) and the job's logs ({len(logs.stdout):,} bytes): no secret value")
+
+
+def test_the_rayjob_runs_as_rendered_and_logs_plain_progress(cluster, s3_inputs, tmp_path, davidson,
+                                                              tiny_binary_model):
+    """What KubeRay would run on the RayJob's head — its entrypoint, its runtime environment, its
+    ConfigMap mounted where the entrypoint reads it — with the manifest's one edit (the bucket), on
+    the two-node cluster. The one change for this machine: no GPU, and a 2-CPU worker node, so the
+    model detector asks for half a CPU instead of a GPU and four CPUs."""
+    import pandas as pd
+    from ray.job_submission import JobSubmissionClient
+
+    from redline.cluster.artifacts import upload_dir
+
+    docs = {d["kind"]: d for d in yaml.safe_load_all(
+        (Path(__file__).resolve().parents[1] / "cluster" / "kubernetes" / "rayjob.yaml").read_text())}
+    spec = docs["RayJob"]["spec"]
+    mount = next(m for m in spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+                 if m["name"] == "config")
+    config = yaml.safe_load(docs["ConfigMap"]["data"]["config.yaml"].replace("EDIT-bucket", BUCKET))
+    for detector in config["detectors"]:
+        if detector.pop("num_gpus", 0):
+            detector["num_cpus"] = 0.5
+    mounted = tmp_path / "etc-redline"
+    mounted.mkdir()
+    (mounted / "config.yaml").write_text(yaml.safe_dump(config))
+    mounted.chmod(0o755)
+    s3().put_object(Bucket=BUCKET, Key="data/labeled_data.csv",
+                    Body=pd.read_csv(davidson).head(1500).to_csv(index=False).encode())
+    upload_dir(tiny_binary_model, f"s3://{BUCKET}/models/toxic-bert")
+    entrypoint = spec["entrypoint"].split("#")[0].strip().replace(mount["mountPath"], str(mounted))
+    env = yaml.safe_load(spec["runtimeEnvYAML"])["env_vars"]
+    jobs = JobSubmissionClient(cluster.address)
+    job_id = jobs.submit_job(entrypoint=entrypoint, runtime_env={"env_vars": env})
+    deadline = time.time() + 600
+    while str(jobs.get_job_status(job_id)) not in ("SUCCEEDED", "FAILED", "STOPPED") and time.time() < deadline:
+        time.sleep(2)
+    logs = jobs.get_job_logs(job_id)
+    assert str(jobs.get_job_status(job_id)) == "SUCCEEDED", logs[-4000:]
+    lines = [ln for ln in logs.splitlines() if ln.strip()]
+    assert any(" done in " in ln and "rows/s" in ln for ln in lines), logs  # plain progress lines
+    assert "\r" not in logs and "\x1b" not in logs, "no live bar, no terminal escapes in a pod's log"
+    assert "core_worker.cc" not in logs and "Traceback" not in logs, logs[-3000:]  # no Ray noise
+    manifests = [k for k in s3_keys("redline-runs/") if k.endswith("/manifest.json")]
+    assert len(manifests) == 1 and json.loads(read_s3(manifests[0]))["counts"]["rows_out"] == 3000
+    print("\n".join(["$ kubectl logs -l job-name=redline-score"] + lines[-12:]))

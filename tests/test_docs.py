@@ -90,9 +90,10 @@ HOW: dict[str, tuple[str, str]] = {
         "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "HEAD is the user's head node"),
     "redline submit score --config examples/score_davidson.yaml --address http://HEAD:8265": (
         "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "HEAD is the user's head node"),
-    "kubectl create secret generic redline-s3 --from-literal=AWS_ACCESS_KEY_ID=... "
-    "--from-literal=AWS_SECRET_ACCESS_KEY=... --from-literal=AWS_DEFAULT_REGION=us-east-1": (
-        "tests/test_cli.py::test_kuberay_manifests_have_what_the_crds_require", "no Kubernetes cluster here"),
+    "kubectl create secret generic redline-api-keys --from-literal=OPENAI_API_KEY=...": (
+        "tests/test_cluster.py::test_the_rayjob_runs_as_rendered_and_logs_plain_progress", "no Kubernetes cluster here"),
+    "kubectl logs -f -l job-name=redline-score": (
+        "tests/test_cluster.py::test_the_rayjob_runs_as_rendered_and_logs_plain_progress", "no Kubernetes cluster here"),
     "kubectl apply -f cluster/kubernetes/rayjob.yaml": (
         "tests/test_cli.py::test_kuberay_manifests_have_what_the_crds_require", "no Kubernetes cluster here"),
     "kubectl get rayjob redline-score -w": (
