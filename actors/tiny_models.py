@@ -47,7 +47,9 @@ def train_wordpiece_tokenizer(texts: Sequence[str], vocab_size: int = 4000, mode
     normalizer, pre_tokenizer = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
     bpe = Tokenizer(models.BPE(unk_token="[UNK]"))
     bpe.normalizer, bpe.pre_tokenizer = normalizer, pre_tokenizer
-    bpe.train_from_iterator(texts, trainer=trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS))
+    # show_progress=False: off a terminal its bars print only blank lines
+    bpe.train_from_iterator(texts, trainer=trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                                               show_progress=False))
     pieces: Counter[str] = Counter()
     for text in texts:
         for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text)):
@@ -192,7 +194,7 @@ def train_bpe_tokenizer(texts: Sequence[str], vocab_size: int = 2000, model_max_
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<pad>", "<s>", "</s>", "<unk>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(texts, trainer=trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
                                    unk_token="<unk>", model_max_length=model_max_length)
@@ -231,6 +233,9 @@ def build_tiny_causal_lm(texts: Sequence[str], out_dir: str | Path, *, chat_temp
                         n_head=2, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                         pad_token_id=tokenizer.pad_token_id)
     model = GPT2LMHeadModel(config)
+    # transformers finds the loss by class name, which "GPT2LMHeadModel" does not carry: without this
+    # it warns on the first training step (and uses this very loss)
+    model.loss_type = "ForCausalLM"
     lines = [t + tokenizer.eos_token for t in texts]
 
     def batches():

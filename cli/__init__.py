@@ -67,7 +67,8 @@ __all__ = ["app", "main", "listing", "quickstart", "runs", "serving", "train", "
 
 
 def _stop_on_signal(signum: int, _: Any) -> None:
-    """SIGTERM (a stopped Ray job, `kill`) ends the run like Ctrl-C does: recorded in its manifest."""
+    """SIGTERM (a stopped Ray job, `kill`) ends the run like Ctrl-C does: recorded in its manifest.
+    (`ray.init` installs the same handler of its own in a driver.)"""
     raise SystemExit(signum)
 
 
@@ -124,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err_console.print("interrupted; rerun the same command to resume")
         return 130
+    except SystemExit as stop:
+        if stop.code == signal.SIGTERM:  # the log's last line says why it ends, and how to go on
+            print("stopped by SIGTERM; rerun the same command to resume", file=sys.stderr, flush=True)
+        raise
     except Exception as err:  # noqa: BLE001
         user = unwrap_user_error(err)
         if user is not None:  # a mistake the user can fix: one line (Ray may append its own), exit 2

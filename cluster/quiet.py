@@ -1,8 +1,8 @@
 """Ray's own noise kept off the user's terminal on the happy path (with `-v` everything shows).
 
-Two messages Ray prints on every run are known to be harmless here: the C++ warning that Ray Data's
-actors get their constructor arguments from the object store (the map function itself, put there by
-Ray Data), and the retry notice of Serve's controller as it shuts down. The first is written by
+Messages Ray prints are known to be harmless here: the C++ warning that Ray Data's actors get their
+constructor arguments from the object store (the map function itself, put there by Ray Data), the
+retry notice of Serve's controller as it shuts down, and the stack dump of a stop signal. The first is written by
 Ray's C++ core straight to file descriptor 2, so stderr is read through a pipe that drops exactly
 those lines; the second comes through Ray's driver-side printer, which is wrapped the same way.
 Everything else passes through unchanged.
@@ -21,11 +21,16 @@ NOISE = re.compile(
     r"|Set ray log level from environment variable"
 )
 
+# A stopped run (`redline stop`, a pod's SIGTERM) ends with a clear line; the C++ core's failure
+# handler would first print a stack dump of the signal, twice. Crash signals (SIGSEGV, ...) keep theirs.
+STOP_DUMP = re.compile(r"\*\*\* SIG(TERM|INT) received at time=")
+DUMP_FRAME = re.compile(r"^(\[[^]]*\] logging\.cc:\d+: )?(PC: @|\s+@ )")
+
 _installed = False
 
 
 def _pump(source: int, target: int) -> None:
-    pending = b""
+    pending, in_dump = b"", False
     while True:
         try:
             chunk = os.read(source, 65536)
@@ -37,7 +42,12 @@ def _pump(source: int, target: int) -> None:
             return
         pending += chunk
         *lines, pending = pending.split(b"\n")
-        kept = [ln for ln in lines if not NOISE.search(ln.decode("utf-8", "replace"))]
+        kept = []
+        for line in lines:
+            text = line.decode("utf-8", "replace")
+            in_dump = bool(STOP_DUMP.search(text)) or (in_dump and bool(DUMP_FRAME.match(text)))
+            if not in_dump and not NOISE.search(text):
+                kept.append(line)
         if kept:
             os.write(target, b"\n".join(kept) + b"\n")
 

@@ -23,8 +23,7 @@ from redline.actors.detectors import DetectorConfig, build_detector
 from redline.actors.dialogue_safety import classifiers as C
 from redline.actors.dialogue_safety.taxonomy import category, taxonomy
 from redline.actors.trainer import TrainSettings
-from redline.cluster import storage
-from redline.cluster.artifacts import local_output
+from redline.cluster import artifacts, storage
 from redline.cluster.config import Execution, Input, Result, RunConfig, Strict
 from redline.cluster.devices import PRECISION_HELP, Precision
 from redline.cluster.progress import progress_bar
@@ -218,19 +217,29 @@ def execute(config: DialogueSafetyTrainConfig, run: Run, watch: Stopwatch, verbo
                               tune_root: str = tune_root) -> tuple[dict[str, Any], list[dict[str, Any]]]:
                     return train_as_trials(train, val, targets, chosen, config.base_model, trial_settings, with_context,
                                            config.patience, resources, grid, tune_root)  # type: ignore[arg-type]
-            # Models are written here (a local directory, uploaded when the run directory is on s3://).
-            with local_output(run.dir.path("models", variant)) as out:
-                training[variant], trials[variant] = C.train_variant(
-                    "single" if variant == "single" else "one-vs-all", train, val, chosen, config.base_model, out,
-                    settings, with_context=with_context, patience=config.patience, train_targets=as_trials,
-                    progress=advance)
+            models = run.dir.path("models", variant)
+            done = run.manifest.setdefault("trained", {}).get(variant)
+            if done is not None and artifacts.exists(storage.join(models, C.META_FILE)):
+                # a resumed run: this variant's classifiers were trained and saved before it stopped
+                training[variant], trials[variant] = done["training"], done["trials"]
+                advance((1 if variant == "single" else len(chosen)) * config.epochs * len(train))
+            else:
+                # Models are written here (a local directory, uploaded when the run directory is on s3://).
+                with artifacts.local_output(models) as out:
+                    training[variant], trials[variant] = C.train_variant(
+                        "single" if variant == "single" else "one-vs-all", train, val, chosen, config.base_model, out,
+                        settings, with_context=with_context, patience=config.patience, train_targets=as_trials,
+                        progress=advance)
+                run.manifest["trained"][variant] = {"training": training[variant], "trials": trials[variant]}
+                run.dir.write_manifest(run.manifest)
                 watch.lap(f"train_{variant}_s")
-                classifiers = C.ContextClassifiers(out, batch_size=64, max_length=config.max_length,
-                                                   precision=config.precision, num_gpus=config.num_gpus)
-                for split in eval_splits:
-                    fine[split][variant], coarse = _scores(classifiers, rows[split], chosen)
-                    coarse_rows.append({"model": variant, "split": split,
-                                        "input": "context + response" if with_context else "response", **coarse})
+            classifiers = C.ContextClassifiers(artifacts.local_path(models), batch_size=64,
+                                               max_length=config.max_length, precision=config.precision,
+                                               num_gpus=config.num_gpus)
+            for split in eval_splits:
+                fine[split][variant], coarse = _scores(classifiers, rows[split], chosen)
+                coarse_rows.append({"model": variant, "split": split,
+                                    "input": "context + response" if with_context else "response", **coarse})
     for det_cfg in config.utterance_detectors:
         det = build_detector(det_cfg)
         for split in eval_splits:

@@ -156,6 +156,9 @@ def start(config: ServeConfig, *, config_file: str | None = None, verbose: bool 
     ensure_ray(verbose=verbose)
     import ray
 
+    # the driver's own Serve logger ("Started Serve in namespace ...") speaks at INFO, logging_config
+    # below sets only the replicas' and the controller's
+    logging.getLogger("ray.serve").setLevel(logging.INFO if verbose else logging.WARNING)
     try:
         serve.start(proxy_location=config.proxy_location, http_options=http_options(config),
                     logging_config={"enable_access_log": verbose, "log_level": "INFO" if verbose else "WARNING"})

@@ -380,3 +380,27 @@ def test_version_names_redline_ray_and_python(capsys):
     assert main(["--version"]) == 0
     line = capsys.readouterr().out.strip()
     assert line.startswith(f"redline {__version__} (ray 2.") and "python 3." in line
+
+
+def test_a_stop_signals_stack_dump_is_filtered_and_everything_else_passes():
+    """What Ray's C++ failure handler printed when `redline stop` sent SIGTERM (two copies), between
+    lines that must pass, and a crash's dump, which must pass too."""
+    from redline.cluster import quiet
+
+    dump = ("*** SIGTERM received at time=1795624656 on cpu 1 ***\n"
+            "PC: @     0x7f0ad42ed545  (unknown)  clock_nanosleep\n"
+            "    @     0x7f0ad425a050  211700360  (unknown)\n"
+            "    @ ... and at least 8 more frames\n"
+            "[2026-11-25 16:37:36,615 E 1398 1398] logging.cc:474: *** SIGTERM received at time=1795624656 on cpu 1 ***\n"
+            "[2026-11-25 16:37:36,615 E 1398 1398] logging.cc:474: PC: @     0x7f0ad42ed545  (unknown)  clock_nanosleep\n"
+            "[2026-11-25 16:37:36,615 E 1398 1398] logging.cc:474:     @ ... and at least 8 more frames\n")
+    crash = "*** SIGSEGV received at time=1 on cpu 0 ***\nPC: @     0x1  (unknown)  f\n"
+    source = ("scoring: 10/20 rows\n" + dump + "stopped by SIGTERM; rerun the same command to resume\n" + crash)
+    read_in, write_in = os.pipe()
+    read_out, write_out = os.pipe()
+    os.write(write_in, source.encode())
+    os.close(write_in)
+    quiet._pump(read_in, write_out)
+    os.close(write_out)
+    assert os.read(read_out, 1 << 16).decode() == (
+        "scoring: 10/20 rows\nstopped by SIGTERM; rerun the same command to resume\n" + crash)

@@ -290,6 +290,41 @@ def test_categories_and_a_hyperparameter_grid_train_as_tune_trials(tmp_path, tin
 
 
 @pytest.mark.slow
+def test_a_stopped_training_resumes_without_retraining_finished_variants(tmp_path, tiny_binary_model, monkeypatch):
+    """The run stops while training its second variant; rerun, it trains only that one and reports both."""
+    from redline.actors.dialogue_safety import classifiers as C
+    from redline.cluster.config import validate_config
+    from redline.pipelines.diasafety_train import DialogueSafetyTrainConfig, run_dialogue_safety_training
+
+    cfg = validate_config(DialogueSafetyTrainConfig, {
+        "train": str(shared_file(SHARED_DATA / "diasafety" / "train.json")),
+        "val": str(SHARED_DATA / "diasafety" / "val.json"), "base_model": str(tiny_binary_model), "limit_train": 200,
+        "limit_val": 80, "epochs": 1, "max_length": 48, "learning_rate": 1e-3, "batch_size": 32,
+        "categories": ["Offending User", "Risk Ignorance"], "variants": ["single", "one_vs_all"],
+        "output": str(tmp_path), "run_name": "stopped"})
+    trained: list[str] = []
+    real = C.train_variant
+
+    def stops_on_the_second(kind, *args, **kwargs):
+        trained.append(kind)
+        if len(trained) == 2:
+            raise KeyboardInterrupt
+        return real(kind, *args, **kwargs)
+
+    monkeypatch.setattr(C, "train_variant", stops_on_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        run_dialogue_safety_training(cfg)
+    stopped = json.loads((tmp_path / "stopped" / "manifest.json").read_text())
+    assert stopped["state"] == "failed" and list(stopped["trained"]) == ["single"]
+
+    trained.clear()
+    monkeypatch.setattr(C, "train_variant", lambda kind, *a, **k: (trained.append(kind), real(kind, *a, **k))[1])
+    result = run_dialogue_safety_training(cfg)
+    assert trained == ["one-vs-all"]  # the single classifier was not trained again
+    assert {r["model"] for r in result.summary} == {"single", "one_vs_all"}
+    assert result.manifest["training"]["single"] == stopped["trained"]["single"]["training"]
+
+
 def test_a_safety_card_runs_all_three_parts_and_links_them(trained, tiny_causal_lm, tiny_binary_model, tmp_path):
     from redline.cluster.config import validate_config
     from redline.cluster.runs import RunDir
