@@ -247,7 +247,8 @@ def _check_ray_cluster_spec(spec: dict, accounts: set[str]) -> None:
     optional, so a pipeline that needs none runs without them), GPU tolerations, a memory-backed
     /dev/shm for the object store, requests equal to limits."""
     head = spec["headGroupSpec"]
-    assert all(isinstance(v, str) for v in head["rayStartParams"].values()) and head["rayStartParams"]["num-cpus"] == "0"
+    assert all(isinstance(v, str) for v in head["rayStartParams"].values())
+    assert head["rayStartParams"]["num-cpus"] == "0"
     groups = spec["workerGroupSpecs"]
     for g in groups:
         assert isinstance(g["groupName"], str) and isinstance(g["rayStartParams"], dict)
@@ -256,7 +257,8 @@ def _check_ray_cluster_spec(spec: dict, accounts: set[str]) -> None:
     gpu = [g for g in groups if g["template"]["spec"]["containers"][0]["resources"]["limits"].get("nvidia.com/gpu")]
     assert gpu, "a GPU worker group"
     for g in gpu:
-        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in g["template"]["spec"]["tolerations"]
+        toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+        assert toleration in g["template"]["spec"]["tolerations"]
     for pod, c in _containers(spec):
         assert c["image"] and c["name"] and pod["serviceAccountName"] in accounts
         assert c["resources"]["requests"] == c["resources"]["limits"]
@@ -391,9 +393,10 @@ def test_a_stop_signals_stack_dump_is_filtered_and_everything_else_passes():
             "PC: @     0x7f0ad42ed545  (unknown)  clock_nanosleep\n"
             "    @     0x7f0ad425a050  211700360  (unknown)\n"
             "    @ ... and at least 8 more frames\n"
-            "[2026-11-25 16:37:36,615 E 1398 1398] logging.cc:474: *** SIGTERM received at time=1795624656 on cpu 1 ***\n"
-            "[2026-11-25 16:37:36,615 E 1398 1398] logging.cc:474: PC: @     0x7f0ad42ed545  (unknown)  clock_nanosleep\n"
-            "[2026-11-25 16:37:36,615 E 1398 1398] logging.cc:474:     @ ... and at least 8 more frames\n")
+            "[2026-11-25 16:37:36,615 E 1398 1398] logging.cc:474: *** SIGTERM received at time=1795624656 on cpu 1 "
+            "***\n[2026-11-25 16:37:36,615 E 1398 1398] logging.cc:474: PC: @     0x7f0ad42ed545  (unknown)  "
+            "clock_nanosleep\n[2026-11-25 16:37:36,615 E 1398 1398] logging.cc:474:     @ ... and at least 8 more "
+            "frames\n")
     crash = "*** SIGSEGV received at time=1 on cpu 0 ***\nPC: @     0x1  (unknown)  f\n"
     source = ("scoring: 10/20 rows\n" + dump + "stopped by SIGTERM; rerun the same command to resume\n" + crash)
     read_in, write_in = os.pipe()

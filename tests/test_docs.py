@@ -24,6 +24,8 @@ from conftest import REPO, SHARED_DATA, VENV_BIN, shared_file, wait_for_port
 RUN = "run here"  # executed as written by test_documented_commands_run_as_written
 COMMAND = re.compile(r"^(?:\.venv/bin/)?(?:redline|curl|ray|kubectl|\./setup\.sh|export|REDLINE_\w+=\S+ redline)\b")
 
+RENDERED_RAYJOB = "tests/test_cluster.py::test_the_rayjob_runs_as_rendered_and_logs_plain_progress"
+NO_K8S = "no Kubernetes cluster here"
 HOW: dict[str, tuple[str, str]] = {
     # (where it runs, why not here when it runs elsewhere)
     "./setup.sh && .venv/bin/redline quickstart": ("tests/test_cli.py::test_quickstart_main_job_is_the_taebench_chain",
@@ -90,10 +92,8 @@ HOW: dict[str, tuple[str, str]] = {
         "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "HEAD is the user's head node"),
     "redline submit score --config examples/score_davidson.yaml --address http://HEAD:8265": (
         "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "HEAD is the user's head node"),
-    "kubectl create secret generic redline-api-keys --from-literal=OPENAI_API_KEY=...": (
-        "tests/test_cluster.py::test_the_rayjob_runs_as_rendered_and_logs_plain_progress", "no Kubernetes cluster here"),
-    "kubectl logs -f -l job-name=redline-score": (
-        "tests/test_cluster.py::test_the_rayjob_runs_as_rendered_and_logs_plain_progress", "no Kubernetes cluster here"),
+    "kubectl create secret generic redline-api-keys --from-literal=OPENAI_API_KEY=...": (RENDERED_RAYJOB, NO_K8S),
+    "kubectl logs -f -l job-name=redline-score": (RENDERED_RAYJOB, NO_K8S),
     "kubectl apply -f cluster/kubernetes/rayjob.yaml": (
         "tests/test_cli.py::test_kuberay_manifests_have_what_the_crds_require", "no Kubernetes cluster here"),
     "kubectl get rayjob redline-score -w": (
