@@ -47,5 +47,14 @@ def of(uris: Any) -> dict[str, dict[str, Any]]:
 
 
 def changed_inputs(before: dict[str, dict[str, Any]], now: dict[str, dict[str, Any]]) -> list[str]:
-    """Inputs whose fingerprint differs from the one recorded (inputs a run did not record are new)."""
-    return [u for u, fp in now.items() if u in before and before[u] != fp]
+    """Inputs whose fingerprint differs from the one recorded (inputs a run did not record are new).
+    One this node cannot see but that was recorded where it was read (a corpus on the workers' disk)
+    is checked there, when it is read again."""
+    return [u for u, fp in now.items() if u in before and before[u] != fp
+            and not (fp.get("missing") and not before[u].get("missing"))]
+
+
+def merged(before: dict[str, dict[str, Any]], now: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """`now`, keeping what was recorded where this node sees nothing (see `changed_inputs`)."""
+    return {u: before[u] if fp.get("missing") and u in before and not before[u].get("missing") else fp
+            for u, fp in now.items()}

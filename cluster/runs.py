@@ -188,7 +188,8 @@ def _open(run: RunDir, previous: dict[str, Any] | None, pipeline: str, config: B
         return Run(run, previous, reused=True)
     manifest: dict[str, Any] = previous or {}
     manifest.update(pipeline=pipeline, run_name=name, state="running", run_uri=run.uri,
-                    config=config.model_dump(mode="json"), config_hash=key, inputs=inputs_now,
+                    config=config.model_dump(mode="json"), config_hash=key,
+                    inputs=fingerprints.merged((previous or {}).get("inputs") or {}, inputs_now),
                     versions=storage.package_versions(), started_at=manifest.get("started_at") or storage.now_iso(),
                     attempts=int(manifest.get("attempts", 0)) + 1)
     manifest.pop("error", None)

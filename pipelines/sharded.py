@@ -7,11 +7,12 @@ counts a part written before a crash from its file. The actors that write the pa
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from redline.cluster import storage
+from redline.cluster import fingerprints, storage
 from redline.cluster.runs import Run
 from redline.errors import RedlineError
 from redline.pipelines import aggregates as A
@@ -36,7 +37,10 @@ def prepare_inputs(run: Run, build: Callable[[], pa.Table], shard_size: int,
     if n_shards is not None and per_shard is not None and len(per_shard) == n_shards:
         if len(storage.list_files(run.dir.path(INPUT_DIR), ".parquet")) == n_shards:
             return list(per_shard)
-    args = (run.dir.uri, n_shards, build, shard_size, counts, rows)
+    # inputs the driver cannot see (a corpus on the workers' disk): fingerprinted where they are read
+    unseen = {uri: fp for uri, fp in (manifest.get("inputs") or {}).items()
+              if not storage.is_s3(uri) and not Path(uri).expanduser().exists()}
+    args = (run.dir.uri, n_shards, build, shard_size, counts, rows, unseen)
     if on_worker:
         import ray
 
@@ -49,6 +53,7 @@ def prepare_inputs(run: Run, build: Callable[[], pa.Table], shard_size: int,
     else:
         written = write_inputs(*args)
     manifest["input_shards"], manifest["input_rows"] = len(written["rows"]), written["rows"]
+    manifest.setdefault("inputs", {}).update(written.get("inputs") or {})
     if written["counts"] is not None:
         manifest["counts"] = written["counts"]
     run.dir.write_manifest(manifest)
@@ -56,19 +61,27 @@ def prepare_inputs(run: Run, build: Callable[[], pa.Table], shard_size: int,
 
 
 def write_inputs(run_uri: str, n_shards: int | None, build: Callable[[], pa.Table], shard_size: int,
-                 counts: Callable[[pa.Table], dict[str, Any]], rows: Callable[[pa.Table], int]) -> dict[str, Any]:
+                 counts: Callable[[pa.Table], dict[str, Any]], rows: Callable[[pa.Table], int],
+                 unseen: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The input shards of a run: read back when an earlier attempt wrote all `n_shards`, else built
     and written now (the same rows in the same shard on every attempt, so a retried task rewrites
-    the same files). Returns the rows per shard and, when built, `counts(table)`."""
+    the same files). Returns the rows per shard, when built `counts(table)`, and the fingerprints
+    of the `unseen` inputs (the driver's node cannot see them) taken here, refusing one that changed
+    since an earlier attempt recorded it."""
     check_visible(run_uri)
     parts = storage.list_files(storage.join(run_uri, INPUT_DIR), ".parquet")
     if n_shards is not None and len(parts) == n_shards:
         return {"rows": [rows(storage.read_parquet(p)) for p in parts], "counts": None}
+    now = fingerprints.of(unseen or {})
+    changed = [uri for uri, fp in (unseen or {}).items() if not fp.get("missing") and now[uri] != fp]
+    if changed:
+        raise RedlineError(f"input {changed[0]} changed since this run read it; pass --force to redo the run "
+                           "(or restore the input)")
     table = build()
     shards = [table.slice(i, shard_size) for i in range(0, table.num_rows, shard_size)]
     for i, shard in enumerate(shards):
         storage.write_parquet(shard, storage.join(run_uri, INPUT_DIR, part_name(i)))
-    return {"rows": [rows(s) for s in shards], "counts": counts(table)}
+    return {"rows": [rows(s) for s in shards], "counts": counts(table), "inputs": now}
 
 
 def check_visible(run_uri: str) -> None:

@@ -289,6 +289,26 @@ def test_every_pipeline_on_two_nodes_from_s3(cluster, s3_inputs, tmp_path):
         "run_name": "egregious"}, "egregious")
     assert {r["list"] for r in manifest("egregious")["summary"]} == {"mal", "random"}
 
+    # the safety card: its three parts (the guard under transfer attack, DiaSafety, triggers) as runs
+    # of their own on the cluster, every input on S3
+    cluster.submit("eval", {
+        "model": {"name": "tiny-gpt2", "kind": "hf", "model": f"{s3u}/models/tiny-gpt2", "num_cpus": 0.5},
+        "guard": {"name": "guard", "kind": "profanity-check", "num_cpus": 0.5},
+        "guard_attack": {"attack": {"corpus": sample, "recipes": ["deepwordbug"], "goals": ["tae", "bae"],
+                                    "max_seeds": 8, "num_cpus": 0.5},
+                         "taebench": {"grammar": None, "classifier": tiny_bert}},
+        "dialogue": {"diasafety": {"contexts": f"{s3u}/data/ds-val.json",
+                                   "classifiers": f"{runs}/ds-train/models/one_vs_all", "max_contexts_per_category": 2,
+                                   "responses_per_context": 1, "max_tokens": 6,
+                                   "num_cpus": 0.5}},
+        "triggers": {"egregious": {"lists": [{"name": "mal", "limit": 2}], "searches": ["o-sample-avg"],
+                                   "trigger_length": 3, "top_g": 10, "restarts": 1, "max_sweeps": 2, "num_cpus": 1},
+                     "threshold_pairs": {"path": f"{s3u}/data/ds-val.json", "limit": 30}},
+        "output": runs, "run_name": "card"}, "card")
+    m = manifest("card")
+    assert m["state"] == "complete" and set(m["parts"]) == {"attack", "taebench", "transfer", "diasafety", "triggers"}
+    assert all(manifest(uri[len(runs) + 1:])["state"] == "complete" for uri in m["parts"].values())
+
     # advtrain: Tune trials on the worker node, checkpoints on S3; the job is stopped after the first
     # checkpoint and the resubmitted job resumes the sweep from S3 instead of starting over
     advtrain = {"taebench": f"{runs}/taebench", "base_model": f"{s3u}/models/tiny-bert",
@@ -388,6 +408,7 @@ def test_the_driver_never_reads_the_corpus_and_a_stopped_driver_resumes(cluster,
     cluster.submit("score", config, "stopped")
     m = manifest("stopped")
     assert m["state"] == "complete" and m["counts"]["rows_in"] == 3000 and m["resumed_shards"] >= 2
+    assert "sha256_edges" in m["inputs"][str(corpus)]  # fingerprinted on the worker that read it
     assert_every_row_once("stopped", 3000)
 
 

@@ -370,3 +370,37 @@ def test_an_actor_writes_its_shard_and_a_retried_shard_is_written_and_counted_on
         shard_host.pending(run, "out", 9, 1)
 
 
+
+
+def test_an_input_only_the_workers_see_is_fingerprinted_where_it_is_read(tmp_path):
+    """The driver's node sees nothing at the corpus path: the worker that reads it records its
+    fingerprint, the driver keeps that record on resume, and a corpus changed since is refused when a
+    worker reads it again."""
+    import shutil
+
+    import pyarrow as pa
+
+    from redline.cluster import fingerprints
+    from redline.errors import RedlineError
+    from redline.pipelines import sharded
+
+    corpus, run = tmp_path / "worker-disk" / "c.csv", tmp_path / "run"
+    corpus.parent.mkdir()
+    corpus.write_text("text\nyou idiot\n")
+    run.mkdir()
+    (run / "manifest.json").write_text("{}")
+
+    def build() -> pa.Table:
+        return pa.table({"id": ["0"], "text": ["you idiot"]})
+
+    out = sharded.write_inputs(str(run), None, build, 10, lambda t: {}, len, {str(corpus): {"missing": True}})
+    recorded = out["inputs"][str(corpus)]
+    assert out["rows"] == [1] and "sha256_edges" in recorded
+    # back on the driver, which sees nothing there: not "changed", and the worker's record is kept
+    driver_view = {str(corpus): {"missing": True}}
+    assert fingerprints.changed_inputs({str(corpus): recorded}, driver_view) == []
+    assert fingerprints.merged({str(corpus): recorded}, driver_view) == {str(corpus): recorded}
+    corpus.write_text("text\nhave a nice day\n")
+    shutil.rmtree(run / "input")  # the shards were not all written: the corpus is read again
+    with pytest.raises(RedlineError, match="changed since this run read it"):
+        sharded.write_inputs(str(run), None, build, 10, lambda t: {}, len, {str(corpus): recorded})
