@@ -18,13 +18,14 @@ from redline.errors import RedlineError
 
 UPDATES_BEFORE_REFUSING = 3
 STALE_S = 120.0  # a status older than this is from an autoscaler that no longer runs
+REPORT_WAIT_S = 15.0
 
 
 @dataclass(frozen=True)
 class Status:
-    """One autoscaler update, as it reports it in the cluster's key-value store."""
+    """One autoscaler update, as the cluster reports it."""
 
-    time: float
+    update: float  # which update: its time (v1) or the autoscaler's state version (v2)
     launching: int  # nodes asked of the cloud and not up yet
     pending: frozenset[str]  # nodes launched and still starting
 
@@ -32,15 +33,34 @@ class Status:
         return self.launching > 0 or bool(self.pending - before.pending)
 
 
-def status() -> Status | None:
-    """The autoscaler's latest update, or None where the cluster runs none that launches nodes: a local
-    or plain `ray start` cluster runs a read-only one, which names each node's type after the node."""
+class Unreported(Exception):
+    """The cluster's autoscaler has not reported yet (a cluster that has just started)."""
+
+
+def status(wait_s: float = REPORT_WAIT_S) -> Status | None:
+    """The autoscaler's latest update, or None where the cluster runs none that launches nodes; on a
+    cluster that has just started, its first report is awaited for up to `wait_s`."""
+    from ray.autoscaler.v2.utils import is_autoscaler_v2
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return _status_v2() if is_autoscaler_v2(fetch_from_server=True) else _status_v1()
+        except Unreported:
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(1.0)
+
+
+def _status_v1() -> Status | None:
+    """Ray's first autoscaler reports each update in the key-value store. A local or plain `ray start`
+    cluster runs a read-only one, which names each node's type after the node."""
     from ray._private import ray_constants
     from ray.experimental.internal_kv import _internal_kv_get
 
     raw = _internal_kv_get(ray_constants.DEBUG_AUTOSCALING_STATUS)
     if not raw:
-        return None
+        raise Unreported
     try:
         data = json.loads(raw)
     except ValueError:
@@ -52,8 +72,25 @@ def status() -> Status | None:
     types = report.get("node_type_mapping") or {}
     if not types or all(kind == f"node_{node}" for node, kind in types.items()):
         return None
-    return Status(time=at, launching=sum((report.get("pending_launches") or {}).values()),
+    return Status(update=at, launching=sum((report.get("pending_launches") or {}).values()),
                   pending=frozenset(str(n[0]) for n in report.get("pending_nodes") or []))
+
+
+def _status_v2() -> Status | None:
+    """Ray's second autoscaler reports its state to the cluster's control service; its version counts
+    the updates (0: none has reported yet)."""
+    from ray._raylet import GcsClient
+    from ray.core.generated.autoscaler_pb2 import GetClusterStatusReply
+    from ray.experimental.internal_kv import internal_kv_get_gcs_client
+
+    reply = GetClusterStatusReply()
+    reply.ParseFromString(GcsClient(internal_kv_get_gcs_client().address).get_cluster_status())
+    state = reply.autoscaling_state
+    if not state.autoscaler_state_version:
+        raise Unreported
+    return Status(update=float(state.autoscaler_state_version),
+                  launching=sum(r.count for r in state.pending_instance_requests),
+                  pending=frozenset(i.instance_id for i in state.pending_instances))
 
 
 def _say(line: str) -> None:
@@ -72,12 +109,12 @@ def wait_for_node(what: str, short: str, bundle: dict[str, float], fits: Callabl
     since = time.time()
     stamp = datetime.fromtimestamp(since).strftime("%H:%M:%S")
     request_resources(bundles=[{k: v for k, v in bundle.items() if v}])
-    last_said, updates, last_time, launched = 0.0, 0, first.time, False
+    last_said, updates, last_update, launched = 0.0, 0, first.update, False
     try:
         while not fits():
-            now = status()
-            if now is not None and now.time != last_time and now.time > since:
-                last_time, updates = now.time, updates + 1
+            now = status(wait_s=0)
+            if now is not None and now.update != last_update:
+                last_update, updates = now.update, updates + 1
                 launched = launched or now.launched_since(first)
             if updates >= UPDATES_BEFORE_REFUSING and not launched:
                 raise RedlineError(f"{what} asks for {short}, and the cluster's autoscaler adds no node for it "

@@ -230,13 +230,14 @@ def map_inputs(config: BaseModel, change: Callable[[str], str]) -> BaseModel:
 
 
 def input_uris(config: BaseModel) -> list[str]:
-    """Every s3:// URI or existing local path a config names in an input field (hub ids and model
-    names of remote APIs are not files and are left out)."""
+    """Every s3:// URI, existing local path or absolute path a config names in an input field (hub ids
+    and model names of remote APIs are not files and are left out; an absolute path this node does not
+    see may be on the workers' disk, where it is fingerprinted when read)."""
     found: list[str] = []
     for value in input_values(config):
         if value.startswith("s3://"):
             found.append(value)
-        elif Path(value).expanduser().exists():
+        elif Path(value).expanduser().exists() or value.startswith(("/", "~")):
             found.append(str(Path(value).expanduser().absolute()))
     return list(dict.fromkeys(found))
 

@@ -126,6 +126,8 @@ def check_secrets(jobs: Any, names: list[str], address: str) -> None:
         time.sleep(0.5)
     logs = jobs.get_job_logs(job_id) if status in ("SUCCEEDED", "FAILED") else ""
     try:
+        if status not in ("SUCCEEDED", "FAILED", "STOPPED"):
+            jobs.stop_job(job_id)
         jobs.delete_job(job_id)
     except (RuntimeError, ValueError):
         pass

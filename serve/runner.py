@@ -315,6 +315,7 @@ def _connect(address: str) -> None:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     except (ConnectionError, TimeoutError, RuntimeError) as err:
         raise RedlineError(f"cannot connect to the Ray cluster at {address}: {err}") from None
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)  # "Deleting app ..." is Serve's INFO
 
 
 def probe(url: str, timeout: float = 3.0) -> dict[str, Any] | str:

@@ -110,3 +110,37 @@ def test_a_request_waits_for_the_autoscaler_and_one_no_node_type_holds_is_refuse
     assert len(error) == 1 and "num_cpus 8" in error[0] and "autoscaler adds no node for it" in error[0], refused.stderr
     assert "Traceback" not in refused.stderr
     assert time.monotonic() - started < 90
+
+
+def test_the_second_autoscalers_state_is_read_from_the_control_service(monkeypatch):
+    """Ray's second autoscaler (RAY_enable_autoscaler_v2) reports to the cluster's control service,
+    not the key-value store. Its fake provider cannot start from Ray's wheel (the provider's default
+    config is not shipped), so its reply is built here, with Ray's own message type."""
+    import ray._raylet
+    import ray.experimental.internal_kv as kv
+    from ray.core.generated.autoscaler_pb2 import GetClusterStatusReply
+
+    from redline.cluster import autoscaling
+
+    reply = GetClusterStatusReply()
+    reply.autoscaling_state.autoscaler_state_version = 7
+    reply.autoscaling_state.pending_instance_requests.add(ray_node_type_name="gpu", count=2)
+    reply.autoscaling_state.pending_instances.add(instance_id="i-1", ray_node_type_name="gpu")
+
+    class Gcs:
+        address = "127.0.0.1:1"
+
+        def __init__(self, address: str = "") -> None:
+            pass
+
+        def get_cluster_status(self) -> bytes:
+            return reply.SerializeToString()
+
+    monkeypatch.setattr(ray._raylet, "GcsClient", Gcs)
+    monkeypatch.setattr(kv, "internal_kv_get_gcs_client", lambda: Gcs())
+    seen = autoscaling._status_v2()
+    assert seen == autoscaling.Status(update=7.0, launching=2, pending=frozenset({"i-1"}))
+    assert seen.launched_since(autoscaling.Status(update=6.0, launching=0, pending=frozenset()))
+    reply.autoscaling_state.autoscaler_state_version = 0  # none has reported yet: awaited, then none
+    with pytest.raises(autoscaling.Unreported):
+        autoscaling._status_v2()
