@@ -13,6 +13,7 @@ import logging
 import random
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from redline.actors.hf_loading import save_model
 from redline.errors import RedlineError
@@ -200,6 +201,16 @@ def train_bpe_tokenizer(texts: Sequence[str], vocab_size: int = 2000, model_max_
                                    unk_token="<unk>", model_max_length=model_max_length)
 
 
+def _gpt2(config: Any) -> Any:
+    from transformers import GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(config)
+    # transformers finds the loss by class name, which "GPT2LMHeadModel" does not carry: without this
+    # it warns on the first training step (and uses this very loss)
+    model.loss_type = "ForCausalLM"
+    return model
+
+
 def _train_lm(model, batches, epochs: int, learning_rate: float) -> None:
     import torch
 
@@ -220,7 +231,7 @@ def build_tiny_causal_lm(texts: Sequence[str], out_dir: str | Path, *, chat_temp
     """Train and save a tiny GPT-2 (DialoGPT-style: turns end with the EOS token) on `texts`,
     loadable by AutoModelForCausalLM; `chat_template` is stored with the tokenizer when given."""
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import GPT2Config
 
     if not texts:
         raise RedlineError("tiny causal LM: need some texts")
@@ -232,10 +243,7 @@ def build_tiny_causal_lm(texts: Sequence[str], out_dir: str | Path, *, chat_temp
     config = GPT2Config(vocab_size=len(tokenizer), n_positions=max_length * 2, n_embd=hidden_size, n_layer=num_layers,
                         n_head=2, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                         pad_token_id=tokenizer.pad_token_id)
-    model = GPT2LMHeadModel(config)
-    # transformers finds the loss by class name, which "GPT2LMHeadModel" does not carry: without this
-    # it warns on the first training step (and uses this very loss)
-    model.loss_type = "ForCausalLM"
+    model = _gpt2(config)
     lines = [t + tokenizer.eos_token for t in texts]
 
     def batches():
@@ -292,7 +300,7 @@ def build_tiny_judge_lm(texts: Sequence[str], labels: Sequence[int], template: s
     or " No": trained on the answer token only, so it works as an LLM judge behind the OpenAI API
     without any download. A stand-in for a real LLM in the quickstart, served by the same code."""
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import GPT2Config
 
     if len(texts) != len(labels) or not texts:
         raise RedlineError("tiny judge: need the same, non-zero number of texts and labels")
@@ -305,7 +313,7 @@ def build_tiny_judge_lm(texts: Sequence[str], labels: Sequence[int], template: s
     config = GPT2Config(vocab_size=len(tokenizer), n_positions=max(longest * 2, 256), n_embd=hidden_size,
                         n_layer=num_layers, n_head=2, bos_token_id=tokenizer.bos_token_id,
                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    model = GPT2LMHeadModel(config)
+    model = _gpt2(config)
     tokenizer.padding_side = "left"
     answers = [" Yes" if y else " No" for y in labels]
 
