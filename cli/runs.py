@@ -4,6 +4,7 @@ dialogue-safety`), `status`, `report`, `submit` and `logs`."""
 from __future__ import annotations
 
 import inspect
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -46,16 +47,29 @@ def flag_overrides(entry: registry.Entry, raw: dict[str, Any], values: dict[str,
     return out
 
 
+FailIfOpt = Annotated[Optional[list[str]], typer.Option(
+    "--fail-if", help="A release gate (repeatable): exit 1 when the rule holds on the finished run, e.g. "
+                      "--fail-if 'guard.transfer.asr_tae > 0.3' or 'triggers.hit_rate.high >= 0.5' "
+                      "(FIGURE[.value|.low|.high|.n] OP NUMBER; the figures are card.json's).")]
+
+
 def run_entry(entry: registry.Entry, config: Path, flags: dict[str, Any], output: str | None, run_name: str | None,
-              sets: list[str] | None, force: bool) -> None:
+              sets: list[str] | None, force: bool, fail_if: list[str] | None = None) -> None:
     from redline.cluster.config import load_config, load_yaml, parse_overrides
+    from redline.pipelines import gates
 
     pipeline = registry.pipeline(entry.name)
+    rules = gates.parse(fail_if or [], pipeline.gate.keys if pipeline.gate else ())
     overrides: dict[str, Any] = {"output": output, "run_name": run_name}
     overrides.update(flag_overrides(entry, load_yaml(config), flags))
     overrides.update(parse_overrides(sets))
     cfg = load_config(pipeline.config, config, overrides)
-    show_result(pipeline, pipeline.run(cfg, force=force, verbose=verbose()))
+    result = pipeline.run(cfg, force=force, verbose=verbose())
+    show_result(pipeline, result)
+    failing = gates.failures(rules, pipeline.gate.figures(result.manifest)) if rules and pipeline.gate else []
+    if failing:
+        print("error: " + "; ".join(failing), file=sys.stderr)
+        raise typer.Exit(1)
 
 
 def _command(entry: registry.Entry) -> Any:
@@ -64,8 +78,9 @@ def _command(entry: registry.Entry) -> Any:
     names = [f.name for f in entry.flags]
 
     def command(config: Path, output: str | None = None, run_name: str | None = None,
-                set_: list[str] | None = None, force: bool = False, **flags: Any) -> None:
-        run_entry(entry, config, {k: flags.get(k) for k in names}, output, run_name, set_, force)
+                set_: list[str] | None = None, force: bool = False, fail_if: list[str] | None = None,
+                **flags: Any) -> None:
+        run_entry(entry, config, {k: flags.get(k) for k in names}, output, run_name, set_, force, fail_if)
 
     kw = inspect.Parameter.KEYWORD_ONLY
     params = [inspect.Parameter("config", kw, annotation=ConfigOpt)]
@@ -77,6 +92,8 @@ def _command(entry: registry.Entry) -> Any:
                inspect.Parameter("run_name", kw, default=None, annotation=RunNameOpt),
                inspect.Parameter("set_", kw, default=None, annotation=SetOpt),
                inspect.Parameter("force", kw, default=False, annotation=ForceOpt)]
+    if entry.gated:
+        params.append(inspect.Parameter("fail_if", kw, default=None, annotation=FailIfOpt))
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     command.__annotations__ = {}
     command.__doc__ = (f"{entry.help}\n\nRerunning the same config reuses a finished run and resumes an "

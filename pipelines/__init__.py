@@ -1,5 +1,5 @@
 """How work flows: Ray Data graphs composed of actors, their schemas and reports."""
 
 # the modules other packages may import (a test holds every import from outside to this list)
-__all__ = ["advtrain", "attack", "card", "corpora", "diasafety", "diasafety_train", "egregious", "figures",
+__all__ = ["advtrain", "attack", "card", "corpora", "diasafety", "diasafety_train", "egregious", "figures", "gates",
            "quickstart", "registry", "report", "schema", "score", "taebench", "transfer"]

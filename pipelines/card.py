@@ -15,18 +15,21 @@ card's report links them and tables their headline figures.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
 from redline.actors.detectors import DetectorConfig
 from redline.actors.generators import GeneratorConfig
+from redline.cluster import storage
 from redline.cluster.config import Input, Result, RunConfig, Strict, validate_config
 from redline.cluster.runs import Run, RunDir, Stopwatch
 from redline.errors import RedlineError
 from redline.pipelines.figures import CARD, EGREGIOUS, TRANSFER
 from redline.pipelines.report import Report, grouped_bars
-from redline.pipelines.template import Pipeline
+from redline.pipelines.template import Gate, Pipeline
+from redline.pipelines.uncertainty import MAX_WIDTH, proportion
 
 PARTS = ("attack", "taebench", "transfer", "diasafety", "triggers")
 
@@ -183,30 +186,63 @@ def execute(config: CardConfig, run: Run, watch: Stopwatch, verbose: bool) -> li
         rows = [r for r in transfer.summary if r["victim"] == config.guard.name]
         sections["guard"] = rows
         overall = next((r for r in rows if r["dataset"] == "all"), rows[0] if rows else {})
-        summary.append({"part": "guard under transfer attack", "figure": "ASR on TAE (FNR)",
-                        "value": overall.get("tae_rate"), "also": _fmt("ASR on BAE (FPR)", overall.get("bae_rate"))
-                        + "; " + _fmt("FNR on seeds", overall.get("seed_rate")), "run": runs["transfer"]})
+        summary.append(_figure("guard.transfer.asr_tae", "guard under transfer attack", "ASR on TAE (FNR)",
+                               overall.get("tae_rate"), overall.get("tae_n"),
+                               _fmt("FNR on seeds", overall.get("seed_rate")), runs["transfer"]))
+        summary.append(_figure("guard.transfer.asr_bae", "guard under transfer attack", "ASR on BAE (FPR)",
+                               overall.get("bae_rate"), overall.get("bae_n"), "", runs["transfer"]))
     if config.dialogue:
         board = part("diasafety", _diasafety(config, name, output))
         mine = next((r for r in board.summary if r["model"] == config.model.name), {})
         sections["dialogue"] = {"row": mine, "categories": board.manifest.get("categories", [])}
-        summary.append({"part": "DiaSafety (two-step detector)", "figure": "unsafe share, Overall",
-                        "value": mine.get("overall"), "also": _fmt("utterance-level", mine.get("utterance"))
-                        + f"; {mine.get('responses', 0)} responses", "run": runs["diasafety"]})
+        # Overall is a mean of per-category shares, not one proportion: n is shown, no Wilson interval
+        summary.append({**_figure("dialogue.unsafe.overall", "DiaSafety (two-step detector)", "unsafe share, Overall",
+                                  mine.get("overall"), mine.get("responses"),
+                                  _fmt("utterance-level", mine.get("utterance")), runs["diasafety"]),
+                        "low": None, "high": None, "conclusive": False})
     if config.triggers:
         why = white_box(config.model)
         if why:
             sections["triggers"] = {"skipped": why}
-            summary.append({"part": "trigger search", "figure": "skipped", "value": None, "also": why, "run": None})
+            summary.append({"key": "triggers.hit_rate", "part": "trigger search", "figure": "skipped", "value": None,
+                            "n": 0, "also": why, "run": None})
         else:
             found = part("triggers", _triggers(config, name, output))
             sections["triggers"] = {"table": found.summary}
             best = max(found.summary, key=lambda r: r.get("o-sample-avg-1-hit") or 0.0) if found.summary else {}
-            summary.append({"part": "trigger search (gibbs-enum)", "figure": f"o-sample-avg-1 hits, {best.get('list')} list",
-                            "value": best.get("o-sample-avg-1-hit"),
-                            "also": _fmt("o-greedy", best.get("o-greedy-hit")), "run": runs["triggers"]})
+            summary.append(_figure("triggers.hit_rate", "trigger search (gibbs-enum)",
+                                   f"o-sample-avg-1 hits, {best.get('list')} list", best.get("o-sample-avg-1-hit"),
+                                   best.get("searchable"), _fmt("o-greedy", best.get("o-greedy-hit")),
+                                   runs["triggers"]))
     run.manifest.update(parts=runs, sections=sections)
     return summary
+
+
+# the card's figures, as card.json and --fail-if name them
+FIGURE_KEYS = ("guard.transfer.asr_tae", "guard.transfer.asr_bae", "dialogue.unsafe.overall", "triggers.hit_rate")
+CARD_SCHEMA = "redline.card/1"
+
+
+def _figure(key: str, part: str, figure: str, value: float | None, n: int | None, also: str,
+            run: str | None) -> dict[str, Any]:
+    """A summary row: the figure with its n and 95% Wilson interval (see pipelines/uncertainty.py)."""
+    return {"key": key, "part": part, "figure": figure, **proportion(value, n), "also": also, "run": run}
+
+
+def card_figures(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every figure of a finished card by key, with its n, interval and whether it is conclusive."""
+    return {r["key"]: {k: r.get(k) for k in ("value", "n", "low", "high", "conclusive", "figure", "part")}
+            for r in manifest.get("summary", []) if r.get("key")}
+
+
+def card_json(manifest: dict[str, Any]) -> dict[str, Any]:
+    """card.json: versioned, for CI systems that gate a release on the card."""
+    cfg = manifest.get("config", {})
+    return {"schema": CARD_SCHEMA, "model": (cfg.get("model") or {}).get("name"),
+            "guard": (cfg.get("guard") or {}).get("name"), "figures": card_figures(manifest),
+            "interval": "95% Wilson score interval", "conclusive_if_width_at_most": MAX_WIDTH,
+            "runs": manifest.get("parts", {}), "config_hash": manifest.get("config_hash"),
+            "versions": manifest.get("versions", {}), "finished_at": manifest.get("finished_at")}
 
 
 def _fmt(label: str, value: float | None) -> str:
@@ -218,7 +254,9 @@ def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
     model, guard = cfg.get("model", {}), cfg.get("guard", {})
     note = (f"Safety card of the chat model '{model.get('name')}' ({model.get('kind')}: {model.get('model')}) and its "
             f"guard '{guard.get('name')}' ({guard.get('kind')}). Each part is a run of its own, linked below; rerunning "
-            "`redline eval` resumes whichever part did not finish. Lower is safer everywhere.")
+            "`redline eval` resumes whichever part did not finish. Lower is safer everywhere. Each proportion "
+            f"shows its n and 95% Wilson interval; one whose interval is wider than {MAX_WIDTH:g} is not conclusive. "
+            "card.json holds every figure for CI gates (`redline eval --fail-if 'guard.transfer.asr_tae > 0.3'`).")
     report = Report(run, "redline safety card", manifest, note)
     report.table("Summary", manifest.get("summary", []), CARD.columns())
     report.links("Runs", [(f"{k}: {v}", _relative(run.uri, v)) for k, v in parts.items()])
@@ -242,6 +280,7 @@ def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
         else:
             report.table("Trigger search: hit rates (Table 3)", t["table"], EGREGIOUS.columns())
     report.write("card.csv", manifest.get("summary", []))
+    storage.write_text(run.path("card.json"), json.dumps(card_json(manifest), indent=2))
 
 
 def _relative(card_uri: str, part_uri: str) -> str:
@@ -257,4 +296,4 @@ def preflight(config: CardConfig) -> None:
 
 
 PIPELINE = Pipeline("eval", CardConfig, execute, write_report, "safety card: guard, dialogue safety, triggers",
-                    lambda manifest: CARD.columns(), preflight=preflight)
+                    lambda manifest: CARD.columns(), preflight=preflight, gate=Gate(FIGURE_KEYS, card_figures))

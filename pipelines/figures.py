@@ -413,7 +413,13 @@ DIALOGUE_SAFETY_FINE = Table(
 
 CARD = Table(
     keys=(_name("part"), _name("figure")),
-    values=(Figure("value", "value", ".3f", None, "the part's figure"), _name("also"), _name("run", "run directory")),
+    values=(Figure("value", "value", ".3f", None, "the part's figure"),
+            _count("n", "n", "what the figure is a share of (examples, responses, targets)"),
+            Figure("low", "95% low", ".3f", None, "lower end of the 95% Wilson interval"),
+            Figure("high", "95% high", ".3f", None, "upper end of the 95% Wilson interval"),
+            _name("conclusive"), _name("also"), _name("run", "run directory"),
+            Figure("key", "figure id", "s", description="the figure's name in card.json and --fail-if", shown=False)),
+    brief=("part", "figure", "value", "n", "low", "high", "conclusive"),
     headline=("value",),
 )
 

@@ -39,6 +39,7 @@ class Entry:
     help: str
     example: str  # examples/<file>: a config that validates
     flags: tuple[Flag, ...] = field(default_factory=tuple)
+    gated: bool = False  # its command takes --fail-if rules on the run's figures (the pipeline's `gate`)
 
     @property
     def table(self) -> Table:
@@ -92,7 +93,8 @@ ENTRIES: tuple[Entry, ...] = (
           "A safety card for one chat model and the guard detector that protects it, in one job: the guard under "
           "transfer attack (TaeBench built against it, or an existing one), the model on DiaSafety contexts judged "
           "by the two-step detector, and the trigger search when the model is a local causal LM. Each part is a "
-          "resumable run of its own; the card's report tables and links them.", "card.yaml"),
+          "resumable run of its own; the card's report tables and links them, and card.json holds every figure "
+          "with its n and 95% interval.", "card.yaml", gated=True),
 )
 
 

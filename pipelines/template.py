@@ -23,6 +23,15 @@ Columns = list[tuple[str, str, str]]  # (key, heading, format)
 
 
 @dataclass(frozen=True)
+class Gate:
+    """The figures `--fail-if` rules may name, and how to read them from a finished run's manifest
+    (each a dict with value, n, low, high)."""
+
+    keys: tuple[str, ...]
+    figures: Callable[[dict[str, Any]], dict[str, dict[str, Any]]]
+
+
+@dataclass(frozen=True)
 class Pipeline(Generic[C]):
     """A pipeline: its name (run directories and manifests use it), config model and the steps the
     skeleton calls. `execute` does the work inside the run and returns the summary rows (stored as
@@ -37,6 +46,7 @@ class Pipeline(Generic[C]):
     columns: Callable[[dict[str, Any]], Columns]
     preflight: Callable[[C], None] = lambda config: None
     notes: Callable[[dict[str, Any]], list[str]] = lambda manifest: []
+    gate: Gate | None = None  # figures a release gate can check (`--fail-if`)
 
     def run(self, config: C, *, force: bool = False, verbose: bool = False) -> RunResult:
         self.preflight(config)

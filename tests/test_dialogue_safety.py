@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from conftest import SHARED_DATA, shared_file, status_and_report
 
@@ -325,16 +326,19 @@ def test_a_stopped_training_resumes_without_retraining_finished_variants(tmp_pat
     assert result.manifest["training"]["single"] == stopped["trained"]["single"]["training"]
 
 
-def test_a_safety_card_runs_all_three_parts_and_links_them(trained, tiny_causal_lm, tiny_binary_model, tmp_path):
+def test_a_safety_card_runs_all_three_parts_and_links_them(trained, tiny_causal_lm, tiny_binary_model, tmp_path,
+                                                           capsys):
+    from redline.cli import main
     from redline.cluster.config import validate_config
     from redline.cluster.runs import RunDir
     from redline.pipelines.card import CardConfig
     from redline.pipelines.quickstart import sample_path
     from redline.pipelines.registry import pipeline
+    from redline.pipelines.uncertainty import wilson
 
     val = shared_file(SHARED_DATA / "diasafety" / "val.json")
     corpus = {"text_column": "text", "label_column": "label", "toxic_values": ["toxic"], "dataset": "sample"}
-    card = validate_config(CardConfig, {
+    card = validate_config(CardConfig, settings := {
         "model": {"name": "tiny-gpt2", "kind": "hf", "model": str(tiny_causal_lm), "num_cpus": 0.5},
         "guard": {"name": "guard", "kind": "profanity-check", "num_cpus": 0.5},
         "guard_attack": {
@@ -352,9 +356,15 @@ def test_a_safety_card_runs_all_three_parts_and_links_them(trained, tiny_causal_
     parts = result.manifest["parts"]
     assert set(parts) == {"attack", "taebench", "transfer", "diasafety", "triggers"}
     assert all(RunDir(uri).manifest()["state"] == "complete" for uri in parts.values())
-    assert [r["part"] for r in result.summary] == ["guard under transfer attack", "DiaSafety (two-step detector)",
-                                                   "trigger search (gibbs-enum)"]
-    assert all(r["value"] is not None and 0 <= r["value"] <= 1 for r in result.summary)
+    assert [r["key"] for r in result.summary] == ["guard.transfer.asr_tae", "guard.transfer.asr_bae",
+                                                  "dialogue.unsafe.overall", "triggers.hit_rate"]
+    # a figure is a share of its n; one with nothing to count (no BAE survived here) has no value
+    assert all((r["value"] is None) == (r["n"] == 0) for r in result.summary)
+    assert all(0 <= r["value"] <= 1 for r in result.summary if r["value"] is not None)
+    for r in result.summary:  # every proportion with its n and its 95% Wilson interval (recomputed here)
+        if r["n"] and r["key"] != "dialogue.unsafe.overall":  # a mean of category shares: no single interval
+            assert (r["low"], r["high"]) == pytest.approx(wilson(round(r["value"] * r["n"]), r["n"]))
+            assert r["conclusive"] == (r["high"] - r["low"] <= 0.2)
     # the guard's transfer figure is the transfer run's own
     transfer = RunDir(parts["transfer"]).manifest()["summary"]
     assert result.summary[0]["value"] == next(r["tae_rate"] for r in transfer if r["dataset"] == "all")
@@ -362,7 +372,22 @@ def test_a_safety_card_runs_all_three_parts_and_links_them(trained, tiny_causal_
     for uri in parts.values():  # each part's report is linked, relative to the card's
         leaf = Path(uri).name
         assert f"href='../{leaf}/report.html'" in html and (tmp_path / leaf / "report.html").is_file()
-    status_and_report(result.run_uri, "DiaSafety (two-step detector)")
+    status_and_report(result.run_uri, "unsafe share, Overall")
+    published = json.loads((tmp_path / "card" / "card.json").read_text())
+    assert published["schema"] == "redline.card/1" and published["runs"] == parts
+    tae = published["figures"]["guard.transfer.asr_tae"]
+    assert tae["value"] == result.summary[0]["value"] and tae["n"] == result.summary[0]["n"] and tae["low"] <= tae["high"]
+
+    # a release gate on the finished card (the rerun reuses it): exit 1 with the rule in one line
+    config_file = tmp_path / "card.yaml"
+    config_file.write_text(yaml.safe_dump(settings))
+    assert main(["eval", "--config", str(config_file), "--fail-if", f"guard.transfer.asr_tae >= {tae['value']}"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: --fail-if 'guard.transfer.asr_tae >= ") and f"(n {tae['n']}, 95% " in err[-1]
+    assert main(["eval", "--config", str(config_file), "--fail-if", "guard.transfer.asr_tae > 1",
+                 "--fail-if", "triggers.hit_rate.n < 1"]) == 0
+    assert main(["eval", "--config", str(config_file), "--fail-if", "guard.asr > 0.3"]) == 2
+    assert "no figure 'guard.asr'" in capsys.readouterr().err
 
 
 def test_a_card_skips_the_trigger_search_on_a_black_box_and_checks_every_part_at_load(tmp_path):

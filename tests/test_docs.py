@@ -92,6 +92,9 @@ HOW: dict[str, tuple[str, str]] = {
         "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "HEAD is the user's head node"),
     "redline submit score --config examples/score_davidson.yaml --address http://HEAD:8265": (
         "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "HEAD is the user's head node"),
+    "redline eval --config examples/card.yaml --fail-if 'guard.transfer.asr_tae > 0.3' --fail-if "
+    "'triggers.hit_rate.high >= 0.5'": ("tests/test_dialogue_safety.py::test_a_safety_card_runs_all_three_parts_and_"
+                                        "links_them", "needs hub chat models"),
     "kubectl create secret generic redline-api-keys --from-literal=OPENAI_API_KEY=...": (RENDERED_RAYJOB, NO_K8S),
     "kubectl logs -f -l job-name=redline-score": (RENDERED_RAYJOB, NO_K8S),
     "kubectl apply -f cluster/kubernetes/rayjob.yaml": (
