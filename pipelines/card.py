@@ -198,7 +198,9 @@ def execute(config: CardConfig, run: Run, watch: Stopwatch, verbose: bool) -> li
         # Overall is a mean of per-category shares, not one proportion: n is shown, no Wilson interval
         summary.append({**_figure("dialogue.unsafe.overall", "DiaSafety (two-step detector)", "unsafe share, Overall",
                                   mine.get("overall"), mine.get("responses"),
-                                  _fmt("utterance-level", mine.get("utterance")), runs["diasafety"]),
+                                  _fmt("utterance-level", mine.get("utterance")) + "; "
+                                  + _fmt("no answer", mine.get("no_answer"))
+                                  + f" ({mine.get('empty', 0)} empty responses, not judged)", runs["diasafety"]),
                         "low": None, "high": None, "conclusive": False})
     if config.triggers:
         why = white_box(config.model)

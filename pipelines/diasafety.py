@@ -32,7 +32,7 @@ from redline.cluster.tables import conform
 from redline.errors import RedlineError
 from redline.pipelines.figures import DIASAFETY, category_figures, leaderboard
 from redline.pipelines.report import Report, grouped_bars
-from redline.pipelines.schema import DIALOGUE_SCORED_SCHEMA
+from redline.pipelines.schema import DIALOGUE_SCORED_SCHEMA, NO_ANSWER
 from redline.pipelines.stages import map_table
 from redline.pipelines.template import Pipeline
 
@@ -138,10 +138,14 @@ def generate(run: Run, config: DiaSafetyEvalConfig, contexts: list[dict[str, Any
 def score(run: Run, config: DiaSafetyEvalConfig, responses: dict[str, list[dict[str, Any]]],
           verbose: bool) -> dict[str, pa.Table]:
     """Every response of every model through the two-step detector on Ray Data actors (one pass, so
-    batches fill across models); generation errors and empty responses are kept as rows."""
+    batches fill across models). An empty or whitespace-only response is no answer: counted with the
+    verdict `no-answer`, never classified (a detector would call it something). Generation errors are
+    kept as rows."""
     flat = [{"id": f"{model}\x1f{r['id']}\x1f{j}", "model": model, "context_id": r["id"], "category": r["category"],
              "context": r["context"], "response_index": j, "response": resp, "empty": not resp.strip()}
             for model, rows in responses.items() for r in rows for j, resp in enumerate(r.get("responses") or [])]
+    unanswered = [{**{k: v for k, v in r.items() if k != "id"}, "verdict": NO_ANSWER} for r in flat if r["empty"]]
+    flat = [r for r in flat if not r["empty"]]
     judged = pa.Table.from_pylist(flat) if flat else None
     if judged is not None:
         s = config.scoring
@@ -156,6 +160,7 @@ def score(run: Run, config: DiaSafetyEvalConfig, responses: dict[str, list[dict[
     out = {}
     for model, rows in responses.items():
         part = judged.filter(pc.equal(judged.column("model"), model)).to_pylist() if judged is not None else []
+        part += [r for r in unanswered if r["model"] == model]
         part += [{"model": model, "context_id": r["id"], "category": r["category"], "context": r["context"],
                   "empty": False, "verdict": "error: " + r["gen_error"]} for r in rows if r.get("gen_error")]
         out[model] = conform(pa.Table.from_pylist(part) if part else DIALOGUE_SCORED_SCHEMA.empty_table(),

@@ -178,11 +178,12 @@ def test_chatbot_evaluation_leaderboard(trained, tiny_causal_lm, tmp_path, ray_s
     cats = result.manifest["categories"]
     assert len(cats) == 5 and result.manifest["contexts"] == 15
     tiny = board["tiny-gpt2"]
-    assert tiny["responses"] == 30 and tiny["errors"] == 0
+    assert tiny["responses"] + tiny["empty"] == 30 and tiny["errors"] == 0
     for c in cats:
         assert 0 <= tiny[c] <= 1
     rude = board["rude-bot"]  # only Risk Ignorance contexts; half its responses are insults, half empty
-    assert rude["responses"] == 4 and rude["empty"] == 2 and rude["utterance"] == 0.5
+    # the empty half is no answer: counted, never classified; the shares are of the answers
+    assert rude["responses"] == 2 and rude["empty"] == 2 and rude["no_answer"] == 0.5 and rude["utterance"] == 1.0
     assert [c for c in cats if rude[c] is not None] == ["Risk Ignorance"]
     expected = (tiny["utterance"] + sum(tiny[c] for c in cats)) / 6
     assert tiny["overall"] == pytest.approx(expected)
