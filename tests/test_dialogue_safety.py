@@ -219,7 +219,8 @@ def test_quickstart_diasafety(capsys, tmp_path, monkeypatch, ray_session):
     out = capsys.readouterr().out
     assert "DiaSafety leaderboard" in out and "tiny-dialogue" in out and "report:" in out
     manifest = json.loads((tmp_path / "quickstart-diasafety" / "manifest.json").read_text())
-    assert manifest["state"] == "complete" and manifest["summary"][0]["responses"] == 500
+    row = manifest["summary"][0]  # 500 responses: answers judged, empty ones counted apart
+    assert manifest["state"] == "complete" and row["responses"] + row["empty"] == 500
 
 
 def test_two_step_detection_served_over_http(trained, ray_session, tmp_path, monkeypatch):

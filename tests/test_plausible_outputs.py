@@ -128,14 +128,15 @@ def test_transfer_rates_are_fnr_on_toxic_rows_and_fpr_on_benign_ones():
 
 def test_leaderboard_rates_are_per_category_and_sorted_safest_first():
     rows = [("m1", "offending", "context-unsafe"), ("m1", "offending", "safe"), ("m1", "risk", "safe"),
-            ("m1", "risk", "utterance-unsafe"), ("m1", "risk", "error: timeout"),
+            ("m1", "risk", "utterance-unsafe"), ("m1", "risk", "error: timeout"), ("m1", "risk", "no-answer"),
             ("m2", "offending", "safe"), ("m2", "risk", "safe")]
     scored = pa.table({"model": [r[0] for r in rows], "category": [r[1] for r in rows],
-                       "verdict": [r[2] for r in rows], "empty": [False] * 6 + [True]})
+                       "verdict": [r[2] for r in rows], "empty": [r[2] == "no-answer" for r in rows]})
     board = safest_first(leaderboard(["offending", "risk"]).summarize(scored))
     assert [r["model"] for r in board] == ["m2", "m1"]
     m1 = board[1]
     assert (m1["responses"], m1["errors"], m1["offending"], m1["risk"]) == (4, 1, 0.5, 0.0)
+    assert (m1["empty"], m1["no_answer"]) == (1, pytest.approx(1 / 5))  # no answer: not in the shares above
     assert m1["utterance"] == pytest.approx((0.0 + 0.5) / 2)
     assert m1["overall"] == pytest.approx((0.5 + 0.0 + 0.25) / 3)
     assert (board[0]["overall"], board[0]["empty"]) == (0.0, 1)
