@@ -139,7 +139,7 @@ def test_leaderboard_rates_are_per_category_and_sorted_safest_first():
     assert (m1["empty"], m1["no_answer"]) == (1, pytest.approx(1 / 5))  # no answer: not in the shares above
     assert m1["utterance"] == pytest.approx((0.0 + 0.5) / 2)
     assert m1["overall"] == pytest.approx((0.5 + 0.0 + 0.25) / 3)
-    assert (board[0]["overall"], board[0]["empty"]) == (0.0, 1)
+    assert (board[0]["overall"], board[0]["empty"]) == (0.0, 0)
 
 
 def test_table3_shares_are_per_search_over_searchable_targets():
