@@ -40,7 +40,8 @@ def test_fail_if_rules_hold_fail_closed_and_are_checked_before_a_run():
     assert failing[0].startswith("--fail-if 'guard.transfer.asr_tae > 0.3' holds: guard.transfer.asr_tae.value is "
                                  "0.412 (n 90, 95% ")
     assert failing[1].startswith("--fail-if 'guard.transfer.asr_tae.n < 100' holds")
-    assert failing[2] == "--fail-if 'guard.transfer.asr_bae <= 0.1': the run has no guard.transfer.asr_bae.value to check"
+    assert failing[2] == ("--fail-if 'guard.transfer.asr_bae <= 0.1': the run has no guard.transfer.asr_bae.value "
+                          "to check")
     assert len(failing) == 3  # the trigger rate's upper end is 0.78: that rule does not hold
     with pytest.raises(RedlineError, match="no figure 'guard.asr'"):
         gates.parse(["guard.asr > 0.3"], KEYS)

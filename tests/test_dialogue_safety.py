@@ -378,7 +378,8 @@ def test_a_safety_card_runs_all_three_parts_and_links_them(trained, tiny_causal_
     published = json.loads((tmp_path / "card" / "card.json").read_text())
     assert published["schema"] == "redline.card/1" and published["runs"] == parts
     tae = published["figures"]["guard.transfer.asr_tae"]
-    assert tae["value"] == result.summary[0]["value"] and tae["n"] == result.summary[0]["n"] and tae["low"] <= tae["high"]
+    assert (tae["value"], tae["n"]) == (result.summary[0]["value"], result.summary[0]["n"])
+    assert tae["low"] <= tae["high"]
 
     # a release gate on the finished card (the rerun reuses it): exit 1 with the rule in one line
     config_file = tmp_path / "card.yaml"
