@@ -99,13 +99,15 @@ def check_placeable(what: str, num_cpus: float, num_gpus: float = 0.0) -> None:
 
     ensure_ray()
 
+    def alive() -> list[dict[str, float]]:
+        return [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+
     def fits() -> bool:
-        nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
-        return any(r.get("CPU", 0) + 1e-9 >= num_cpus and r.get("GPU", 0) + 1e-9 >= num_gpus for r in nodes)
+        return any(r.get("CPU", 0) + 1e-9 >= num_cpus and r.get("GPU", 0) + 1e-9 >= num_gpus for r in alive())
 
     if fits():
         return
-    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    nodes = alive()
     most_cpus = max((r.get("CPU", 0) for r in nodes), default=0)
     most_gpus = max((r.get("GPU", 0) for r in nodes), default=0)
     if num_gpus > most_gpus:

@@ -151,3 +151,15 @@ def test_a_job_carries_settings_never_secrets(monkeypatch):
             job_env([name])
     with pytest.raises(RedlineError, match="no such variable"):
         job_env(["NOT_SET_ANYWHERE_123"])
+
+
+def test_secret_names_are_variable_names_never_shell_words(tmp_path):
+    """--secret names travel to the cluster as words of the check job's command: each must be a
+    plain variable name, bounded, or the submit stops with one line before anything is sent."""
+    from redline.cluster.jobs import variable_name
+    from redline.errors import RedlineError
+
+    assert variable_name("OPENAI_API_KEY", "--secret") == "OPENAI_API_KEY"
+    for bad in ("KEY; rm -rf /", "$(id)", "A B", "1KEY", "", "K" * 129, "KEY=value", "../KEY"):
+        with pytest.raises(RedlineError, match="--secret expects an environment variable name"):
+            variable_name(bad, "--secret")
