@@ -65,13 +65,18 @@ def list_recipes() -> None:
         table.add_column(col, overflow="fold", min_width=20 if col == "needs" else None)
     rows = recipe_table()
     sources: dict[str, list[str]] = {}
+    models: dict[str, list[str]] = {}
     for r in rows:
         table.add_row(r["name"], *(r[c] for c in columns))
         if r["source"] != "–":
             sources.setdefault(r["source"], []).append(r["name"])
+        for note in r["models"].split("; ") if r["models"] != "–" else []:
+            models.setdefault(note, []).append(r["name"])
     console.print(table)
     for source, names in sources.items():
         console.print(f"settings from {source}: {', '.join(names)}", soft_wrap=True, highlight=False)
+    for note, names in models.items():
+        console.print(f"{note}: {', '.join(names)}", soft_wrap=True, highlight=False)
 
 
 @list_app.command("pipelines")

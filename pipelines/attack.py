@@ -96,8 +96,10 @@ def _shared_wordnet(config: AttackConfig) -> Any:
     """The driver's WordNet tables in Ray's object store when a recipe uses WordNet (actors on any
     node read them from there), else None."""
     from redline.actors.attack import resources as R
+    from redline.actors.attack.recipes import post_specs
 
-    if not any("wordnet" in {k for k, _ in o.recipe().transformation} for o in config.recipes):
+    kinds = {k for o in config.recipes for k, _ in (*o.recipe().transformation, *post_specs(o.recipe(), o))}
+    if not kinds & {"wordnet", "not-antonym"}:
         return None
     import ray
 

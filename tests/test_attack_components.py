@@ -264,12 +264,19 @@ def test_toxictrap_follows_qdata_settings():
     assert composite.transformation == (("char", {"ops": ("insert-space", "delete", "swap", "homoglyph"),
                                                   "per_op": 1}), ("embedding", {"k": 20}))
     assert composite.pre == (("no-repeat", {}), ("stopwords", {}), ("max-mod-rate", {"rate": 0.1, "min_words": 4}))
-    assert composite.post == (("pos-match", {}),) and "MultilabelACL23_recipe" in composite.source
+    # the paper's recipe table: the sentence encoder at 0.840845057, cosine, window 15, as TextAttack sets it
+    # (against the previous text, short texts skipped); WordNet antonyms barred from every swap
+    use = {"min_similarity": 0.840845057, "window": 15, "compare_against_original": False,
+           "skip_shorter_than_window": True}
+    assert composite.post == (("not-antonym", {}), ("pos-match", {}), ("sentence-similarity", {**use, "metric": "cosine"}))
+    assert "MultilabelACL23_recipe" in composite.source
     assert composite.search == ("genetic", {"population": 25, "iterations": 10})
     assert recipe("toxictrap-mlm-beam").search == ("beam", {"width": 3})
     assert recipe("toxictrap-embedding-unk").transformation == (("embedding", {"k": 20}),)
-    assert dict(recipe("toxictrap-wordnet-delete").post)["sentence-similarity"] == {
-        "min_similarity": 0.840845057, "metric": "angular", "window": 15}
+    for word_recipe in ("toxictrap-wordnet-delete", "toxictrap-mlm-beam", "toxictrap-embedding-unk"):
+        post = dict(recipe(word_recipe).post)
+        assert post["sentence-similarity"] == {**use, "metric": "angular"} and "not-antonym" in post
+    assert "not-antonym" not in dict(recipe("toxictrap-char-delete").post)  # character edits make no antonyms
     assert recipe("toxictrap-wordnet-wsaliency").name == "toxictrap-wordnet-weighted-saliency"
 
 
@@ -281,6 +288,26 @@ def test_gradient_ranking_needs_and_uses_a_white_box_victim(tiny_binary_model):
     assert imp.shape == (5,) and (imp > 0).all()
     with pytest.raises(RedlineError, match="needs an `hf` victim"):
         Victim(PlantedVictim()).word_importance_by_gradient(text.text, list(text.spans), GOALS["tae"])
+    # words past the victim's max length are never seen by it: no importance, and never attacked
+    short = Victim(build_detector(DetectorConfig(name="v", kind="hf", model=str(tiny_binary_model), max_length=6)))
+    long_text = AttackedText.from_text("you are a stupid idiot and a moron and a loser")
+    imp = short.word_importance_by_gradient(long_text.text, list(long_text.spans), GOALS["tae"])
+    seen = int((~np.isnan(imp)).sum())
+    assert 0 < seen < len(long_text) and np.isnan(imp[seen:]).all() and (imp[:seen] >= 0).all()
+
+
+    class Tried:  # proposes one new word at every position, and records the positions asked for
+        kind, asked = "tried", []
+
+        def swaps(self, text, indices):
+            self.asked.extend(indices)
+            return {i: ["zz"] for i in indices}
+
+    ctx = ctx_for(long_text.text, Tried(), budget=200)
+    ctx.gradient = lambda t, spans: short.word_importance_by_gradient(t, spans, GOALS["tae"])
+    start = short.query([long_text.text])[0]
+    drive(GreedyWIR("gradient").run(ctx, (GOALS["tae"].score(start.toxic_score), False)), short)
+    assert Tried.asked and max(Tried.asked) < seen
 
 
 @pytest.mark.parametrize("search", [GreedyWIR("delete"), Beam(2)], ids=lambda s: s.label)

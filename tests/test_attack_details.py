@@ -299,6 +299,40 @@ def test_sentence_similarity_threshold_metric_and_window():
     assert C.SentenceSimilarity().check(t, [], []).shape == (0,)
 
 
+def test_sentence_similarity_skips_short_texts_and_can_compare_with_the_previous_text():
+    seed = AttackedText.from_text("the weather today is sunny and warm near the old harbour town")
+    step1 = seed.replace(4, "rainy")
+    step2 = step1.replace(5, "cold")
+    strict = C.SentenceSimilarity(min_similarity=0.9999, window=15)
+    assert strict.check(seed, [step2], [5]).tolist() == [False]
+    # a text of fewer words (12) than the window (15) passes unchecked when asked, as TextAttack's recipes do
+    skipping = C.SentenceSimilarity(min_similarity=0.9999, window=15, skip_shorter_than_window=True)
+    assert skipping.check(seed, [step2], [5]).tolist() == [True]
+    assert C.SentenceSimilarity(min_similarity=0.9999, window=5, skip_shorter_than_window=True).check(
+        seed, [step2], [5]).tolist() == [False]  # long enough for its window: checked
+    # compare_against_original False: apply_post compares each candidate with the text it was made from
+    enc = C.shared_encoder(None)
+    to_previous = float(enc.similarity([step1.text], [step2.text])[0])
+    to_seed = float(enc.similarity([seed.text], [step2.text])[0])
+    assert to_previous > to_seed
+    threshold = (to_previous + to_seed) / 2
+    previous = C.SentenceSimilarity(min_similarity=threshold, window=None, compare_against_original=False)
+    original = C.SentenceSimilarity(min_similarity=threshold, window=None)
+    assert C.apply_post([previous], seed, [step2], [5], current=step1) == [0]
+    assert C.apply_post([original], seed, [step2], [5], current=step1) == []
+
+
+def test_wordnet_antonyms_are_barred_from_word_swaps():
+    bar = C.NotAntonym()
+    t = AttackedText.from_text("you are stupid and I hate you")
+    cands = [t.replace(2, "smart"), t.replace(2, "clever"), t.replace(2, "dumb"), t.replace(5, "love"),
+             t.replace(5, "loathe"), t.replace(2, "Smart")]
+    # direct antonyms (hate -> love, stupid -> smart), the opposite adjective cluster (clever), any case
+    assert bar.check(t, cands, [2, 2, 2, 5, 5, 2]).tolist() == [False, False, True, False, True, False]
+    hated = AttackedText.from_text("they hated it")
+    assert bar.check(hated, [hated.replace(1, "loved")], [1]).tolist() == [False]  # base forms: hated/loved
+
+
 def test_part_of_speech_counts_proper_nouns_as_nouns_and_tags_the_replaced_word():
     t = AttackedText.from_text("you are a stupid idiot")
     pos = C.PartOfSpeech()
@@ -501,6 +535,18 @@ class Draws:
 
     def uniform(self, size):
         return np.array([0.0 if b else 0.9 for b in self.take_b])
+
+
+def test_parents_are_drawn_in_favour_of_the_fitter_members():
+    from redline.actors.attack.search import parent_probabilities
+
+    # goal scores 0.9 (nearly fooled), 0.6, 0.1 at temperature 0.3: weights e^0, e^-1, e^-(8/3)
+    probs = parent_probabilities(np.array([0.1, 0.9, 0.6]), 0.3)
+    weights = np.exp(np.array([-8 / 3, 0.0, -1.0]))
+    assert probs == pytest.approx(weights / weights.sum()) and probs.argmax() == 1 and probs.argmin() == 0
+    # TextAttack 0.3.x draws with softmax(-score / T): the reverse order, which redline does not copy
+    assert np.argsort(probs).tolist() == [0, 2, 1]
+    assert parent_probabilities(np.array([5.0, 5.0]), 1e-9) == pytest.approx([0.5, 0.5])
 
 
 def test_crossover_takes_each_word_from_the_drawn_parent_within_the_budget():

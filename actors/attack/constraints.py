@@ -114,6 +114,7 @@ def modifiable(pre: list[PreConstraint], current: AttackedText, original: Attack
 
 class PostConstraint(Component):
     role = "post"
+    against_original = True  # False: candidates are compared with the text they were made from
 
     def check(self, original: AttackedText, candidates: list[AttackedText], index: list[int]) -> np.ndarray:
         """Boolean mask over `candidates`; candidate k changed word `index[k]` last."""
@@ -133,6 +134,40 @@ class Levenshtein(PostConstraint):
 
         cap = self.max_distance
         return np.array([lev.distance(original.text, c.text, score_cutoff=cap) <= cap for c in candidates], dtype=bool)
+
+
+@register
+class NotAntonym(PostConstraint):
+    """The new word is no WordNet antonym of the word it replaces: not a direct antonym of any base
+    form (`hate` -> love) and, for adjectives, none of the opposite cluster's words (`stupid` ->
+    smart, clever). Embedding neighbours without counter-fitting put antonyms next to each other;
+    this bars them whatever the embedding."""
+
+    kind = "not-antonym"
+    requires = "WordNet (apt: wordnet-base wordnet-sense-index)"
+    cost = 0
+
+    @classmethod
+    def preflight(cls, args: dict[str, Any], ctx: BuildContext) -> None:
+        from redline.actors.attack.resources import refresh_wordnet_tables
+
+        refresh_wordnet_tables()
+
+    def __init__(self) -> None:
+        from redline.actors.attack.resources import wordnet_tables
+
+        wordnet_tables()
+
+    @staticmethod
+    @functools.lru_cache(maxsize=100_000)
+    def opposite(old: str, new: str) -> bool:
+        from redline.actors.attack.resources import base_forms, wordnet_antonyms
+
+        return bool(base_forms(new) & wordnet_antonyms(old))
+
+    def check(self, original: AttackedText, candidates: list[AttackedText], index: list[int]) -> np.ndarray:
+        return np.array([not self.opposite(original.word(i).lower(), c.word(i).lower())
+                         for c, i in zip(candidates, index)], dtype=bool)
 
 
 class SentenceEncoder:
@@ -211,19 +246,30 @@ class SentenceSimilarity(PostConstraint):
                     "a sentence encoder: set resources.sentence_encoder")
 
     def __init__(self, min_similarity: float = 0.84, metric: str = "cosine", window: int | None = 15,
+                 compare_against_original: bool = True, skip_shorter_than_window: bool = False,
                  model: str | None = None, device: str = "cpu") -> None:
+        """`compare_against_original` False: each candidate against the text it was made from (the
+        previous step's), as TextAttack's recipes set it; `skip_shorter_than_window`: a text of fewer
+        words than the window passes unchecked (TextAttack's `skip_text_shorter_than_window`)."""
         self.min_similarity, self.metric, self.window = min_similarity, metric, window
+        self.against_original, self.skip_short = compare_against_original, skip_shorter_than_window
         self.encoder = shared_encoder(model, device)
 
     def texts(self, t: AttackedText, i: int) -> str:
         return t.window(i, self.window) if self.window else t.text
 
     def check(self, original: AttackedText, candidates: list[AttackedText], index: list[int]) -> np.ndarray:
+        """`original`: the text compared with (the seed, or with `compare_against_original` False the
+        candidates' own source text)."""
         if not candidates:
             return np.zeros(0, dtype=bool)
-        sims = self.encoder.similarity([self.texts(original, i) for i in index],
-                                       [self.texts(c, i) for c, i in zip(candidates, index)], self.metric)
-        return sims >= self.min_similarity
+        out = np.ones(len(candidates), dtype=bool)
+        todo = [k for k, c in enumerate(candidates) if not (self.skip_short and self.window and len(c) < self.window)]
+        if todo:
+            sims = self.encoder.similarity([self.texts(original, index[k]) for k in todo],
+                                           [self.texts(candidates[k], index[k]) for k in todo], self.metric)
+            out[todo] = sims >= self.min_similarity
+        return out
 
 
 @register
@@ -299,14 +345,15 @@ class WordEmbeddingDistance(PostConstraint):
 
 
 def apply_post(post: list[PostConstraint], original: AttackedText, candidates: list[AttackedText],
-               index: list[int]) -> list[int]:
-    """Positions in `candidates` that pass every post constraint; cheap constraints run first
-    and later ones only see survivors."""
+               index: list[int], current: AttackedText | None = None) -> list[int]:
+    """Positions in `candidates` (edits of `current`, by default the original) that pass every post
+    constraint; cheap constraints run first and later ones only see survivors."""
     keep = list(range(len(candidates)))
     for c in post:
         if not keep:
             break
-        mask = c.check(original, [candidates[k] for k in keep], [index[k] for k in keep])
+        reference = original if c.against_original or current is None else current
+        mask = c.check(reference, [candidates[k] for k in keep], [index[k] for k in keep])
         keep = [k for k, ok in zip(keep, mask) if ok]
     return keep
 

@@ -79,7 +79,8 @@ class Victim:
 
     def word_importance_by_gradient(self, text: str, spans: list[tuple[int, int]], goal: Goal) -> np.ndarray:
         """White-box word importance: |d toxic score / d input embeddings|, summed over each word's
-        tokens. Only Hugging Face victims have gradients."""
+        tokens; NaN for a word past the victim's max length (truncated away: the model never sees it).
+        Only Hugging Face victims have gradients."""
         if not isinstance(self.detector, HFDetector):
             raise RedlineError("gradient word importance needs an `hf` victim (white-box)")
         det: Any = self.detector
@@ -97,6 +98,8 @@ class Victim:
             toxic.backward()
         grads = embeds.grad[0].abs().sum(-1).cpu().numpy()
         out = np.zeros(len(spans))
+        seen = max((b for a, b in offsets if b > a), default=0)  # where the truncated input ends
+        out[[k for k, (s, _) in enumerate(spans) if s >= seen]] = np.nan
         for (a, b), g in zip(offsets, grads):
             if b <= a:
                 continue

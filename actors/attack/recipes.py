@@ -134,11 +134,17 @@ CHAR_TT = ("char", {"ops": ("insert", "insert-space", "delete", "swap", "keyboar
 # StopwordModification, PartOfSpeechTry (no verb/noun swaps), MaxModificationRate(0.1, min 4).
 TT_PRE = (("no-repeat", {}), ("stopwords", {}), ("max-mod-rate", {"rate": 0.1, "min_words": 4}))
 # MultilabelACL23Transform: PartOfSpeechTry, then the Universal Sentence Encoder (0.840845057, angular, window
-# 15); USE needs TensorFlow Hub, so redline's sentence encoder (MiniLM offline) stands in at the same settings.
-TT_WORD_POST = (("pos-match", {}),
-                ("sentence-similarity", {"min_similarity": 0.840845057, "metric": "angular", "window": 15}))
-# MultilabelACL23_recipe: PartOfSpeechTry only (its SBERT 0.75 / window 15 is opt-in: `min_similarity: 0.75`).
-TT_COMPOSITE_POST = (("pos-match", {}),)
+# 15, compared with the previous text, texts shorter than the window skipped, as TextAttack's recipes set it);
+# USE needs TensorFlow Hub, so redline's sentence encoder (MiniLM offline) stands in at the same settings.
+# `not-antonym` is redline's: without the counter-fitted vectors the reference uses, embedding neighbours
+# include antonyms (stupid -> smart), which WordNet bars from every word swap.
+USE_LIKE = {"min_similarity": 0.840845057, "window": 15, "compare_against_original": False,
+            "skip_shorter_than_window": True}
+NOT_ANTONYM = ("not-antonym", {})
+TT_WORD_POST = (NOT_ANTONYM, ("pos-match", {}), ("sentence-similarity", {**USE_LIKE, "metric": "angular"}))
+# MultilabelACL23_recipe: PartOfSpeechTry, and the paper's recipe table's (and the authors' earlier release's)
+# sentence encoder at 0.840845057, cosine, window 15.
+TT_COMPOSITE_POST = (NOT_ANTONYM, ("pos-match", {}), ("sentence-similarity", {**USE_LIKE, "metric": "cosine"}))
 TT_CHAR_POST = (("levenshtein", {"max_distance": 30}),)  # redline's char-only variant (not in QData's files)
 
 ADAPTED = [
@@ -146,17 +152,18 @@ ADAPTED = [
            (("levenshtein", {"max_distance": 30}),), ("greedy-wir", {"method": "unk"}),
            "Gao et al. 2018: character edits on the most important words"),
     Recipe("textbugger", "textattack", (CHAR_BUG, ("embedding", {"k": 5})), (("no-repeat", {}), ("stopwords", {})),
-           (("sentence-similarity", {"min_similarity": 0.8, "window": None}),), ("greedy-wir", {"method": "delete"}),
+           (NOT_ANTONYM, ("sentence-similarity", {"min_similarity": 0.8, "window": None})),
+           ("greedy-wir", {"method": "delete"}),
            "Li et al. 2019: character bugs and nearest-word swaps"),
     Recipe("pwws", "textattack", (("wordnet", {}),), (("no-repeat", {}), ("stopwords", {})), (),
            ("greedy-wir", {"method": "wsaliency"}), "Ren et al. 2019: WordNet synonyms by probability-weighted saliency"),
     Recipe("textfooler", "textattack", (("embedding", {"k": 50}),), (("no-repeat", {}), ("stopwords", {})),
-           (("word-embedding-distance", {"min_cosine": 0.5}), ("pos-match", {}),
-            ("sentence-similarity", {"min_similarity": 0.840845057, "metric": "angular", "window": 15})),
+           (NOT_ANTONYM, ("word-embedding-distance", {"min_cosine": 0.5}), ("pos-match", {}),
+            ("sentence-similarity", {**USE_LIKE, "metric": "angular"})),
            ("greedy-wir", {"method": "delete"}), "Jin et al. 2020: embedding neighbours with POS and USE-style similarity"),
     Recipe("a2t", "textattack", (("embedding", {"k": 20}),),
            (("no-repeat", {}), ("stopwords", {}), ("max-mod-rate", {"rate": 0.1, "min_words": 4})),
-           (("word-embedding-distance", {"min_cosine": 0.8}), ("pos-match", {}),
+           (NOT_ANTONYM, ("word-embedding-distance", {"min_cosine": 0.8}), ("pos-match", {}),
             ("sentence-similarity", {"min_similarity": 0.9, "window": None})),
            ("greedy-wir", {"method": "gradient"}), "Yoo & Qi 2021: cheap gradient-ranked embedding swaps"),
 ]
@@ -204,9 +211,20 @@ def recipe(name: str) -> Recipe:
     return RECIPES[name]
 
 
+EMBEDDING_NOTE = ("resources.embeddings_file when given (counter-fitted vectors, as the reference), else "
+                  "all-MiniLM-L6-v2's input embeddings (not counter-fitted: antonyms barred by not-antonym)")
+ENCODER_NOTE = "sentence encoder: all-MiniLM-L6-v2 offline, standing in for USE (resources.sentence_encoder)"
+
+
 def recipe_table() -> list[dict[str, str]]:
+    def uses(r: Recipe) -> str:
+        kinds = {k for k, _ in (*r.transformation, *r.post)}
+        notes = ([f"embeddings: {EMBEDDING_NOTE}"] if kinds & {"embedding", "word-embedding-distance"} else []) + (
+            [ENCODER_NOTE] if "sentence-similarity" in kinds else [])
+        return "; ".join(notes) or "–"
+
     return [{"name": r.name, "family": r.family, **r.describe(), "needs": ", ".join(r.needs) or "–",
-             "source": r.source or "–"}
+             "source": r.source or "–", "models": uses(r)}
             for r in RECIPES.values()]
 
 

@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +104,7 @@ class WordNetTables:
     exceptions: dict[str, dict[str, list[str]]]
     substitutions: dict[str, list[tuple[str, str]]]
     synsets: dict[tuple[str, int], tuple[str, ...]]
+    antonyms: dict[str, tuple[str, ...]] = field(default_factory=dict)  # lemma -> its WordNet antonyms (lemmas)
 
     def morphy(self, form: str, pos: str) -> list[str]:
         """nltk's `WordNetCorpusReader._morphy`: the exception list or one round of suffix rules,
@@ -114,11 +115,15 @@ class WordNetTables:
 
 
 TABLES_FILE = "wordnet-tables.json"  # plain data: a file planted in the cache can be wrong, never code
+TABLES_FORMAT = 2  # 2: with antonyms
 
 
-def _synset_words(wn: Any) -> dict[tuple[str, int], tuple[str, ...]]:
-    """One sequential pass over WordNet's data files (nltk would seek and parse per synset)."""
+def _synset_words(wn: Any) -> tuple[dict[tuple[str, int], tuple[str, ...]], dict[str, tuple[str, ...]]]:
+    """One sequential pass over WordNet's data files (nltk would seek and parse per synset): each
+    synset's words, and each word's antonyms (the lexical `!` pointers between two synsets' words)."""
     table: dict[tuple[str, int], tuple[str, ...]] = {}
+    pointers: list[tuple[str, int, int, str, int, int]] = []  # (pos, offset, word no., target pos, offset, no.)
+    similar: dict[tuple[str, int], list[tuple[str, int]]] = {}
     for pos, name in (("n", "noun"), ("v", "verb"), ("a", "adj"), ("r", "adv")):
         with open(str(wn.abspath(f"data.{name}")), encoding="utf-8") as f:
             for line in f:
@@ -126,13 +131,36 @@ def _synset_words(wn: Any) -> dict[tuple[str, int], tuple[str, ...]]:
                     continue
                 offset, _, _, count, rest = line.split(" ", 4)
                 n = int(count, 16)
-                fields = rest.split(" ", 2 * n)  # word lex_id pairs; the gloss stays unsplit
+                fields = rest.split(" ", 2 * n)  # word lex_id pairs; the pointers and gloss stay unsplit
                 words = []
                 for word in fields[0:2 * n:2]:
                     paren = word.find("(")  # adjective markers such as "(a)" or "(ip)"
                     words.append(word[:paren] if paren > 0 else word)
                 table[(pos, int(offset))] = tuple(words)
-    return table
+                p_count, _, tail = fields[2 * n].partition(" ")
+                ptr = tail.split(" ", 4 * int(p_count))
+                for k in range(int(p_count)):
+                    symbol, target, target_pos, source_target = ptr[4 * k:4 * k + 4]
+                    target_pos = "a" if target_pos == "s" else target_pos
+                    if symbol == "!":
+                        pointers.append((pos, int(offset), int(source_target[:2], 16), target_pos, int(target),
+                                         int(source_target[2:], 16)))
+                    elif symbol == "&" and pos == "a":  # a head adjective's satellites ("similar to")
+                        similar.setdefault(("a", int(offset)), []).append((target_pos, int(target)))
+    antonyms: dict[str, set[str]] = {}
+
+    def cluster(key: tuple[str, int]) -> list[str]:
+        return [w for k in (key, *similar.get(key, ())) for w in table.get(k, ())]
+
+    for pos, offset, source, target_pos, target, number in pointers:
+        words, other = table[(pos, offset)], table.get((target_pos, target), ())
+        if not (0 < source <= len(words) and 0 < number <= len(other)):
+            continue
+        # the direct antonym, and for adjectives the indirect ones: its cluster's words (stupid -> smart, clever)
+        opposite = {other[number - 1].lower(), *(w.lower() for w in cluster((target_pos, target)) if pos == "a")}
+        for word in [words[source - 1], *(cluster((pos, offset))[len(words):] if pos == "a" else [])]:
+            antonyms.setdefault(word.lower(), set()).update(opposite)
+    return table, {word: tuple(sorted(names)) for word, names in antonyms.items()}
 
 
 def _load_tables() -> WordNetTables | None:
@@ -141,7 +169,8 @@ def _load_tables() -> WordNetTables | None:
             data = json.load(f)
         synsets = {(key[0], int(key[2:])): tuple(words) for key, words in data["synsets"].items()}
         return WordNetTables(str(data["stamp"]), data["lemma_offsets"], data["exceptions"],
-                             {p: [tuple(rule) for rule in rules] for p, rules in data["substitutions"].items()}, synsets)
+                             {p: [tuple(rule) for rule in rules] for p, rules in data["substitutions"].items()}, synsets,
+                             {word: tuple(names) for word, names in data["antonyms"].items()})
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
         return None  # absent or damaged: rebuilt from WordNet
 
@@ -171,18 +200,20 @@ def refresh_wordnet_tables() -> WordNetTables:
     source = Path(str(_wordnet_root()))
     files = [(n, (source / n).stat().st_size) for n in ("data.noun", "index.noun", "noun.exc")
              if (source / n).is_file()]
-    stamp = hashlib.sha256(repr([str(source), files]).encode()).hexdigest()[:16]
+    stamp = hashlib.sha256(repr([TABLES_FORMAT, str(source), files]).encode()).hexdigest()[:16]
     cached = _load_tables()
     if cached is not None and cached.stamp == stamp:
         return cached
     wn = wordnet()
+    synsets, antonyms = _synset_words(wn)
     tables = WordNetTables(stamp, {lemma: {p: o for p, o in by_pos.items() if p in "nvar"}
                                    for lemma, by_pos in wn._lemma_pos_offset_map.items()},
                            {p: dict(wn._exception_map[p]) for p in "nvar"},
-                           {p: list(wn.MORPHOLOGICAL_SUBSTITUTIONS[p]) for p in "nvar"}, _synset_words(wn))
+                           {p: list(wn.MORPHOLOGICAL_SUBSTITUTIONS[p]) for p in "nvar"}, synsets, antonyms)
     data = {"stamp": tables.stamp, "lemma_offsets": tables.lemma_offsets, "exceptions": tables.exceptions,
             "substitutions": tables.substitutions,
-            "synsets": {f"{pos}:{offset}": list(words) for (pos, offset), words in tables.synsets.items()}}
+            "synsets": {f"{pos}:{offset}": list(words) for (pos, offset), words in tables.synsets.items()},
+            "antonyms": {word: list(names) for word, names in tables.antonyms.items()}}
     cache = nltk_data_dir() / "corpora" / TABLES_FILE
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
@@ -200,6 +231,19 @@ def wordnet_lemma_names(word: str) -> list[str]:
             for offset in tables.lemma_offsets[form][pos]:
                 out.extend(tables.synsets[(pos, offset)])
     return out
+
+
+def wordnet_antonyms(word: str) -> set[str]:
+    """Every WordNet antonym of `word` (of any of its base forms, any part of speech), lower case."""
+    tables = wordnet_tables()
+    return {name for form in base_forms(word) for name in tables.antonyms.get(form, ())}
+
+
+def base_forms(word: str) -> set[str]:
+    """`word` and its WordNet base forms (`hated` -> hate), lower case."""
+    tables = wordnet_tables()
+    lower = word.lower()
+    return {lower, *(f for pos in "nvar" for f in tables.morphy(lower, pos))}
 
 
 def wordnet_available() -> bool:

@@ -67,7 +67,7 @@ class SearchContext:
             for w in words:
                 texts.append(current.replace(i, w))
                 where.append(i)
-        keep = apply_post(self.post, self.original, texts, where)
+        keep = apply_post(self.post, self.original, texts, where, current)
         return [texts[k] for k in keep], [where[k] for k in keep]
 
 
@@ -181,8 +181,10 @@ class GreedyWIR(Search):
         current, cur_score = orig, start[0]
         if not idx:
             return Outcome(orig, cur_score, False, nothing_to_modify=True)
-        importance = yield from self.importance(ctx, idx, start)
-        order = [idx[k] for k in np.argsort(-np.asarray(importance), kind="stable")]
+        importance = np.asarray((yield from self.importance(ctx, idx, start)), dtype=float)
+        # a word the victim never sees (past its max length: NaN) is not attacked, as in TextAttack's
+        # GreedyWordSwapWIRTruncated
+        order = [idx[k] for k in np.argsort(-importance, kind="stable") if not np.isnan(importance[k])]
         successes = Successes(ctx.wanted)
         for i in order:
             if ctx.exhausted:
@@ -265,6 +267,15 @@ class Member:
     success: bool
 
 
+def parent_probabilities(scores: np.ndarray, temperature: float) -> np.ndarray:
+    """How likely each member is drawn as a parent: softmax(score / temperature), so the fitter (a
+    higher goal score) the likelier, as in Alzantot et al.'s release. TextAttack's GeneticAlgorithm
+    (0.3.x, which TextAttack-Multilabel's ToxicTrap recipes run) takes softmax(-score / temperature),
+    favouring the least fit: a bug there that redline does not copy."""
+    probs = np.exp((scores - scores.max()) / temperature)
+    return probs / probs.sum()
+
+
 @register
 class AlzantotGenetic(Search):
     """Alzantot et al. 2018's genetic search, with the settings of TextAttack's
@@ -310,9 +321,7 @@ class AlzantotGenetic(Search):
                 best_score = members[0].score
             elif self.give_up:
                 break
-            scores = np.array([m.score for m in members])
-            probs = np.exp((scores - scores.max()) / self.temperature)
-            probs /= probs.sum()
+            probs = parent_probabilities(np.array([m.score for m in members]), self.temperature)
             n = len(members)
             pairs = zip(rng.choice(n, n - 1, p=probs), rng.choice(n, n - 1, p=probs))
             children = [self._crossover(ctx, members[a], members[b], rng) for a, b in pairs]

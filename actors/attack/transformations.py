@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import random
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -216,6 +217,8 @@ class EmbeddingNeighbours(Transformation):
                  max_cosine_distance: float | None = None) -> None:
         self.k, self.max_dist = k, max_cosine_distance
         self.words, self.unit, self.index = load_word_embeddings(embeddings_file, model)
+        self.source = (f"vectors {Path(embeddings_file).name}" if embeddings_file
+                       else f"input embeddings of {Path(model).name if model else 'all-MiniLM-L6-v2'}")
 
     @functools.lru_cache(maxsize=100_000)
     def neighbours(self, word: str) -> tuple[str, ...]:
@@ -294,7 +297,7 @@ class Composite(Transformation):
 def describe(t: Any) -> str:
     if isinstance(t, Composite):
         return " + ".join(describe(p) for p in t.parts)
-    return t.kind
+    return f"{t.kind} ({t.source})" if isinstance(t, EmbeddingNeighbours) else t.kind
 
 
 def check_model(name: str, what: str) -> None:
