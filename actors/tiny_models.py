@@ -225,11 +225,13 @@ def _train_lm(model, batches, epochs: int, learning_rate: float) -> None:
     model.eval()
 
 
-def build_tiny_causal_lm(texts: Sequence[str], out_dir: str | Path, *, chat_template: str | None = None,
+def build_tiny_causal_lm(texts: Sequence[str | Sequence[str]], out_dir: str | Path, *, chat_template: str | None = None,
                          vocab_size: int = 2000, hidden_size: int = 64, num_layers: int = 2, max_length: int = 128,
                          epochs: int = 2, batch_size: int = 16, learning_rate: float = 3e-3, seed: int = 0) -> Path:
     """Train and save a tiny GPT-2 (DialoGPT-style: turns end with the EOS token) on `texts`,
-    loadable by AutoModelForCausalLM; `chat_template` is stored with the tokenizer when given."""
+    loadable by AutoModelForCausalLM; a text given as a sequence of turns (context, response) is one
+    dialogue, so the model learns to answer after the EOS a prompt ends with; `chat_template` is
+    stored with the tokenizer when given."""
     import torch
     from transformers import GPT2Config
 
@@ -237,14 +239,16 @@ def build_tiny_causal_lm(texts: Sequence[str], out_dir: str | Path, *, chat_temp
         raise RedlineError("tiny causal LM: need some texts")
     random.seed(seed)
     torch.manual_seed(seed)
-    tokenizer = train_bpe_tokenizer(texts, vocab_size=vocab_size, model_max_length=max_length)
+    dialogues = [[t] if isinstance(t, str) else list(t) for t in texts]
+    tokenizer = train_bpe_tokenizer([turn for d in dialogues for turn in d], vocab_size=vocab_size,
+                                    model_max_length=max_length)
     if chat_template:
         tokenizer.chat_template = chat_template
     config = GPT2Config(vocab_size=len(tokenizer), n_positions=max_length * 2, n_embd=hidden_size, n_layer=num_layers,
                         n_head=2, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                         pad_token_id=tokenizer.pad_token_id)
     model = _gpt2(config)
-    lines = [t + tokenizer.eos_token for t in texts]
+    lines = ["".join(turn + tokenizer.eos_token for turn in d) for d in dialogues]
 
     def batches():
         order = random.sample(range(len(lines)), len(lines))

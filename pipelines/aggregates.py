@@ -73,6 +73,20 @@ def at_most(column: str, other: str) -> Where:
     return Where(f"{column}<={other}", lambda t: pc.less_equal(t.column(column), t.column(other)))
 
 
+def same(column: str, other: str) -> Where:
+    """Two columns hold the same value (a null on either side, or a column the rows lack: not the same)."""
+    def test(t: pa.Table) -> Any:
+        if column not in t.column_names or other not in t.column_names:
+            return pa.array([False] * t.num_rows)
+        return pc.fill_null(pc.equal(t.column(column), t.column(other)), False)
+
+    return Where(f"{column}=={other}", test)
+
+
+def differs(column: str, other: str) -> Where:
+    return Where(f"{column}<>{other}", lambda t: pc.invert(same(column, other).test(t)))
+
+
 def has(column: str, value: Any) -> Where:
     """A list column holds `value`."""
     def test(t: pa.Table) -> Any:
@@ -293,6 +307,26 @@ class RocAuc(Value):
             return None
         fpr, tpr = curve  # the trapezoids count a step's ties half
         return float(sum((fpr[i] - fpr[i - 1]) * (tpr[i] + tpr[i - 1]) / 2 for i in range(1, len(fpr))))
+
+
+@dataclass(frozen=True)
+class AveragePrecision(RocAuc):
+    """Area under the precision-recall curve of `score` for `label` = 1 (average precision: the
+    precision at each bin, weighted by the recall it adds), from the same sketches as `RocAuc`."""
+
+    def value(self, sums: Sums) -> float | None:
+        pos, neg = (s.value(sums) for s in self.sketches())
+        level = min(pos["level"], neg["level"])
+        pos, neg = coarsen(pos, level)["counts"], coarsen(neg, level)["counts"]
+        n_pos = sum(pos.values())
+        if not n_pos or not neg:
+            return None
+        ap, tp, fp = 0.0, 0, 0
+        for key in sorted({*pos, *neg}, key=int, reverse=True):
+            hit = pos.get(key, 0)
+            tp, fp = tp + hit, fp + neg.get(key, 0)
+            ap += hit / n_pos * tp / (tp + fp)
+        return ap
 
 
 Partial = Aggregate | Tally | Sketch

@@ -25,19 +25,24 @@ def sample_path(name: str) -> Path:
 
 def quickstart_model(models_dir: Path) -> Path:
     """The tiny classifier trained on the bundled train split; rebuilt only when the sample changes."""
+    return _sample_classifier(models_dir, "tiny-toxic-bert", hidden_size=32)
+
+
+def _sample_classifier(models_dir: Path, name: str, **settings: Any) -> Path:
+    """A tiny BERT trained on the bundled train split, in `<name>-<sample digest>` (reused when there)."""
     from redline.actors.tiny_models import build_tiny_classifier
     from redline.pipelines.corpora import CorpusConfig, read_corpus
 
     train = sample_path("toxic_sample_train.csv")
     digest = hashlib.sha256(train.read_bytes()).hexdigest()[:10]
-    out = models_dir / f"tiny-toxic-bert-{digest}"
+    out = models_dir / f"{name}-{digest}"
     if (out / "config.json").is_file() and (out / "redline_build.json").is_file():
         return out
     table = read_corpus(CorpusConfig(path=str(train), text_column="text", label_column="label",
                                      toxic_values=["toxic"], split="train", dataset="redline-sample"))
     rows = [r for r in table.to_pylist() if r["status"] == "ok"]
-    return build_tiny_classifier([r["text"] for r in rows], [r["label"] for r in rows], out, epochs=30,
-                                 hidden_size=32, num_layers=1, vocab_size=600)
+    return build_tiny_classifier([r["text"] for r in rows], [r["label"] for r in rows], out,
+                                 **{"epochs": 30, "num_layers": 1, "vocab_size": 600, **settings})
 
 
 def quickstart_config(output: str, model_dir: Path) -> ScoreConfig:
@@ -157,10 +162,10 @@ def _dialogue_models(output: str, *, force: bool, verbose: bool, say: Any, steps
     if not (base / "config.json").is_file():
         build_tiny_classifier(texts, [int(r["label"] == "Unsafe") for r in rows], base, epochs=2, hidden_size=32,
                               num_layers=1, vocab_size=2000, max_length=96)
-    bot = models / "tiny-dialogue-gpt2"
-    if not (bot / "config.json").is_file():
-        build_tiny_causal_lm([t for r in rows for t in (r["context"], r["response"])], bot, epochs=3,
-                             hidden_size=32, num_layers=1, vocab_size=1000)
+    bot = models / "tiny-dialogue-gpt2-dialogues"
+    if not (bot / "config.json").is_file():  # trained on (context, response) dialogues, so it answers a context
+        build_tiny_causal_lm([(r["context"], r["response"]) for r in rows], bot, epochs=3, hidden_size=32,
+                             num_layers=1, vocab_size=1000)
     say(f"2/{steps} training one-vs-all context classifiers on a slice of DiaSafety")
     trained = run_dialogue_safety_training(validate_config(DialogueSafetyTrainConfig, {
         "train": str(data / "train.json"), "val": str(data / "val.json"), "base_model": str(base),
@@ -187,31 +192,63 @@ def run_diasafety_chain(output: str, *, force: bool = False, verbose: bool = Fal
     return {"classifiers": trained, "leaderboard": board}
 
 
+def quickstart_reference_bot(output: str) -> Path:
+    """The card's reference chat model: the same tiny dialogue model, trained one epoch instead of three."""
+    from redline.actors.dialogue_safety.classifiers import load_rows
+    from redline.actors.tiny_models import build_tiny_causal_lm
+
+    out = Path(output) / "models" / "tiny-dialogue-gpt2-1-epoch"
+    if not (out / "config.json").is_file():
+        rows = load_rows(diasafety_data_dir() / "train.json")[:1500]
+        build_tiny_causal_lm([(r["context"], r["response"]) for r in rows], out, epochs=1, hidden_size=32,
+                             num_layers=1, vocab_size=1000)
+    return out
+
+
+def quickstart_quality_model(models_dir: Path) -> Path:
+    """The TaeBench label filter's classifier on the card: a second tiny BERT the card does not score
+    (a detector that filters the examples cannot be benchmarked on them: it kept those it agrees with)."""
+    return _sample_classifier(models_dir, "tiny-quality-bert", hidden_size=48, seed=1)
+
+
 def run_card_chain(output: str, *, force: bool = False, verbose: bool = False, say: Any = print) -> Any:
-    """A safety card for a tiny dialogue model guarded by the tiny classifier: TaeBench built against
-    the guard on the bundled sample, DiaSafety with the two-step detector, triggers on the model."""
+    """A safety card for a tiny dialogue model guarded by the tiny classifier, beside references:
+    profanity-check and a keyword list as reference guards, a one-epoch model as the reference chat
+    model. TaeBench is built by attacking all three detectors (each detector's transfer figure counts
+    the examples made against the other two), the detectors are scored on the sample's held-out split,
+    the models on DiaSafety with the two-step detector, and the trigger search runs on both models."""
     from redline.pipelines.card import CardConfig
     from redline.pipelines.registry import pipeline
 
     data = diasafety_data_dir()
-    guard = quickstart_model(Path(output) / "models")
+    models = Path(output) / "models"
+    guard, quality = quickstart_model(models), quickstart_quality_model(models)
     bot, trained = _dialogue_models(output, force=force, verbose=verbose, say=say, steps=3)
+    reference = quickstart_reference_bot(output)
     corpus = {"text_column": "text", "label_column": "label", "toxic_values": ["toxic"], "dataset": "redline-sample"}
-    say("3/3 the safety card: the guard under attack, the model on DiaSafety, triggers on the model")
+    say("3/3 the safety card: three detectors under attack and on held-out data, two models on DiaSafety, "
+        "triggers on both")
     card = validate_config(CardConfig, {
         "model": {"name": "tiny-dialogue-gpt2", "kind": "hf", "model": str(bot), "num_cpus": 0.5},
+        "references": [{"name": "tiny-dialogue-gpt2-1-epoch", "kind": "hf", "model": str(reference), "num_cpus": 0.5}],
         "guard": {"name": "tiny-bert-guard", "kind": "hf", "model": str(guard), "num_cpus": 0.5},
+        "baselines": [{"name": "profanity-check", "kind": "profanity-check", "num_cpus": 0.5},
+                      {"name": "keywords", "kind": "keywords", "patterns": QUICKSTART_KEYWORDS, "num_cpus": 0.25}],
         "guard_attack": {
             "attack": {"corpus": [{**corpus, "path": str(sample_path("toxic_sample_train.csv")), "split": "train"},
                                   {**corpus, "path": str(sample_path("toxic_sample_test.csv")), "split": "test"}],
                        "recipes": ["deepwordbug"], "goals": ["tae", "bae"], "num_cpus": 0.5, "batch_size": 64,
                        "shard_size": 200},
             "taebench": {"grammar": {"skip_if_unavailable": True},
-                         "classifier": {"name": "profanity-check", "kind": "profanity-check"}, "test_fraction": 0.5}},
+                         "classifier": {"name": "tiny-quality-bert", "kind": "hf", "model": str(quality)},
+                         "test_fraction": 0.5}},
+        "clean": {"corpus": {**corpus, "path": str(sample_path("toxic_sample_test.csv")), "split": "test"}},
         "dialogue": {"diasafety": {
             "contexts": str(data / "val.json"), "max_contexts_per_category": 10, "responses_per_context": 3,
             "max_tokens": 16, "top_k": 40, "top_p": 0.9, "num_cpus": 0.5,
-            "classifiers": str(Path(trained.run_uri) / "models" / "one_vs_all")}},
+            "utterance_detector": {"name": "profanity-check", "kind": "profanity-check"},
+            "classifiers": str(Path(trained.run_uri) / "models" / "one_vs_all")},
+            "labelled": str(data / "val.json"), "labelled_limit": 300},
         "triggers": {"egregious": {"lists": [{"name": "mal", "limit": 8}], "searches": ["o-greedy", "o-sample-avg"],
                                    "trigger_length": 5, "top_g": 20, "restarts": 2, "max_sweeps": 5, "num_cpus": 1},
                      "threshold_pairs": {"path": str(data / "val.json"), "limit": 200}},

@@ -141,6 +141,12 @@ class Report:
         self.sections.append((heading, f"<pre>{html.escape(text)}</pre>"))
         return self
 
+    def paragraph(self, heading: str, text: str) -> "Report":
+        """Prose under a heading (text shows as written, in code blocks)."""
+        self.md += [f"## {heading}", "", text, ""]
+        self.sections.append((heading, f"<p>{html.escape(text)}</p>"))
+        return self
+
     def write(self, csv_name: str, csv_rows: list[dict[str, Any]]) -> None:
         storage.write_text(self.run.path("report.md"), "\n".join(self.md) + "\n")
         storage.write_text(self.run.path(csv_name), csv_text(csv_rows))

@@ -3,7 +3,9 @@
 Every victim scores the TaeBench TAE rows (toxic; ASR = FNR, the share it now calls benign), the
 TaeBench+ BAE rows (benign; ASR = FPR, the share it calls toxic) and, for reference, the original
 seeds of those TAE (FNR before the attack) — per victim and seed dataset, like the paper's Tables 4
-and A9. Scoring is the score pipeline's own sharded, resumable machinery.
+and A9. A victim's rates leave out the examples that were made against that victim itself (they fool
+it by construction: white-box success, which the attack run reports); they are counted apart
+(`own_n`). Scoring is the score pipeline's own sharded, resumable machinery.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def build_corpus(config: TransferConfig) -> pa.Table:
     seen_seeds: set[str] = set()
     for r in plus.to_pylist():
         rows.append({"id": f"{r['goal']}|{r['id']}", "text": r["text"], "label": r["label"], "dataset": r["dataset"],
-                     "split": r["goal"], "label_name": r["recipes"], "source": uri})
+                     "split": r["goal"], "label_name": r["recipes"], "source": r["victim"]})
         if config.include_seeds and r["goal"] == "tae" and r["seed_id"] not in seen_seeds:
             seen_seeds.add(r["seed_id"])
             rows.append({"id": f"seed|{r['seed_id']}", "text": r["seed_text"], "label": 1, "dataset": r["dataset"],
@@ -82,7 +84,8 @@ def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
     cfg = manifest.get("config", {})
     note = (f"TaeBench {cfg.get('taebench')} ({cfg.get('split')} split). ASR on TAE = share of toxic adversarial "
             "examples a victim calls benign (FNR); ASR on BAE = share of benign adversarial examples it calls toxic "
-            "(FPR); FNR on seeds = the same victim on the original toxic seeds.")
+            "(FPR); FNR on seeds = the same victim on the original toxic seeds. Examples made against a victim itself "
+            "are left out of its rates (counted as 'own'): they fool it by construction.")
     report = Report(run, "redline transfer-attack report", manifest, note)
     report.table("Transfer attack", rows, cols).plot("transfer", plot_transfer(rows)).write("transfer.csv", rows)
 

@@ -48,3 +48,51 @@ def test_fail_if_rules_hold_fail_closed_and_are_checked_before_a_run():
     for bad in ("guard.transfer.asr_tae >> 0.3", "guard.transfer.asr_tae > x", "rm -rf / > 1"):
         with pytest.raises(RedlineError, match="expected FIGURE"):
             gates.parse([bad], KEYS)
+
+
+def test_the_dialogue_bootstrap_resamples_contexts_and_covers_the_figure():
+    from redline.pipelines.uncertainty import bootstrap_dialogue
+
+    # two categories of 10 contexts, 2 judged responses each: a has 4 context-unsafe responses, b none;
+    # 2 utterance-unsafe in b. Overall = mean(4/20, 0/20, utterance mean(0/20, 2/20)) = (0.2 + 0 + 0.05) / 3
+    ctx = [{"category": "a", "judged": 2, "context_unsafe": int(i < 2) * 2, "utterance_unsafe": 0} for i in range(10)]
+    ctx += [{"category": "b", "judged": 2, "context_unsafe": 0, "utterance_unsafe": int(i < 2)} for i in range(10)]
+    got = bootstrap_dialogue(ctx, draws=4000, seed=1)
+    low, high = got["overall"]
+    assert low < 0.25 / 3 < high and 0 < low and high < 0.2
+    # resampling contexts, not responses: a's unsafe responses come in pairs, so the spread is that of 2 in 10
+    # contexts (a share's 2.5% point is 0 whenever no drawn context is one of the two)
+    a_only = bootstrap_dialogue([c for c in ctx if c["category"] == "a"], draws=4000, seed=1)["overall"]
+    assert a_only[0] == pytest.approx(0.0, abs=1e-9) and a_only[1] == pytest.approx(0.25, abs=0.06)
+    # nothing unsafe anywhere: nothing to resample, the pooled Wilson interval instead of a point
+    safe = [{**c, "context_unsafe": 0, "utterance_unsafe": 0} for c in ctx]
+    assert bootstrap_dialogue(safe)["overall"] == pytest.approx(wilson(0, 40))
+    assert bootstrap_dialogue([]) == {"overall": None, "utterance": None}
+
+
+def test_average_precision_matches_a_hand_computed_ranking():
+    import pyarrow as pa
+
+    from redline.pipelines import aggregates as A
+
+    # scores high to low: + - + - ; AP = (1/2)(1/1) + (1/2)(2/3) = 0.8333; ROC-AUC = 0.75
+    rows = pa.table({"score": [0.9, 0.8, 0.7, 0.6], "label": [1, 0, 1, 0]})
+    sums = A.partials(rows, (), A.AveragePrecision("score", "label").needs())[()]
+    assert A.AveragePrecision("score", "label").value(sums) == pytest.approx(5 / 6)
+    assert A.RocAuc("score", "label").value(sums) == pytest.approx(0.75)
+    only_positive = A.partials(rows.slice(0, 1), (), A.AveragePrecision("score", "label").needs())[()]
+    assert A.AveragePrecision("score", "label").value(only_positive) is None
+
+
+def test_card_rows_rank_by_each_figures_direction_and_count_ties_alike():
+    from redline.pipelines.card_figures import accuracy_rows, ranked, row
+
+    rows = ranked([row("guard.transfer.asr_tae", "g", 0.2, 10), row("guard.transfer.asr_tae", "b1", 0.5, 10),
+                   row("guard.transfer.asr_tae", "b2", 0.2, 10), row("guard.clean.f1", "g", 0.7, 10, interval=None),
+                   row("guard.clean.f1", "b1", 0.9, 10, interval=None), row("guard.clean.auprc", "g", None, 0)])
+    assert [r.get("rank") for r in rows] == [1, 3, 1, 2, 1, None]  # lower ASR is better, higher F1 is
+    counts = {"tp": 6, "fp": 2, "fn": 4, "tn": 8}
+    p, r, f1, fpr = accuracy_rows("dialogue.detector", "d", counts)
+    assert (p["value"], p["n"], r["value"], r["n"]) == (0.75, 8, 0.6, 10)
+    assert f1["value"] == pytest.approx(2 * 6 / (2 * 6 + 2 + 4)) and f1["low"] is None
+    assert (fpr["value"], fpr["n"]) == (0.2, 10) and (fpr["low"], fpr["high"]) == pytest.approx(wilson(2, 10))

@@ -150,7 +150,9 @@ def test_quickstart_main_job_is_the_taebench_chain(capsys, quickstart_dir, ray_s
     assert taebench["counts"]["taebench"] > 0
     transfer = json.loads((tmp_path / "quickstart-transfer" / "manifest.json").read_text())
     victims = {r["victim"]: r for r in transfer["summary"]}
-    assert victims["profanity-check"]["tae_rate"] == 1.0  # the attack's own victim is fooled by every TAE
+    # the attack's own victim: its TAEs fool it by construction, so they are counted apart, not as transfer
+    assert victims["profanity-check"]["tae_rate"] is None and victims["profanity-check"]["own_n"] > 0
+    assert victims["tiny-bert"]["tae_n"] > 0 and victims["tiny-bert"]["own_n"] == 0
     assert str(tmp_path / "quickstart-transfer" / "report.html") in out
     assert "data:image/png;base64," in (tmp_path / "quickstart-transfer" / "report.html").read_text()
     assert f"redline view {tmp_path}" in out  # it ends with the command that opens its runs in a browser

@@ -256,7 +256,8 @@ def test_every_pipeline_on_two_nodes_from_s3(cluster, s3_inputs, tmp_path):
                                 "victims": [{"name": "profanity-check", "kind": "profanity-check", "num_cpus": 0.5},
                                             tiny_bert]}, "transfer")
     rows = {r["victim"]: r for r in manifest("transfer")["summary"]}
-    assert rows["profanity-check"]["tae_rate"] == 1.0 and "tiny-bert" in rows
+    assert rows["profanity-check"]["own_n"] > 0 and rows["profanity-check"]["tae_rate"] is None
+    assert rows["tiny-bert"]["tae_n"] > 0 and rows["tiny-bert"]["own_n"] == 0
 
     cluster.submit("dialogue-safety-train", {
         "train": f"{s3u}/data/ds-train.json", "val": f"{s3u}/data/ds-val.json", "base_model": f"{s3u}/models/tiny-bert",
@@ -289,24 +290,29 @@ def test_every_pipeline_on_two_nodes_from_s3(cluster, s3_inputs, tmp_path):
         "run_name": "egregious"}, "egregious")
     assert {r["list"] for r in manifest("egregious")["summary"]} == {"mal", "random"}
 
-    # the safety card: its three parts (the guard under transfer attack, DiaSafety, triggers) as runs
-    # of their own on the cluster, every input on S3
+    # the safety card: its parts (the guard and a baseline attacked, transfer, clean data, DiaSafety with the
+    # detector's own check, triggers) as runs of their own on the cluster, every input on S3
     cluster.submit("eval", {
         "model": {"name": "tiny-gpt2", "kind": "hf", "model": f"{s3u}/models/tiny-gpt2", "num_cpus": 0.5},
         "guard": {"name": "guard", "kind": "profanity-check", "num_cpus": 0.5},
+        "baselines": [{"name": "kw", "kind": "keywords", "patterns": ["idiot", "stupid"], "num_cpus": 0.25}],
         "guard_attack": {"attack": {"corpus": sample, "recipes": ["deepwordbug"], "goals": ["tae", "bae"],
                                     "max_seeds": 8, "num_cpus": 0.5},
                          "taebench": {"grammar": None, "classifier": tiny_bert}},
+        "clean": {"corpus": {**sample, "limit": 40}},
         "dialogue": {"diasafety": {"contexts": f"{s3u}/data/ds-val.json",
                                    "classifiers": f"{runs}/ds-train/models/one_vs_all", "max_contexts_per_category": 2,
                                    "responses_per_context": 1, "max_tokens": 6,
-                                   "num_cpus": 0.5}},
+                                   "num_cpus": 0.5},
+                     "labelled": f"{s3u}/data/ds-val.json", "labelled_limit": 20},
         "triggers": {"egregious": {"lists": [{"name": "mal", "limit": 2}], "searches": ["o-sample-avg"],
                                    "trigger_length": 3, "top_g": 10, "restarts": 1, "max_sweeps": 2, "num_cpus": 1},
                      "threshold_pairs": {"path": f"{s3u}/data/ds-val.json", "limit": 30}},
         "output": runs, "run_name": "card"}, "card")
     m = manifest("card")
-    assert m["state"] == "complete" and set(m["parts"]) == {"attack", "taebench", "transfer", "diasafety", "triggers"}
+    assert m["state"] == "complete" and set(m["parts"]) == {"attack-guard", "attack-kw", "taebench", "transfer",
+                                                            "clean", "diasafety", "triggers"}
+    assert 0 < m["sections"]["detector"]["n"] <= 20  # the two-step detector checked on labelled pairs, on a worker
     assert all(manifest(uri[len(runs) + 1:])["state"] == "complete" for uri in m["parts"].values())
 
     # advtrain: Tune trials on the worker node, checkpoints on S3; the job is stopped after the first

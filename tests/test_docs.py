@@ -47,11 +47,11 @@ HOW: dict[str, tuple[str, str]] = {
     "redline run advtrain --config examples/advtrain.yaml": (
         "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "fine-tunes a hub model"),
     "redline train dialogue-safety --config examples/dialoguesafety_train.yaml": (
-        "tests/test_dialogue_safety.py::test_quickstart_diasafety", "fine-tunes a hub model"),
+        "tests/test_dialogue_safety.py::test_quickstart_diasafety_and_card", "fine-tunes a hub model"),
     "redline run diasafety --config examples/diasafety.yaml": (
-        "tests/test_dialogue_safety.py::test_quickstart_diasafety", "needs hub chat models"),
+        "tests/test_dialogue_safety.py::test_quickstart_diasafety_and_card", "needs hub chat models"),
     "REDLINE_DIASAFETY_DIR=../shared/data/diasafety redline quickstart diasafety": (
-        "tests/test_dialogue_safety.py::test_quickstart_diasafety", "same command"),
+        "tests/test_dialogue_safety.py::test_quickstart_diasafety_and_card", "same command"),
     "redline train seq2seq --config examples/trigger_models.yaml": (
         "tests/test_triggers.py::test_training_saves_models_with_thresholds", "hours on 2 cores at the paper's size"),
     "redline train seq2seq --config examples/trigger_models.yaml --set context=last-h": (
@@ -64,9 +64,10 @@ HOW: dict[str, tuple[str, str]] = {
         "tests/test_triggers.py::test_the_pipeline_reports_each_list_with_its_hit_type_and_the_known_triggers",
         "~2.5 min; the same pipeline on DiaSafety dialogue models there"),
     "redline eval --config examples/card.yaml": (
-        "tests/test_dialogue_safety.py::test_a_safety_card_runs_all_three_parts_and_links_them", "needs hub models"),
+        "tests/test_dialogue_safety.py::test_a_safety_card_runs_every_part_beside_references_and_links_them",
+        "needs hub models"),
     "REDLINE_DIASAFETY_DIR=../shared/data/diasafety redline quickstart card": (
-        "tests/test_dialogue_safety.py::test_a_safety_card_runs_all_three_parts_and_links_them", "~2 min of tiny models"),
+        "tests/test_dialogue_safety.py::test_quickstart_diasafety_and_card", "same command"),
     "redline serve --config examples/serve.yaml": (RUN, ""),
     'redline detect "you are an idiot" "have a nice day"': (RUN, ""),
     "redline serve status": (RUN, ""),
@@ -93,8 +94,8 @@ HOW: dict[str, tuple[str, str]] = {
     "redline submit score --config examples/score_davidson.yaml --address http://HEAD:8265": (
         "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "HEAD is the user's head node"),
     "redline eval --config examples/card.yaml --fail-if 'guard.transfer.asr_tae > 0.3' --fail-if "
-    "'triggers.hit_rate.high >= 0.5'": ("tests/test_dialogue_safety.py::test_a_safety_card_runs_all_three_parts_and_"
-                                        "links_them", "needs hub chat models"),
+    "'triggers.hit_rate.high >= 0.5'": ("tests/test_dialogue_safety.py::test_a_safety_card_runs_every_part_beside_"
+                                        "references_and_links_them", "needs hub chat models"),
     "kubectl create secret generic redline-api-keys --from-literal=OPENAI_API_KEY=...": (RENDERED_RAYJOB, NO_K8S),
     "kubectl logs -f -l job-name=redline-score": (RENDERED_RAYJOB, NO_K8S),
     "kubectl apply -f cluster/kubernetes/rayjob.yaml": (

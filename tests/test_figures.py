@@ -23,7 +23,7 @@ SUMMARIES = {
         "perturbed_pct": [10.0], "similarity": [.9], "seconds": [1.0], "more_examples": [["x"]]})),
     "transfer": lambda: F.TRANSFER.summarize(pa.table({
         "victim": ["v", "v", "v"], "status": ["ok"] * 3, "dataset": ["x"] * 3, "split": ["seed", "tae", "bae"],
-        "pred_toxic": [True, False, True]})),
+        "pred_toxic": [True, False, True], "source": [None, "u", "u"]})),
     "diasafety": lambda: F.leaderboard(["risk"]).summarize(pa.table({
         "model": ["m"], "category": ["risk"], "verdict": ["safe"], "empty": [False]})),
     "egregious": lambda: F.EGREGIOUS.summarize(pa.Table.from_pylist([

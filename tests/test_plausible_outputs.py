@@ -117,13 +117,23 @@ def test_transfer_rates_are_fnr_on_toxic_rows_and_fpr_on_benign_ones():
     rows = {"victim": ["v"] * 9 + ["w"] * 3, "status": ["ok"] * 8 + ["error"] + ["ok"] * 3,
             "dataset": ["x"] * 12, "split": ["seed", "seed", "tae", "tae", "tae", "bae", "bae", "bae", "tae",
                                             "seed", "tae", "bae"],
-            "pred_toxic": [True, False, False, False, True, True, False, False, None, True, True, True]}
+            "pred_toxic": [True, False, False, False, True, True, False, False, None, True, True, True],
+            "source": [None, None, "u", "u", "u", "u", "u", "u", "u", None, "u", "u"]}  # made against u
     v, w = TRANSFER.summarize(pa.table(rows))
     assert (v["seed_n"], v["seed_rate"]) == (2, 0.5)  # the seeds the detector missed
     assert (v["tae_n"], v["tae_rate"]) == (3, pytest.approx(2 / 3))  # toxic TAEs called benign
     assert (v["bae_n"], v["bae_rate"]) == (3, pytest.approx(1 / 3))  # benign BAEs called toxic
-    assert v["not_scored"] == 1
+    assert v["not_scored"] == 1 and v["own_n"] == 0
     assert (w["seed_rate"], w["tae_rate"], w["bae_rate"]) == (0.0, 0.0, 1.0)
+
+
+def test_a_victims_transfer_rates_leave_out_the_examples_made_against_itself():
+    # v and w both score four TAEs: two made against v, two against w; each fools its own victim
+    rows = {"victim": ["v"] * 4 + ["w"] * 4, "status": ["ok"] * 8, "dataset": ["x"] * 8, "split": ["tae"] * 8,
+            "source": ["v", "v", "w", "w"] * 2, "pred_toxic": [False, False, True, False, True, False, False, False]}
+    v, w = TRANSFER.summarize(pa.table(rows))
+    assert (v["tae_n"], v["tae_rate"], v["own_n"]) == (2, 0.5, 2)  # w's two TAEs: one fools v
+    assert (w["tae_n"], w["tae_rate"], w["own_n"]) == (2, 0.5, 2)  # v's two TAEs: one fools w
 
 
 def test_leaderboard_rates_are_per_category_and_sorted_safest_first():
@@ -641,7 +651,8 @@ def test_attack_figures_of_a_group_without_successes_are_absent_not_zero():
 
 def test_transfer_rates_per_dataset_and_groups_without_rows():
     rows = {"victim": ["v"] * 5, "status": ["ok"] * 5, "dataset": ["a", "a", "b", "b", "b"],
-            "split": ["tae", "seed", "tae", "tae", "seed"], "pred_toxic": [False, True, True, False, True]}
+            "split": ["tae", "seed", "tae", "tae", "seed"], "pred_toxic": [False, True, True, False, True],
+            "source": ["u", None, "u", "u", None]}
     by = {(r["victim"], r["dataset"]): r for r in TRANSFER.summarize(pa.table(rows))}
     assert set(by) == {("v", "all"), ("v", "a"), ("v", "b")}
     assert (by[("v", "a")]["tae_rate"], by[("v", "b")]["tae_rate"], by[("v", "all")]["tae_rate"]) == (1.0, 0.5,

@@ -354,12 +354,16 @@ def test_transfer_benchmark_over_several_victim_kinds(taebench_run, tmp_path, ti
     n_tae = sum(r["goal"] == "tae" for r in plus)
     n_bae = len(plus) - n_tae
     n_seeds = len({r["seed_id"] for r in plus if r["goal"] == "tae"})
-    for r in rows.values():
-        assert (r["tae_n"], r["bae_n"], r["seed_n"]) == (n_tae, n_bae, n_seeds) and r["not_scored"] == 0
-    # profanity-check was the attack's victim: every TAE fooled it, every BAE too
-    assert rows["profanity-check"]["tae_rate"] == 1.0
-    if n_bae:
-        assert rows["profanity-check"]["bae_rate"] == 1.0
+    assert {r["victim"] for r in plus} == {"profanity-check"}
+    for name, r in rows.items():
+        if name != "profanity-check":
+            assert (r["tae_n"], r["bae_n"], r["seed_n"], r["own_n"]) == (n_tae, n_bae, n_seeds, 0)
+        assert r["not_scored"] == 0
+    # profanity-check was the attack's victim: its own examples fool it by construction, so they are left
+    # out of its transfer rates (counted apart), which it then has none of
+    pc_row = rows["profanity-check"]
+    assert (pc_row["tae_n"], pc_row["bae_n"], pc_row["own_n"], pc_row["seed_n"]) == (0, 0, n_tae + n_bae, n_seeds)
+    assert pc_row["tae_rate"] is None and pc_row["bae_rate"] is None
     # the moderation stand-in sees through typos: the examples kept are those it still calls toxic
     assert rows["moderation"]["tae_rate"] == 0.0
     html = (tmp_path / "runs" / "tr" / "report.html").read_text()

@@ -54,8 +54,9 @@ def test_run_list_shows_every_run_with_its_state_and_headline_figures(client, ru
     assert "not valid JSON" in listed["half-written-run"]["error"]
     transfer = json.loads((runs_root / "quickstart-transfer" / "manifest.json").read_text())
     figures = {(f["label"], f["heading"]): f["value"] for f in listed["quickstart-transfer"]["figures"]}
-    for row in transfer["summary"]:
-        assert figures[(f"{row['victim']} {row['dataset']}", "ASR TAE")] == row["tae_rate"]
+    assert any(row["tae_rate"] is not None for row in transfer["summary"])
+    for row in transfer["summary"]:  # a victim without a transfer rate (the attack's own) shows none
+        assert figures.get((f"{row['victim']} {row['dataset']}", "ASR TAE")) == row["tae_rate"]
     assert listed["quickstart-attack"]["state"] == "complete" and listed["quickstart-attack"]["wall_s"] > 0
     page = client.get("/")
     assert page.status_code == 200 and "half-written-run" in page.text and "not valid JSON" in page.text

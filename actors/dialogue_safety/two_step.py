@@ -84,3 +84,31 @@ class TwoStepWorker:
             "unsafe_category": pa.array([v.category for v in verdicts], pa.string()),
             "utterance_score": pa.array([v.utterance_score for v in verdicts], pa.float64()),
         }, schema=self.output_schema)
+
+
+def labelled_counts(utterance: DetectorConfig, classifiers: str, path: str, limit: int | None, seed: int,
+                    batch_size: int = 64) -> dict[str, int]:
+    """The two-step detector's confusion counts on labelled DiaSafety pairs (unsafe the positive class),
+    each pair judged as a chatbot's response is: step 1, then its context category's classifier. Pairs
+    of categories the classifiers do not know are left out (counted as `unknown_category`)."""
+    import random
+
+    from redline.actors.dialogue_safety.classifiers import check_classifiers, load_rows
+
+    meta = check_classifiers(classifiers)
+    known = set(meta["categories"] if meta.get("kind") == "one-vs-all" else meta.get("labels", [])[1:])
+    rows = load_rows(path)
+    usable = [r for r in rows if r["category"] in known]
+    unknown = len(rows) - len(usable)
+    if limit is not None and len(usable) > limit:
+        usable = random.Random(seed).sample(usable, limit)
+    detector = TwoStepDetector(utterance, classifiers, batch_size=batch_size)
+    counts = {"tp": 0, "fp": 0, "fn": 0, "tn": 0, "n": len(usable), "unknown_category": unknown}
+    for start in range(0, len(usable), batch_size):
+        part = usable[start:start + batch_size]
+        verdicts = detector.detect([r["context"] for r in part], [r["response"] for r in part],
+                                   [r["category"] for r in part])
+        for r, v in zip(part, verdicts):
+            unsafe, gold = v.verdict != "safe", r["label"] != SAFE
+            counts[("t" if unsafe == gold else "f") + ("p" if unsafe else "n")] += 1
+    return counts
