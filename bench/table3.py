@@ -21,6 +21,7 @@ import os
 import random
 import tempfile
 import time
+from collections import Counter
 
 os.environ.setdefault("REDLINE_PROGRESS", "0")
 
@@ -76,9 +77,13 @@ def main() -> None:
     inputs = [r["context"] for r in json.loads((data / "val.json").read_text())]
     L = args.trigger_length
     t = time.perf_counter()
-    lists = {"planted": planted_list(trained, inputs, L, n=args.targets), "normal": normal_list(trained, inputs),
-             "normal-sample": normal_sample_list(trained, inputs), "mal": [Target(t) for t in mal_list()]}
-    emit(measured="lists built", sizes={k: len(v) for k, v in lists.items()}, seconds=round(time.perf_counter() - t, 1))
+    dropped = {k: Counter() for k in ("planted", "normal", "normal-sample")}
+    lists = {"planted": planted_list(trained, inputs, L, n=args.targets, dropped=dropped["planted"]),
+             "normal": normal_list(trained, inputs, dropped=dropped["normal"]),
+             "normal-sample": normal_sample_list(trained, inputs, dropped=dropped["normal-sample"]),
+             "mal": [Target(t) for t in mal_list()]}
+    emit(measured="lists built", sizes={k: len(v) for k, v in lists.items()}, seconds=round(time.perf_counter() - t, 1),
+         inputs=len(inputs), replies_left_out={k: dict(v) for k, v in dropped.items()})
     rng = random.Random(0)
     th = H.Thresholds(trained.thresholds.average_logprob, None)
     model = LSTMSeq2SeqTarget(trained, torch.float32)
@@ -97,7 +102,7 @@ def main() -> None:
                  else random_list(trained.vocab.words, n=args.targets, seed=0))
         gibbs = search(kind)
         if name == "planted":  # only targets whose source itself reaches the hit: a trigger is known to exist
-            sources = {x.text: x.source for x in items}
+            sources = {x.text: x.source for x in items}  # the first input (the planted one: of the trigger length)
             checks = gibbs.check([sources[x] for x in texts], texts)
             texts = [x for x, c in zip(texts, checks) if c is not None and c[0]]
             source_obj = {x: c[1] for x, c in zip(texts, [c for c in checks if c is not None and c[0]])}

@@ -11,6 +11,7 @@ validation macro-F1 is kept). Models are saved under the run directory.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import tempfile
 from dataclasses import replace
@@ -75,6 +76,9 @@ class DialogueSafetyTrainConfig(RunConfig):
                                  "is scored.")
     test: str | None = Input(None, description="DiaSafety test JSON: scored too, next to validation (the paper "
                                                "reports test); never used to choose anything.")
+    test_from_train: float | None = Result(None, gt=0, lt=0.5, description=(
+        "Without a test file: hold this share of train out as the test split (the same rows on every run, "
+        "chosen by each pair's text), trained on and selected on by nothing."))
     base_model: str = Input(description="Hub id or local directory (RoBERTa-base in the paper; MiniLM offline).")
     categories: list[str] | None = Result(None, min_length=1, description="Default: every category with training rows.")
     add_categories: list[dict[str, Any]] = Result(default_factory=list,
@@ -106,9 +110,25 @@ class DialogueSafetyTrainConfig(RunConfig):
     limit_val: int | None = Result(None, gt=0)
     seed: int = Result(0)
 
+    @model_validator(mode="after")
+    def _one_test_split(self) -> "DialogueSafetyTrainConfig":
+        if self.test is not None and self.test_from_train is not None:
+            raise ValueError("give either test (a file) or test_from_train (a share of train), not both")
+        return self
+
 
 def _sample(rows: list[dict[str, str]], n: int | None, seed: int) -> list[dict[str, str]]:
     return rows if n is None or len(rows) <= n else random.Random(seed).sample(rows, n)
+
+
+def held_out(rows: list[dict[str, str]], share: float) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """(train, test): a pair is held out when the hash of its text falls in the first `share` of the
+    range, so the split depends on nothing but the rows themselves (not their order, a seed or a limit)."""
+    def out(r: dict[str, str]) -> bool:
+        digest = hashlib.sha256(f"{r['context']}\x1f{r['response']}\x1f{r['category']}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") < share * 2 ** 64
+
+    return [r for r in rows if not out(r)], [r for r in rows if out(r)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -167,10 +187,15 @@ def train_as_trials(train: list[dict[str, str]], val: list[dict[str, str]], targ
 def _splits(config: DialogueSafetyTrainConfig) -> tuple[list[str], dict[str, list[dict[str, str]]]]:
     """The chosen categories and the train / val (/ test) rows of them."""
     cats = taxonomy(config.add_categories)
-    rows = {"train": _sample(C.load_rows(config.train), config.limit_train, config.seed),
+    train = C.load_rows(config.train)
+    if config.test_from_train:
+        train, rows_test = held_out(train, config.test_from_train)
+    rows = {"train": _sample(train, config.limit_train, config.seed),
             "val": _sample(C.load_rows(config.val), config.limit_val, config.seed)}
     if config.test:
         rows["test"] = C.load_rows(config.test)
+    elif config.test_from_train:
+        rows["test"] = rows_test
     chosen = config.categories or sorted({r["category"] for r in rows["train"]})
     for name in chosen:
         category(name, cats)

@@ -79,7 +79,7 @@ class EgregiousConfig(RunConfig, TriggerSearchSettings, ActorPoolSize):
 
 
 INPUT_SCHEMA = pa.schema([("id", pa.string()), ("model", pa.string()), ("list", pa.string()), ("target", pa.string()),
-                          ("search", pa.string()), ("source", pa.string())])
+                          ("search", pa.string()), ("source", pa.string()), ("sources", pa.list_(pa.string()))])
 
 
 def search_settings(config: EgregiousConfig) -> TriggerSearchSettings:
@@ -121,13 +121,18 @@ def resolved_thresholds(model: EgregiousModelConfig) -> H.Thresholds:
     return H.Thresholds(t_out, t_in)
 
 
-def target_lists(config: EgregiousConfig, model: EgregiousModelConfig) -> tuple[dict[str, list[Any]], dict[str, str]]:
-    """Each list's targets (text and source input) for this model, and why a list was left out."""
+def target_lists(config: EgregiousConfig, model: EgregiousModelConfig
+                 ) -> tuple[dict[str, list[Any]], dict[str, str], dict[str, dict[str, int]]]:
+    """Each list's targets (text and source input) for this model, why a list was left out, and for
+    the lists decoded from inputs the replies that named no target, by why."""
+    from collections import Counter
+
     from redline.actors.triggers import models as M
     from redline.actors.triggers import targets as T
 
     lists: dict[str, list[Any]] = {}
     skipped: dict[str, str] = {}
+    dropped: dict[str, dict[str, int]] = {}
     lstm = M.is_trigger_model(model.path)
     for spec in config.lists:
         if spec.path is not None:
@@ -148,19 +153,21 @@ def target_lists(config: EgregiousConfig, model: EgregiousModelConfig) -> tuple[
 
             inputs = [a for a, _ in read_pairs(config.normal_inputs, config.seed)]
             trained = M.load(model.path)
+            why: Counter[str] = Counter()
             if spec.name == "normal":
-                items = T.normal_list(trained, inputs)
+                items = T.normal_list(trained, inputs, dropped=why)
             elif spec.name == "normal-sample":
-                items = T.normal_sample_list(trained, inputs, seed=config.seed)
+                items = T.normal_sample_list(trained, inputs, seed=config.seed, dropped=why)
             else:
-                items = T.planted_list(trained, inputs, config.trigger_length, seed=config.seed)
+                items = T.planted_list(trained, inputs, config.trigger_length, seed=config.seed, dropped=why)
+            dropped[spec.name] = dict(why)
         if spec.limit is not None and len(items) > spec.limit:
             items = random.Random(config.seed).sample(items, spec.limit)
         if not items:
             skipped[spec.name] = "empty list"
             continue
         lists[spec.name] = items
-    return lists, skipped
+    return lists, skipped, dropped
 
 
 def _frequent_tokens(path: str) -> list[str]:
@@ -191,7 +198,7 @@ def preflight(config: EgregiousConfig) -> None:
 
 
 def model_targets(config: EgregiousConfig, model: EgregiousModelConfig
-                  ) -> tuple[H.Thresholds, dict[str, list[Any]], dict[str, str]]:
+                  ) -> tuple[H.Thresholds, dict[str, list[Any]], dict[str, str], dict[str, dict[str, int]]]:
     """One model's thresholds and target lists: a Ray task, so decoding the test inputs (the normal
     lists) runs on the cluster with the search's resources, never on the driver."""
     return resolved_thresholds(model), *target_lists(config, model)
@@ -207,9 +214,9 @@ def build_inputs(config: EgregiousConfig, manifest: dict[str, Any]) -> pa.Table:
     check_placeable("the task building target lists", config.num_cpus, config.num_gpus)
     task = ray.remote(num_cpus=config.num_cpus, num_gpus=config.num_gpus or 0, max_retries=1)(model_targets)
     built = ray.get([task.remote(config, model) for model in config.models])
-    for model, (thresholds, lists, skipped) in zip(config.models, built):
+    for model, (thresholds, lists, skipped, dropped) in zip(config.models, built):
         per_model[model.name] = {"t_out": thresholds.t_out, "t_in": thresholds.t_in, "lists": {k: len(v) for k, v in lists.items()},
-                                 "lists_skipped": skipped}
+                                 "lists_skipped": skipped, "replies_dropped": dropped}
         specs = {spec.name: spec for spec in config.lists}
         for name, items in lists.items():
             for target in items:
@@ -221,6 +228,7 @@ def build_inputs(config: EgregiousConfig, manifest: dict[str, Any]) -> pa.Table:
                     rows["target"].append(target.text)
                     rows["search"].append(search)
                     rows["source"].append(target.source)
+                    rows["sources"].append(list(target.sources) or None)
     manifest["models"] = per_model
     return pa.table(rows, schema=INPUT_SCHEMA)
 
@@ -304,6 +312,20 @@ def execute(config: EgregiousConfig, run: Run, watch: Stopwatch, verbose: bool) 
     return tables["summary"]
 
 
+def dropped_note(models: dict[str, Any]) -> str:
+    """The replies that named no target, per model and list decoded from inputs (a list built from a
+    model's replies is only as representative as the replies it kept)."""
+    parts = []
+    for name, m in models.items():
+        for lst, why in (m.get("replies_dropped") or {}).items():
+            total = sum(why.values())
+            kept = (m.get("lists") or {}).get(lst, 0)
+            parts.append(f"{name} {lst}: {kept} targets kept, {total} replies left out"
+                         + (" (" + "; ".join(f"{n} {w}" for w, n in sorted(why.items(), key=lambda x: -x[1])) + ")"
+                            if total else ""))
+    return ("Replies left out of the lists decoded from inputs: " + "; ".join(parts) + ".") if parts else ""
+
+
 def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
     summary = manifest.get("summary", [])
     ex = examples(run)
@@ -313,7 +335,7 @@ def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
             + "; ".join(f"{n}: T_out {m['t_out']:.3f}" + (f", T_in {m['t_in']:.3f}" if m.get("t_in") is not None else "")
                         for n, m in models.items())
             + ". Lists left out: " + (", ".join(f"{k} ({v})" for m in models.values() for k, v in m["lists_skipped"].items()) or "none")
-            + ".")
+            + ". " + dropped_note(models))
     report = Report(run, "redline egregious-output report (gibbs-enum)", manifest, note)
     report.table("Hit rates (Table 3)", summary, EGREGIOUS.columns())
     report.plot("hit_rates", grouped_bars([{**r, "name": f"{r['model']} / {r['list']}"} for r in summary], "name",

@@ -483,3 +483,25 @@ def test_a_card_skips_the_trigger_search_on_a_black_box_and_checks_every_part_at
         validate_config(CardConfig, {**base, "dialogue": {"diasafety": {"classifiers": "x"}}})
     with pytest.raises(RedlineError, match="either taebench_run or attack"):
         validate_config(CardConfig, {**base, "guard_attack": {}})
+
+
+def test_a_test_split_held_out_of_train_is_fixed_by_the_rows_and_never_trained_on(tmp_path):
+    from redline.cluster.config import validate_config
+    from redline.errors import RedlineError
+    from redline.pipelines.diasafety_train import DialogueSafetyTrainConfig, _splits, held_out
+
+    train = shared_file(SHARED_DATA / "diasafety" / "train.json")
+    base = {"train": str(train), "val": str(SHARED_DATA / "diasafety" / "val.json"), "base_model": "x",
+            "output": str(tmp_path), "test_from_train": 0.1}
+    _, rows = _splits(validate_config(DialogueSafetyTrainConfig, base))
+    _, again = _splits(validate_config(DialogueSafetyTrainConfig, {**base, "limit_train": 500, "seed": 7}))
+    key = lambda r: (r["context"], r["response"], r["category"])  # noqa: E731
+    assert [key(r) for r in rows["test"]] == [key(r) for r in again["test"]]  # not moved by a limit or a seed
+    assert not {key(r) for r in rows["test"]} & {key(r) for r in rows["train"] + again["train"]}
+    everything = json.loads(train.read_text())
+    assert 0.08 < len(rows["test"]) / len(everything) < 0.12 and len(rows["train"]) + len(rows["test"]) == len(
+        everything)
+    shuffled = list(reversed(everything))
+    assert sorted(map(key, held_out(shuffled, 0.1)[1])) == sorted(map(key, rows["test"]))  # order does not matter
+    with pytest.raises(RedlineError, match="either test .* or test_from_train"):
+        validate_config(DialogueSafetyTrainConfig, {**base, "test": str(train)})

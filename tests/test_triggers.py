@@ -102,9 +102,31 @@ def test_gibbs_enum_finds_the_planted_trigger(planted):
     s2s = planted["seq2seq"]
     ids = torch.tensor([found.trigger_ids])
     texts = _decode(s2s.module.float(), s2s.vocab, ids, torch.tensor([4]), 20, "greedy", torch.Generator())
-    assert texts == [PLANTED[1]]
+    assert texts == [(PLANTED[1], None)]
     assert not random_target.reached and random_target.hits == []
     assert oov == "out of vocabulary: zebra"
+
+
+def test_a_target_is_reachable_when_any_input_that_gave_it_reaches(planted):
+    from redline.actors.triggers.settings import TriggerSearchSettings
+    from redline.actors.triggers.targets import Target, _distinct
+    from redline.actors.triggers.worker import EgregiousModelConfig, TriggerWorker
+
+    # the same reply to two inputs: one target, with both inputs (the first one cannot reach it)
+    merged = _distinct([Target(PLANTED[1], "apple river table sky", ("apple river table sky",)),
+                        Target(PLANTED[1], PLANTED[0], (PLANTED[0],)), Target("x", "y", ("y",))], 5)
+    assert [t.sources for t in merged] == [("apple river table sky", PLANTED[0]), ("y",)]
+    s2s = planted["seq2seq"]
+    worker = TriggerWorker([EgregiousModelConfig(name="m", path=str(s2s.path))],
+                           TriggerSearchSettings(trigger_length=4, top_g=5, restarts=1, max_sweeps=1),
+                           {"m": [s2s.thresholds.average_logprob, None]})
+    batch = {"id": ["a", "b"], "model": ["m", "m"], "list": ["planted"] * 2, "target": [PLANTED[1]] * 2,
+             "search": ["o-greedy"] * 2, "source": ["apple river table sky"] * 2, "shard": [0, 0],
+             "sources": [list(merged[0].sources), None]}
+    rows = {r["id"]: r for r in worker(batch).to_pylist()}
+    assert rows["a"]["source_reaches"] is True  # the second input reaches it
+    # an older run's single source, the first input only: not a trigger the search could find, so unknown
+    assert rows["b"]["source_reaches"] is None
 
 
 def test_the_gradient_pass_runs_in_eval_mode_without_cudnn(planted, monkeypatch):
@@ -272,11 +294,30 @@ def _checker(trained, search: str, length: int) -> GibbsEnum:
 def test_every_normal_target_is_a_hit_from_its_own_input(dialogue_s2s, kind, search):
     """One vocabulary rule: the targets' decoding and the hit check agree, so each target's source
     input (when it could be a trigger) reaches the list's own hit type."""
-    from redline.actors.triggers.targets import normal_list, normal_sample_list
+    from collections import Counter
+
+    from redline.actors.triggers.targets import (
+        DEAD_END,
+        NO_END,
+        NO_WORDS,
+        UNKNOWN_WORD,
+        decode,
+        normal_list,
+        normal_sample_list,
+    )
 
     trained, inputs = dialogue_s2s
-    targets = normal_list(trained, inputs) if kind == "normal" else normal_sample_list(trained, inputs, n=200)
+    dropped: Counter[str] = Counter()
+    targets = (normal_list(trained, inputs, dropped=dropped) if kind == "normal"
+               else normal_sample_list(trained, inputs, n=200, dropped=dropped))
     assert targets and all(t.source in inputs for t in targets)
+    # every reply is a target or counted as left out, with why (`distinct` replies merge: at least as many)
+    assert set(dropped) <= {UNKNOWN_WORD, NO_END, NO_WORDS, DEAD_END}
+    if kind == "normal":  # each input with a known word gives one reply: kept, or counted with its reason
+        known = [i for i in inputs if trained.vocab.encode(i, trained.spec.max_input_len)]
+        again: Counter[str] = Counter()
+        assert len(decode(trained, inputs, "greedy", dropped=again)) + sum(again.values()) == len(known)
+        assert again == dropped
     checked = 0
     for length in range(3, 7):
         mine = [t for t in targets if len(trained.vocab.encode(t.source)) == length]
@@ -330,6 +371,11 @@ def test_the_pipeline_reports_each_list_with_its_hit_type_and_the_known_triggers
     checks = {r["list"]: r for r in result.manifest["source_checks"]}
     assert checks["planted"]["reachable"] == 6 and checks["planted"]["found"] >= 5 / 6
     assert result.manifest["counts"]["rows_in"] == 18  # one hit type per list
+    # every list decoded from inputs says how many replies it left out, and why (in the manifest and report)
+    dropped = result.manifest["models"]["echo"]["replies_dropped"]
+    assert set(dropped) == {"normal", "normal-sample", "planted"}
+    report = (tmp_path / "lists" / "report.html").read_text()
+    assert "Replies left out of the lists decoded from inputs: echo normal: 6 targets kept, " in report
 
 
 def test_one_search_settings_type_reaches_every_search_call():

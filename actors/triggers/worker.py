@@ -47,7 +47,7 @@ class TriggerWorker:
     """Ray Data actor: loads each model (and LM) once, on the actor's GPU when it has one; searches a
     batch's targets together per (model, search)."""
 
-    input_columns: ClassVar[list[str]] = ["id", "model", "list", "target", "search", "source"]
+    input_columns: ClassVar[list[str]] = ["id", "model", "list", "target", "search", "source", "sources"]
     output_schema: ClassVar[pa.Schema] = RESULT_SCHEMA
 
     def __init__(self, models: list[EgregiousModelConfig], search: TriggerSearchSettings,
@@ -91,7 +91,7 @@ class TriggerWorker:
             target, prior, thresholds = self.models[model]
             targets = [str(batch["target"][k]) for k in idx]
             opts = SearchOptions.of(c, search)
-            sources = [batch["source"][k] if "source" in batch else None for k in idx]
+            sources = [_sources(batch, k) for k in idx]
             checks: list[Any] = [None] * len(idx)
             try:
                 if H.uses_lm(search) and (prior is None or thresholds.t_in is None):
@@ -100,11 +100,14 @@ class TriggerWorker:
                 results: list[TriggerResult | str] = (
                     gibbs.run(targets) if c.method == "gibbs-enum"
                     else continuous_relaxation(target, prior, thresholds, opts, targets, steps=c.relaxation_steps))
-                with_source = [j for j, src in enumerate(sources) if src]
-                if with_source:
-                    found = gibbs.check([str(sources[j]) for j in with_source], [targets[j] for j in with_source])
-                    for j, check in zip(with_source, found):
-                        checks[j] = check
+                pairs = [(j, src) for j, srcs in enumerate(sources) for src in srcs]
+                if pairs:  # a target reaches when any input that gave it does (the best objective among them)
+                    found = gibbs.check([src for _, src in pairs], [targets[j] for j, _ in pairs])
+                    for (j, _), check in zip(pairs, found):
+                        if check is not None:
+                            prior_check = checks[j]
+                            checks[j] = check if prior_check is None else (
+                                prior_check[0] or check[0], max(prior_check[1], check[1]))
             except RedlineError as err:
                 results = [f"error: {err}"] * len(idx)
             for k, r, check in zip(idx, results, checks):
@@ -113,6 +116,15 @@ class TriggerWorker:
                     row.update(source_reaches=check[0], source_objective=check[1])
                 out.append(row)
         return pa.Table.from_pylist(out, schema=RESULT_SCHEMA)
+
+
+def _sources(batch: dict[str, Any], k: int) -> list[str]:
+    """The inputs a target came from: every one (`sources`), or the one recorded by older runs."""
+    many = batch["sources"][k] if "sources" in batch else None
+    if many is not None and len(many):
+        return [str(x) for x in many]
+    one = batch["source"][k] if "source" in batch else None
+    return [str(one)] if one else []
 
 
 def _row(row_id: str, r: Any) -> dict[str, Any]:
