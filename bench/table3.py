@@ -41,7 +41,9 @@ def main() -> None:
                         help="sgd: the paper's schedule (lr 1, halved when validation stops improving)")
     parser.add_argument("--targets", type=int, default=60)
     parser.add_argument("--trigger-length", type=int, default=5)
-    parser.add_argument("--cap", type=float, default=1.0, help="greedy_margin_cap")
+    parser.add_argument("--cap", type=float, default=0.1, help="greedy_margin_cap (redline's default)")
+    parser.add_argument("--caps", default=None, help="compare several greedy_margin_cap values on the same model "
+                                                     "and targets, e.g. 0.1,1.0 (o-greedy lists only)")
     parser.add_argument("--only", nargs="*", default=None, metavar="LIST:SEARCH",
                         help="run only these (list, search) pairs, e.g. random:o-sample-min mal:o-sample-avg")
     args = parser.parse_args()
@@ -62,6 +64,7 @@ def main() -> None:
     from redline.actors.triggers.training import TriggerModelTrainConfig, train
     from redline.cluster.config import validate_config
     from redline.pipelines.quickstart import diasafety_data_dir
+    from redline.pipelines.uncertainty import wilson
 
     data = diasafety_data_dir()
     started = time.perf_counter()
@@ -88,9 +91,31 @@ def main() -> None:
     th = H.Thresholds(trained.thresholds.average_logprob, None)
     model = LSTMSeq2SeqTarget(trained, torch.float32)
 
-    def search(kind: str) -> GibbsEnum:
+    def search(kind: str, cap: float | None = None) -> GibbsEnum:
         return GibbsEnum(model, None, th, SearchOptions(search=kind, trigger_length=L, top_g=100, restarts=10,
-                                                        max_sweeps=50, greedy_margin_cap=args.cap))
+                                                        max_sweeps=50, greedy_margin_cap=cap or args.cap))
+
+    if args.caps:  # the same targets under each cap: which one finds more, target by target
+        caps = [float(c) for c in args.caps.split(",")]
+        for name, kind in [tuple(p.split(":", 1)) for p in (args.only or ["normal:o-greedy"])]:
+            items = lists[name]
+            texts = [x.text for x in rng.sample(items, min(args.targets, len(items)))]
+            reached = {}
+            for cap in caps:
+                t = time.perf_counter()
+                found = {r.target: r.reached for r in search(kind, cap).run(texts) if not isinstance(r, str)}
+                reached[cap] = found
+                hits = sum(found.values())
+                interval = wilson(hits, len(found))
+                emit(list=name, hit_type=H.goal_hit(kind), cap=cap, searchable=len(found), hits=hits,
+                     hit_rate=round(hits / max(1, len(found)), 3),
+                     wilson_95=[round(x, 3) for x in interval] if interval else None,
+                     s_per_target=round((time.perf_counter() - t) / max(1, len(texts)), 2))
+            a, b = caps[0], caps[-1]
+            only_a = sum(reached[a][x] and not reached[b].get(x, False) for x in reached[a])
+            only_b = sum(reached[b][x] and not reached[a].get(x, False) for x in reached[b])
+            emit(list=name, compared=f"cap {a} vs {b}", hit_only_with_first=only_a, hit_only_with_last=only_b)
+        return
 
     runs = [("planted", "o-greedy"), ("normal", "o-greedy"), ("normal-sample", "o-sample-min"),
             ("random", "o-greedy"), ("random", "o-sample-min"), ("mal", "o-sample-avg")]
@@ -109,8 +134,11 @@ def main() -> None:
         t = time.perf_counter()
         found = [r for r in gibbs.run(texts) if not isinstance(r, str)]
         seconds = time.perf_counter() - t
+        hits = sum(r.reached for r in found)
+        interval = wilson(hits, len(found))
         row = {"list": name, "hit_type": H.goal_hit(kind), "targets": len(texts), "searchable": len(found),
-               "hit_rate": round(sum(r.reached for r in found) / max(1, len(found)), 3),
+               "hit_rate": round(hits / max(1, len(found)), 3), "hits": hits,
+               "wilson_95": [round(x, 3) for x in interval] if interval else None,
                "s_per_target": round(seconds / max(1, len(texts)), 2), "trigger_length": L, "cap": args.cap}
         if name == "planted":
             misses = [r for r in found if not r.reached]

@@ -78,6 +78,7 @@ def test_rows_filter_sort_and_page_straight_from_parquet(client, runs_root):
     queries = [r["queries"] for r in result.rows]
     assert queries == sorted(queries, reverse=True) and queries[0] == max(r["queries"] for r in want)
     assert "<mark>" in page.text and "<del>" in page.text  # seed beside the perturbed text, changes marked
+    assert 'title="a list of values: not sortable">more_examples<' in page.text  # a list column: no sort link
     bad = client.get("/run", params={"id": "quickstart-attack", "f_nosuchcolumn": "x"})
     assert bad.status_code == 200 and "no column &#39;nosuchcolumn&#39; to filter on" in bad.text
 
@@ -92,6 +93,31 @@ def test_list_columns_filter_by_membership():
     assert facets(table)["hits"] == ["o-greedy-hit", "o-sample-avg-1-hit", "o-sample-avg-2-hit"]
     assert [r["list"] for r in query(table, {"hits": "o-sample-avg-2-hit"}, None, 1, 10).rows] == ["mal"]
     assert query(table, {"list": "mal", "hits": "o-greedy-hit"}, None, 1, 10).total == 0
+    # a list column cannot be sorted: the page offers no sort (and no arrow) for it
+    page = query(table, {}, "-hits", 1, 10)
+    assert page.sortable == {"list"} and [r["list"] for r in page.rows] == ["normal", "mal", "mal"]
+
+
+def test_attempts_are_shown_by_outcome(client):
+    from redline.view.rows import outcome_view
+
+    pair = ("seed_text", "perturbed_text")
+    seed = {"seed_text": "you idiot <b>"}
+    assert outcome_view({**seed, "perturbed_text": "you idiiot <b>", "status": "success"}, pair)[2] == ""
+    skipped = outcome_view({**seed, "perturbed_text": None, "status": "skipped", "reason": "already benign"}, pair)
+    assert skipped == ("you idiot &lt;b&gt;", "", "skipped: already benign")  # the seed alone, not a deletion
+    before, after, note = outcome_view({**seed, "perturbed_text": "you idjot <b>", "status": "failed",
+                                        "reason": "query budget spent"}, pair)
+    assert "<mark>idjot</mark>" in after and note.startswith("failed: the best candidate found") and "budget" in note
+    # on the run page (the quickstart attack has both): a skipped attempt says why and deletes nothing; a
+    # failed one is labelled
+    for status, shown in (("skipped", "skipped: "), ("failed", "failed: the best candidate found")):
+        page = client.get("/run", params={"id": "quickstart-attack", "table": "attempts", "f_status": status,
+                                          "n": 500})
+        body = page.text.split("<tbody>", 1)[1]
+        assert shown in body
+        if status == "skipped":
+            assert "<del>" not in body
 
 
 def test_word_diff_marks_only_changed_words():

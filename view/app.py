@@ -232,7 +232,7 @@ def _rows_context(cache: rows.TableCache, ref: rows.TableRef, params: Any) -> di
         raise RedlineError("page and n must be whole numbers") from None
     result = rows.query(table, filters, params.get("sort") or None, page_no, per_page, params.get("q") or None)
     shown = [c for c in result.columns if not (result.pair and c in result.pair)]
-    diffs = [rows.word_diff(r.get(result.pair[0]), r.get(result.pair[1])) for r in result.rows] if result.pair else []
+    diffs = [rows.outcome_view(r, result.pair) for r in result.rows] if result.pair else []
     base = list(params.multi_items())
 
     def link(changes: dict[str, Any], drop: tuple[str, ...] = ()) -> str:

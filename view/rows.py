@@ -167,6 +167,7 @@ class Page:
     page: int
     pages: int
     pair: tuple[str, str] | None
+    sortable: frozenset[str] = frozenset()  # columns a sort applies to (not lists, structs or maps)
 
 
 def query(table: pa.Table, filters: dict[str, str], sort: str | None, page: int, per_page: int,
@@ -207,7 +208,8 @@ def query(table: pa.Table, filters: dict[str, str], sort: str | None, page: int,
     pages = max(1, math.ceil(view.num_rows / per_page))
     page = min(max(1, page), pages)
     rows = view.slice((page - 1) * per_page, per_page).to_pylist()
-    return Page(table.column_names, rows, view.num_rows, table.num_rows, page, pages, pair_of(table))
+    sortable = frozenset(f.name for f in table.schema if _sortable(f.type))
+    return Page(table.column_names, rows, view.num_rows, table.num_rows, page, pages, pair_of(table), sortable)
 
 
 def _sortable(t: pa.DataType) -> bool:
@@ -225,6 +227,22 @@ def cell(value: Any) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}: {cell(v)}" for k, v in value.items())
     return str(value)
+
+
+def outcome_view(row: dict[str, Any], pair: tuple[str, str]) -> tuple[str, str, str]:
+    """An attempt's (before HTML, after HTML, note) by its outcome: a success as a word diff; a failed
+    attempt as the diff to the best candidate, labelled as such (it fooled nothing); a skipped or
+    errored attempt as its seed alone, with why (there is no candidate to diff)."""
+    before, after = row.get(pair[0]), row.get(pair[1])
+    status, reason = row.get("status"), row.get("reason")
+    if status in ("skipped", "error") or after is None:
+        note = f"{status or 'no result'}: {reason}" if reason else (status or "no result")
+        return html.escape(before or ""), "", note
+    left, right = word_diff(before, after)
+    if status == "failed":
+        return left, right, "failed: the best candidate found, which did not change the victim's decision" + (
+            f" ({reason})" if reason else "")
+    return left, right, ""
 
 
 MAX_DIFF_CELLS = 250_000  # words before x words after (past the common ends) that difflib may compare

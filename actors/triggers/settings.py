@@ -20,7 +20,8 @@ class TriggerSearchSettings(Strict):
     max_sweeps: int = Result(50, gt=0, description="At most T sweeps over the positions.")
     restarts: int = Result(10, gt=0, description="R random restarts per target.")
     lm_weight: float = Result(1.0, ge=0, description="Weight of the LM's average log-likelihood in io objectives.")
-    greedy_margin_cap: float = Result(1.0, gt=0, description="o-greedy objective: margins count up to this cap; any "
-                                                            "non-positive margin costs more than all capped ones.")
+    greedy_margin_cap: float = Result(0.1, gt=0, description="o-greedy objective: margins count up to this cap; any "
+                                                            "non-positive margin costs more than all capped ones "
+                                                            "(0.1: chosen on the normal list, bench/table3.py --caps).")
     relaxation_steps: int = Result(200, gt=0, description="Optimiser steps of the continuous baseline.")
     seed: int = Result(0, description="Seeds each target's restarts (with the target's text).")
