@@ -169,21 +169,26 @@ def start(config: ServeConfig, *, config_file: str | None = None, verbose: bool 
         raise PortTaken(f"cannot serve on {config.host}:{config.port}: the port was taken") from None
     check_resources(config, strict=local)
     apps = [(config.app_name, build_app(config, api_key_sha256(config)), config.route_prefix), health_app(config)]
-    for name, app, prefix in apps:
-        # Deploy without Serve's own wait, which never gives up; ours names the failure or the timeout.
-        serve.api._run(app, name=name, route_prefix=prefix, _blocking=False)
-    wait_running([name for name, _, _ in apps], config.start_timeout_s)
-    _STARTED_HERE.add(config.port)
-    url = url_of(config)
-    state = {"port": config.port, "host": config.host, "url": url, "app_name": config.app_name,
+    state = {"port": config.port, "host": config.host, "url": url_of(config), "app_name": config.app_name,
              "pid": os.getpid() if local else None, "process": process_identity(os.getpid()) if local else None,
              "mode": "local" if local else "cluster",
              "ray_address": ray.get_runtime_context().gcs_address, "config_file": config_file,
              "detectors": [d.name for d in config.detectors], "generators": [g.name for g in config.generators],
              "dialogue_safety": config.dialogue_safety is not None,
              "api_key_required": api_key_sha256(config) is not None, "started_at": storage.now_iso()}
+    # Written before any application can answer: a client that reaches the server can always stop it.
     state_dir().mkdir(parents=True, exist_ok=True)
-    storage.write_json(str(state_path(config.port, config.app_name)), state)
+    written = state_path(config.port, config.app_name)
+    storage.write_json(str(written), state)
+    try:
+        for name, app, prefix in apps:
+            # Deploy without Serve's own wait, which never gives up; ours names the failure or the timeout.
+            serve.api._run(app, name=name, route_prefix=prefix, _blocking=False)
+        wait_running([name for name, _, _ in apps], config.start_timeout_s)
+    except BaseException:
+        written.unlink(missing_ok=True)
+        raise
+    _STARTED_HERE.add(config.port)
     announce(state)
     return state
 
