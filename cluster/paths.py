@@ -11,7 +11,7 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from redline.errors import RedlineError, first_line
 
@@ -82,8 +82,14 @@ def create_below(root: Path, parts: list[str], what: str) -> Iterator[Any]:
 
 
 def read_local_below(root: Path, parts: list[str], max_bytes: int | None = None) -> bytes:
-    """The bytes of the regular file root/parts, each folder opened with O_NOFOLLOW relative to the
-    one before (race-free: a link swapped in between two checks is still not followed)."""
+    """The bytes of the regular file root/parts (see `open_local_below`)."""
+    with open_local_below(root, parts, max_bytes) as f:
+        return f.read()
+
+
+def open_local_below(root: Path, parts: list[str], max_bytes: int | None = None) -> BinaryIO:
+    """The regular file root/parts opened for reading, each folder opened with O_NOFOLLOW relative to
+    the one before (race-free: a link swapped in between two checks is still not followed)."""
     uri = str(root.joinpath(*parts))
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
     fds: list[int] = []
@@ -98,8 +104,7 @@ def read_local_below(root: Path, parts: list[str], max_bytes: int | None = None)
             raise NotRegular(f"{uri} is not a regular file")
         if max_bytes is not None and st.st_size > max_bytes:
             raise RedlineError(f"{uri} is {st.st_size:,} bytes, over the limit of {max_bytes:,}")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read()
+        return os.fdopen(os.dup(fd), "rb")
     except FileNotFoundError:
         raise NotFound(f"file not found: {uri}") from None
     except OSError as err:

@@ -105,6 +105,21 @@ def read_below(root: str, parts: list[str], max_bytes: int | None = None) -> byt
     return paths.read_local_below(Path(root).expanduser(), parts, max_bytes)
 
 
+def open_below(root: str, parts: list[str]) -> Any:
+    """The regular file root/parts opened for random access (a seekable file), by the same rules as
+    `read_below`: locally no symbolic link below `root` is followed."""
+    uri = join(root, *parts)
+    if is_s3(root):
+        fs, path = resolve(uri)
+        try:
+            return fs.open_input_file(path)
+        except FileNotFoundError:
+            raise NotFound(f"file not found: {uri}") from None
+        except OSError as err:
+            raise RedlineError(f"cannot read {uri}: {first_line(err)}") from None
+    return paths.open_local_below(Path(root).expanduser(), parts)
+
+
 def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
     """A URI or local path -> (filesystem, path inside it)."""
     if is_s3(uri):

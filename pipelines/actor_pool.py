@@ -37,26 +37,37 @@ class _Host:
             raise self.error
         return self.worker(batch)  # type: ignore[misc]
 
+    def ready(self) -> bool:
+        """Answers once the constructor has run (the actor got its resources and started)."""
+        return True
+
 
 class ActorPool:
     def __init__(self, worker: type, kwargs: dict[str, Any], size: int, *, num_cpus: float, num_gpus: float = 0,
-                 batch_size: int = 256, in_flight: int = 2, max_restarts: int = 3, max_size: int | None = None) -> None:
+                 batch_size: int = 256, in_flight: int = 2, max_restarts: int = 3, max_size: int | None = None,
+                 what: str | None = None) -> None:
         """Starts `size` actors at once (their constructors run while the caller prepares work) and
         adds more, up to `max_size`, while batches wait and the cluster has room for one (a node that
-        joined, a CPU another step gave back); each call gets at most `batch_size` rows."""
+        joined, a CPU another step gave back); each call gets at most `batch_size` rows. `what`: the
+        actors as an error names them (default: by the worker class)."""
         import ray
 
         ensure_ray()
-        check_placeable(f"each {worker.__name__} actor", num_cpus, num_gpus)
+        check_placeable(what or f"each {worker.__name__} actor", num_cpus, num_gpus)
         self._remote = ray.remote(_Host).options(num_cpus=num_cpus, num_gpus=num_gpus or None,
                                                  max_restarts=max_restarts, max_task_retries=max_restarts)
         self._args = (worker, kwargs)
         self._needs = {"CPU": num_cpus, "GPU": num_gpus}
         self._actors = [self._remote.remote(*self._args) for _ in range(size)]
+        self.started = size  # actors started in all
         self._max_size = max(size, max_size or size)
         self._in_flight = max(1, in_flight)
         self._batch_size = batch_size
         self._looked = 0.0
+
+    def limit(self, max_size: int) -> None:
+        """Grow to at most `max_size` actors (never fewer than those already started)."""
+        self._max_size = max(len(self._actors), max_size)
 
     def _room_for_one(self) -> bool:
         """Whether the cluster has room for another actor now (looked up at most every second)."""
@@ -69,13 +80,16 @@ class ActorPool:
         return all(free.get(k, 0.0) + 1e-9 >= need for k, need in self._needs.items() if need)
 
     def map_unordered(self, batches: Iterable[pa.Table]) -> Iterator[pa.Table]:
-        """Each batch's output as soon as it is ready; every actor keeps `in_flight` batches queued
-        so it never waits on the driver between batches."""
+        """Each batch's output as soon as it is ready. An actor gets work once it has started (one
+        still waiting for resources holds none, so pools side by side never wait on each other), then
+        keeps `in_flight` batches queued so it never waits on the driver between batches. When the
+        batches are done the actors are shut down, handing their resources to whoever waits."""
         import ray
 
         slices = (b.slice(j, self._batch_size) for b in batches for j in range(0, b.num_rows, self._batch_size))
         waiting = [next(slices, None)]  # the next batch, looked at before it is sent
         owner: dict[Any, Any] = {}
+        starting = {actor.ready.remote(): actor for actor in self._actors}
 
         def submit(actor: Any) -> bool:
             batch, waiting[0] = waiting[0], (next(slices, None) if waiting[0] is not None else None)
@@ -85,18 +99,23 @@ class ActorPool:
             owner[actor.__call__.remote(columns)] = actor
             return True
 
-        for _ in range(self._in_flight):
-            for actor in self._actors:
-                submit(actor)
-        while owner:
-            ready, _ = ray.wait(list(owner), num_returns=1)
-            actor = owner.pop(ready[0])
-            result = ray.get(ready[0])
+        while owner or (starting and waiting[0] is not None):
+            done, _ = ray.wait([*owner, *starting], num_returns=1)
+            if done[0] in starting:
+                actor = starting.pop(done[0])
+                ray.get(done[0])
+                for _ in range(self._in_flight):
+                    submit(actor)
+                continue
+            actor = owner.pop(done[0])
+            result = ray.get(done[0])
             submit(actor)
-            if waiting[0] is not None and self._room_for_one():
+            if waiting[0] is not None and not starting and self._room_for_one():
                 self._actors.append(self._remote.remote(*self._args))
-                submit(self._actors[-1])  # one call queued while it starts; more as it answers
+                self.started += 1
+                starting[self._actors[-1].ready.remote()] = self._actors[-1]
             yield result
+        self.shutdown()
 
     def shutdown(self) -> None:
         import ray

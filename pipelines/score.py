@@ -9,6 +9,7 @@ part's partial sums; the driver only merges those. A restarted run skips parts a
 from __future__ import annotations
 
 import logging
+from contextlib import ExitStack
 from functools import partial
 from typing import Any, Callable
 
@@ -21,10 +22,12 @@ from redline.actors.detectors.worker import DetectionWorker
 from redline.cluster import storage
 from redline.cluster.config import Result, RunConfig, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
+from redline.cluster.runtime import check_placeable
 from redline.cluster.tables import STATUS_ERROR, STATUS_OK, conform
 from redline.errors import RedlineError
 from redline.pipelines import aggregates as A
 from redline.pipelines import shard_host, sharded
+from redline.pipelines.actor_pool import ActorPool
 from redline.pipelines.corpora import CorpusConfig, read_corpora
 from redline.pipelines.figures import SCORE, Table, outcomes
 from redline.pipelines.report import COUNT_COLUMNS, Report, grouped_bars, png_bytes
@@ -123,21 +126,37 @@ def score_corpus(run: Run, config: Any, build: Callable[[], pa.Table], watch: St
     per shard and detector, written by the detector's actors; resuming any already written);
     returns `summary`'s rows, summed part by part."""
     manifest = run.manifest
-    shard_rows = sharded.prepare_inputs(run, build, config.shard_size, corpus_counts, rows=scorable_rows)
-    if manifest["counts"]["rows_in"] == 0:
-        raise RedlineError("the corpus has no rows")
-    watch.lap("read_corpus_s")
     figures = {"summary": summary, "outcomes": OUTCOMES}
-    pools = [shard_host.Pool(
-        shard_host.ShardWork(run.dir.uri, OUTPUT_DIR, k, scorable, partial(assemble_shard, detector_names=[det.name]),
-                             figures, det.batch_size),
-        DetectionWorker, {"config": det}, det.actors, det.num_cpus, det.num_gpus,
-        shard_host.pending(run, OUTPUT_DIR, len(shard_rows), k), max_actors=det.max_actors)
-        for k, det in enumerate(config.detectors)]
+    works = [shard_host.ShardWork(run.dir.uri, OUTPUT_DIR, k, scorable,
+                                  partial(assemble_shard, detector_names=[det.name]), figures, det.batch_size)
+             for k, det in enumerate(config.detectors)]
+    with ExitStack() as early:
+        started: dict[int, ActorPool] = {}
+
+        def start_actors(spare_cpus: float) -> None:
+            """While the corpus is read (a fresh run: every shard is pending), the detectors load, if
+            the cluster has room for all of them beside the reading task."""
+            if spare_cpus + 1e-9 >= sum(det.actors * det.num_cpus for det in config.detectors):
+                for det in config.detectors:
+                    check_placeable(f"detector '{det.name}' (each actor)", det.num_cpus, det.num_gpus)
+                for k, det in enumerate(config.detectors):
+                    started[k] = early.enter_context(shard_host.start_plain_actors(
+                        works[k], DetectionWorker, {"config": det}, det.actors, num_cpus=det.num_cpus,
+                        num_gpus=det.num_gpus))
+
+        shard_rows = sharded.prepare_inputs(run, build, config.shard_size, corpus_counts, rows=scorable_rows,
+                                            meanwhile=start_actors)
+        if manifest["counts"]["rows_in"] == 0:
+            raise RedlineError("the corpus has no rows")
+        early.pop_all()  # the pools shut the started actors down from here
+    watch.lap("read_corpus_s")
+    # plain actors: no Ray Data start-up, and they can start before the shards exist
+    pools = [shard_host.Pool(works[k], DetectionWorker, {"config": det}, det.actors, det.num_cpus, det.num_gpus,
+                             shard_host.pending(run, OUTPUT_DIR, len(shard_rows), k), plain_actors=True,
+                             max_actors=det.max_actors, started=started.get(k))
+             for k, det in enumerate(config.detectors)]
     manifest["resumed_shards"] = len(shard_rows) - len({i for p in pools for i in p.pending})
     if any(p.pending for p in pools):
-        from redline.cluster.runtime import check_placeable
-
         for det in config.detectors:
             check_placeable(f"detector '{det.name}' (each actor)", det.num_cpus, det.num_gpus)
     busy = shard_host.run_pools(run, pools, shard_rows,

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -66,7 +68,8 @@ class Pool:
     its resources; `pending`: the shards it has yet to write. `plain_actors`: hosted on plain Ray
     actors (`pipelines/actor_pool.py`: no Ray Data start-up, for short runs of slow rows) instead of
     a Ray Data actor pool. `actors` start at once; the pool grows up to `max_actors` (None: as many
-    as the cluster has room for) while shards wait, never beyond the shards pending."""
+    as the cluster has room for) while shards wait, never beyond the shards pending. `started`: its
+    plain actors, started earlier by `start_plain_actors` (shut down with the pool)."""
 
     work: ShardWork
     worker: type
@@ -77,6 +80,7 @@ class Pool:
     pending: list[int]
     plain_actors: bool = False
     max_actors: int | None = None
+    started: ActorPool | None = None
 
     @property
     def host_kwargs(self) -> dict[str, Any]:
@@ -181,19 +185,35 @@ def run_pools(run: Run, pools: list[Pool], shard_rows: list[int], *, label: str,
     return busy
 
 
+def start_plain_actors(work: ShardWork, worker: type, worker_kwargs: dict[str, Any], size: int, *,
+                       num_cpus: float, num_gpus: float, max_size: int | None = None) -> ActorPool:
+    """`size` plain actors hosting `worker` for `work`, starting now (their constructors run while
+    the caller goes on): a `Pool(plain_actors=True, started=...)` takes them."""
+    return ActorPool(ShardHost, {"work": work, "worker": worker, "worker_kwargs": worker_kwargs}, size,
+                     max_size=max_size, num_cpus=num_cpus, num_gpus=num_gpus, batch_size=1,
+                     what=f"each {worker.__name__} actor")
+
+
 def _summaries(pools: list[Pool], hosts: ExitStack) -> Iterator[pa.Table]:
-    """The pools' summary rows as their shards finish: one Ray Data graph (a branch per pool), or a
-    pool of plain actors."""
+    """The pools' summary rows as their shards finish: pools of plain actors (several side by side),
+    or one Ray Data graph (a branch per pool)."""
     import ray.data
 
     if any(p.plain_actors for p in pools):
-        if len(pools) > 1:
-            raise ValueError("plain actors host one pool per run_pools call")
-        (p,) = pools
-        least, most = p.sizes
-        actors = hosts.enter_context(ActorPool(ShardHost, p.host_kwargs, least, max_size=most,
-                                               num_cpus=p.num_cpus, num_gpus=p.num_gpus, batch_size=1))
-        return actors.map_unordered([pa.table({"shard": pa.array(p.pending, pa.int64())})])
+        if not all(p.plain_actors for p in pools):
+            raise ValueError("a run_pools call hosts all its pools on plain actors or none")
+        streams = []
+        for p in pools:
+            least, most = p.sizes
+            if p.started is not None:
+                actors = hosts.enter_context(p.started)
+                actors.limit(most)
+            else:
+                actors = hosts.enter_context(start_plain_actors(p.work, p.worker, p.worker_kwargs, least,
+                                                                max_size=most, num_cpus=p.num_cpus,
+                                                                num_gpus=p.num_gpus))
+            streams.append(actors.map_unordered([pa.table({"shard": pa.array(p.pending, pa.int64())})]))
+        return streams[0] if len(streams) == 1 else _merged(streams)
     # one shard per block, so any free actor takes the next shard
     streams = [ray.data.from_items([{"shard": i} for i in p.pending], override_num_blocks=len(p.pending))
                .map_batches(ShardHost, fn_constructor_kwargs=p.host_kwargs, batch_size=1, batch_format="numpy",
@@ -202,3 +222,29 @@ def _summaries(pools: list[Pool], hosts: ExitStack) -> Iterator[pa.Table]:
                for p in pools]
     stream = streams[0].union(*streams[1:]) if len(streams) > 1 else streams[0]
     return stream.iter_batches(batch_format="pyarrow", batch_size=None)
+
+
+def _merged(streams: list[Iterator[pa.Table]]) -> Iterator[pa.Table]:
+    """Several pools' summaries as each arrives: one thread drains each pool (they wait on Ray, not
+    on Python), the first error ends the whole."""
+    results: queue.Queue[tuple[str, Any]] = queue.Queue()
+
+    def drain(stream: Iterator[pa.Table]) -> None:
+        try:
+            for batch in stream:
+                results.put(("batch", batch))
+            results.put(("done", None))
+        except BaseException as err:  # noqa: BLE001 - handed to the consumer, raised there
+            results.put(("error", err))
+
+    for stream in streams:
+        threading.Thread(target=drain, args=(stream,), daemon=True).start()
+    left = len(streams)
+    while left:
+        kind, value = results.get()
+        if kind == "error":
+            raise value
+        if kind == "done":
+            left -= 1
+        else:
+            yield value

@@ -27,11 +27,14 @@ def part_name(index: int) -> str:
 
 def prepare_inputs(run: Run, build: Callable[[], pa.Table], shard_size: int,
                    counts: Callable[[pa.Table], dict[str, Any]], rows: Callable[[pa.Table], int] = len,
-                   on_worker: bool = True) -> list[int]:
+                   on_worker: bool = True, meanwhile: Callable[[float], None] | None = None) -> list[int]:
     """Input shards written once per run, and each shard's work (`rows(shard)`: the rows its actors
     take). `build` (reading the corpus, ...) runs in a Ray task on a worker unless `on_worker` is
     False, so the driver never reads the corpus: it records the shard count, `counts(table)` and the
-    rows per shard that the task returns. Resuming after every shard was written builds nothing."""
+    rows per shard that the task returns. Resuming after every shard was written builds nothing.
+    `meanwhile(spare_cpus)` runs while that task builds (e.g. starting the actors that will take the
+    shards, so their model loads overlap the read), told how many CPUs the cluster has free beside
+    the task: what it starts must fit in them, or the task could wait on it forever."""
     manifest = run.manifest
     n_shards, per_shard = manifest.get("input_shards"), manifest.get("input_rows")
     if n_shards is not None and per_shard is not None and len(per_shard) == n_shards:
@@ -47,9 +50,13 @@ def prepare_inputs(run: Run, build: Callable[[], pa.Table], shard_size: int,
         from redline.cluster.runtime import check_placeable
 
         check_placeable("the task reading the inputs", 1)
+        spare = ray.available_resources().get("CPU", 0.0) - 1
         # max_calls=1: the worker process exits after, giving back the corpus' memory
         task = ray.remote(num_cpus=1, max_calls=1, max_retries=2)(write_inputs)
-        written = ray.get(task.remote(*args))
+        pending = task.remote(*args)
+        if meanwhile is not None:
+            meanwhile(spare)
+        written = ray.get(pending)
     else:
         written = write_inputs(*args)
     manifest["input_shards"], manifest["input_rows"] = len(written["rows"]), written["rows"]

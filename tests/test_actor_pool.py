@@ -58,7 +58,7 @@ def test_pool_grows_while_batches_wait_and_the_cluster_has_room(ray_session):
     blocks = [pa.table({"x": np.arange(j, j + 10)}) for j in range(0, 400, 10)]
     with ActorPool(Doubler, {"delay": 0.1}, 1, num_cpus=0.5, batch_size=10, max_size=3) as pool:
         out = pa.concat_tables(list(pool.map_unordered(blocks)))
-        started = len(pool._actors)
+    started = pool.started
     assert sorted(out.column("x").to_pylist()) == list(range(0, 800, 2))
     assert started == 3 and len(set(out.column("pid").to_pylist())) >= 2
 

@@ -21,7 +21,7 @@ from redline.errors import RedlineError
 from redline.pipelines.schema import PREDICTION_SCHEMA
 from redline.pipelines.score import ScoreConfig, run_score
 
-from conftest import kill_after_parts, status_and_report, write_csv
+from conftest import actor_starts, kill_after_parts, status_and_report, write_csv
 
 
 def make_config(corpus: dict, detectors: list[dict], output: str, **kw) -> ScoreConfig:
@@ -153,6 +153,40 @@ def test_a_pool_grows_while_shards_wait_unless_it_is_fixed(ray_session, tmp_path
     with pytest.raises(Exception, match=r"max_actors \(1\) is below actors \(2\)"):
         make_config({"path": str(corpus), "text_column": "text"}, [{**slow, "actors": 2, "max_actors": 1}],
                     str(tmp_path / "runs"))
+
+
+@pytest.mark.parametrize(("num_cpus", "early"), [(0.25, True), (1.0, False)])
+def test_detectors_load_while_the_corpus_is_read_when_the_cluster_has_room(ray_session, tmp_path, monkeypatch,
+                                                                            num_cpus, early):
+    """Two detectors side by side: on 2 CPUs beside the 1 the reading task takes, pools that fit start
+    while the corpus is read (their model loads overlap it); pools that do not fit start after it
+    (starting them first could starve the reading task)."""
+    started = actor_starts(monkeypatch)
+    corpus = write_csv(tmp_path / "c.csv", ["text", "label"], [[f"you idiot {i}" if i % 3 else f"nice {i}", int(i % 3 > 0)]
+                                                              for i in range(90)])
+    detectors = [{"name": name, "kind": "keywords", "patterns": ["idiot"], "num_cpus": num_cpus, "max_actors": 1}
+                 for name in ("a", "b")]
+    result = run_score(make_config({"path": str(corpus), "text_column": "text", "label_column": "label",
+                                    "toxic_values": [1]}, detectors, str(tmp_path / "runs"), shard_size=20))
+    assert started == [early, early]
+    rows = read_predictions(result.run_uri)
+    pairs = Counter(zip(rows.column("id").to_pylist(), rows.column("detector").to_pylist()))
+    assert len(pairs) == 180 and set(pairs.values()) == {1} and {d for _, d in pairs} == {"a", "b"}
+    assert [(r["detector"], r["accuracy"]) for r in result.summary] == [("a", 1.0), ("b", 1.0)]
+
+
+def test_detector_pools_asking_more_than_the_cluster_has_take_turns(ray_session, tmp_path):
+    """Three detectors of 1 CPU each on 2 CPUs: a pool whose actors cannot start yet is given no work
+    (it would hold it forever), and a pool that is done gives its CPUs back to the one waiting."""
+    corpus = write_csv(tmp_path / "c.csv", ["text", "label"], [[f"you idiot {i}" if i % 2 else f"nice {i}", i % 2]
+                                                              for i in range(60)])
+    detectors = [{"name": name, "kind": "keywords", "patterns": ["idiot"], "num_cpus": 1.0, "max_actors": 1}
+                 for name in ("a", "b", "c")]
+    result = run_score(make_config({"path": str(corpus), "text_column": "text", "label_column": "label",
+                                    "toxic_values": [1]}, detectors, str(tmp_path / "runs"), shard_size=10))
+    pairs = Counter(zip(*(read_predictions(result.run_uri).column(c).to_pylist() for c in ("id", "detector"))))
+    assert len(pairs) == 180 and set(pairs.values()) == {1}
+    assert [r["accuracy"] for r in result.summary] == [1.0, 1.0, 1.0]
 
 
 def test_rows_that_cannot_be_scored_stay_in_the_output(ray_session, tmp_path):

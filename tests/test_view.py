@@ -70,10 +70,10 @@ def test_rows_filter_sort_and_page_straight_from_parquet(client, runs_root):
                                       "f_status": "success", "sort": "-queries", "n": 500})
     assert page.status_code == 200
     assert f"{len(want)} of {len(attempts)} rows" in page.text
-    from redline.view.rows import query, read_table, tables
+    from redline.view.rows import open_table, query, tables
 
     ref = next(t for t in tables(str(runs_root), "quickstart-attack") if t.name == "attempts")
-    result = query(read_table(ref), {"recipe": "pwws", "status": "success"}, "-queries", 1, 10)
+    result = query(open_table(ref), {"recipe": "pwws", "status": "success"}, "-queries", 1, 10)
     assert result.total == len(want) and result.pages == -(-len(want) // 10)
     queries = [r["queries"] for r in result.rows]
     assert queries == sorted(queries, reverse=True) and queries[0] == max(r["queries"] for r in want)

@@ -222,7 +222,6 @@ FILTER = re.compile(r"^f_(.+)$")
 
 
 def _rows_context(cache: rows.TableCache, ref: rows.TableRef, params: Any) -> dict[str, Any]:
-    table = cache.get(ref)
     facets = cache.facets(ref)
     filters = {m.group(1): v for k, v in params.items() if (m := FILTER.match(k)) and v != ""}
     try:
@@ -230,7 +229,7 @@ def _rows_context(cache: rows.TableCache, ref: rows.TableRef, params: Any) -> di
         per_page = min(500, max(1, int(params.get("n", str(PER_PAGE)))))
     except ValueError:
         raise RedlineError("page and n must be whole numbers") from None
-    result = rows.query(table, filters, params.get("sort") or None, page_no, per_page, params.get("q") or None)
+    result = cache.query(ref, filters, params.get("sort") or None, page_no, per_page, params.get("q") or None)
     shown = [c for c in result.columns if not (result.pair and c in result.pair)]
     diffs = [rows.outcome_view(r, result.pair) for r in result.rows] if result.pair else []
     base = list(params.multi_items())

@@ -1,5 +1,6 @@
 """A run's row tables (attempts, predictions, stages, verdicts, triggers), read straight from its
-Parquet with pyarrow: filtered, sorted and paged in memory, never copied into another store.
+Parquet with pyarrow: filtered, sorted and paged by scanning only the columns a request needs
+(`view/scan.py`), never loaded whole nor copied into another store.
 
 A directory of `part-*.parquet` shards is one table; any other Parquet file is a table of its own.
 Columns with a few distinct short values (recipe, goal, status, victim, category, model, list, hit
@@ -10,22 +11,22 @@ from __future__ import annotations
 
 import difflib
 import html
-import io
 import math
 import os
 import stat
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from redline.cluster import storage
 from redline.errors import RedlineError, first_line
+from redline.view.scan import Source
 
 PAIRS = (("seed_text", "perturbed_text"), ("seed_text", "text"))  # (before, after) shown as a diff
 FACET_MAX_VALUES = 40
@@ -78,49 +79,57 @@ def tables(root: str, run_id: str) -> list[TableRef]:
 
 
 class TableCache:
-    """The last few tables read, keyed by their files (size and mtime), so paging does not re-read."""
+    """The last few tables opened (their footers and schema, never their rows), keyed by their files
+    (size and mtime) so new shards show up, with each one's filters and its recent pages."""
 
-    def __init__(self, size: int = 8) -> None:
-        self.size, self._items, self._lock = size, OrderedDict[TableRef, pa.Table](), threading.Lock()
+    def __init__(self, size: int = 8, pages: int = 64) -> None:
+        self.size, self._items, self._lock = size, OrderedDict[TableRef, Source](), threading.Lock()
         self._facets: dict[TableRef, dict[str, list[str]]] = {}
+        self._pages: OrderedDict[tuple[Any, ...], Page] = OrderedDict()
+        self._max_pages = pages
 
     def facets(self, ref: TableRef) -> dict[str, list[str]]:
         """The table's filters, worked out once per version of its files (not on every page)."""
         if ref not in self._facets:
-            table = self.get(ref)
+            source = self.get(ref)
+            found = facets(source)
             with self._lock:
                 self._facets = {k: v for k, v in self._facets.items() if k in self._items}
-                self._facets[ref] = facets(table)
+                self._facets[ref] = found
         return self._facets[ref]
 
-    def get(self, ref: TableRef) -> pa.Table:
+    def get(self, ref: TableRef) -> Source:
         with self._lock:
             if ref in self._items:
                 self._items.move_to_end(ref)
                 return self._items[ref]
-        table = read_table(ref)
+        source = open_table(ref)
         with self._lock:
-            self._items[ref] = table
+            self._items[ref] = source
             while len(self._items) > self.size:
                 self._items.popitem(last=False)
-        return table
+        return source
+
+    def query(self, ref: TableRef, filters: dict[str, str], sort: str | None, page: int, per_page: int,
+              search: str | None = None) -> Page:
+        """`query` on the table, a page asked again (back, reload) served from memory."""
+        key = (ref, tuple(sorted(filters.items())), sort, page, per_page, search)
+        with self._lock:
+            if key in self._pages:
+                self._pages.move_to_end(key)
+                return self._pages[key]
+        result = query(self.get(ref), filters, sort, page, per_page, search)
+        with self._lock:
+            self._pages[key] = result
+            while len(self._pages) > self._max_pages:
+                self._pages.popitem(last=False)
+        return result
 
 
-def read_table(ref: TableRef) -> pa.Table:
-    parts = []
-    for rel, _, _ in ref.files:
-        uri = storage.join(ref.root, ref.run_id, rel)
-        try:
-            data = storage.read_below(ref.root, [*ref.run_id.split("/"), *rel.split("/")])
-            parts.append(pq.read_table(io.BytesIO(data)))
-        except pa.ArrowInvalid as err:
-            raise RedlineError(f"{uri} is not a readable Parquet file ({first_line(err)})") from None
-    if not parts:
-        raise RedlineError(f"table {ref.name} has no files")
-    try:
-        return pa.concat_tables(parts, promote_options="permissive")
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-        raise RedlineError(f"the shards of {ref.name} disagree on their columns ({first_line(err)})") from None
+def open_table(ref: TableRef) -> Source:
+    """The table's files opened by their footers (rows are read only when a page needs them)."""
+    return Source.of_files(ref.name, ref.root, [[*ref.run_id.split("/"), *rel.split("/")] for rel, _, _ in ref.files],
+                           key=ref)
 
 
 def _is_text(t: pa.DataType) -> bool:
@@ -131,30 +140,39 @@ def _is_text_list(t: pa.DataType) -> bool:
     return (pa.types.is_list(t) or pa.types.is_large_list(t)) and _is_text(t.value_type)
 
 
-def facets(table: pa.Table) -> dict[str, list[str]]:
-    """Filterable columns and their values: booleans, and text (or lists of text) with a few short values."""
-    out: dict[str, list[str]] = {}
-    for name in table.column_names:
-        column = table.column(name)
-        if pa.types.is_boolean(column.type):
-            out[name] = ["true", "false"]
+def facets(source: Source | pa.Table) -> dict[str, list[str]]:
+    """Filterable columns and their values: booleans, and text (or lists of text) with a few short
+    values. Each column is scanned alone and left as soon as it has too many or too long values."""
+    source = Source.of_table(source) if isinstance(source, pa.Table) else source
+    out: dict[str, list[str]] = {f.name: ["true", "false"] for f in source.schema if pa.types.is_boolean(f.type)}
+    lists = {f.name for f in source.schema if _is_text_list(f.type)}
+    values: dict[str, set[str]] = {f.name: set() for f in source.schema if (f.name in lists or _is_text(f.type))
+                                   and f.name != "id" and not f.name.endswith("_id")}
+
+    def seen(batch: pa.Table) -> bool:
+        """Add the batch's values; drop the columns past the limits. False: none is left."""
+        for name in [n for n in values if n in batch.column_names]:
+            column = pc.list_flatten(batch.column(name)) if name in lists else batch.column(name)
+            values[name].update(pc.unique(column.drop_null()).to_pylist())
+            if len(values[name]) > FACET_MAX_VALUES or any(len(v) > FACET_MAX_CHARS for v in values[name]):
+                del values[name]
+        return bool(values)
+
+    # the first batch rules out the free-text columns, then one scan reads only the columns left
+    if values and seen(next(source.scan(list(values)), (0, pa.table({})))[1]):
+        for _, batch in source.scan(list(values)):
+            if not seen(batch):
+                break
+    for f in source.schema:
+        found, is_list = values.get(f.name), f.name in lists
+        if not found or len(found) == source.num_rows > 3:  # none, or a key unique per row
             continue
-        if _is_text_list(column.type):
-            column = pc.list_flatten(column)
-        elif not _is_text(column.type):
-            continue
-        values = pc.unique(column.drop_null() if hasattr(column, "drop_null") else column)
-        if name == "id" or name.endswith("_id") or (len(values) == table.num_rows > 3):
-            continue  # a key, unique per row: nothing to group by
-        if 1 <= len(values) <= FACET_MAX_VALUES:
-            texts = [v for v in values.to_pylist() if v is not None]
-            if texts and max(len(v) for v in texts) <= FACET_MAX_CHARS and (len(texts) > 1 or table.num_rows <= 1
-                                                                           or _is_text_list(table.column(name).type)):
-                out[name] = sorted(texts)
-    return out
+        if len(found) > 1 or source.num_rows <= 1 or is_list:
+            out[f.name] = sorted(found)
+    return {name: out[name] for name in source.column_names if name in out}
 
 
-def pair_of(table: pa.Table) -> tuple[str, str] | None:
+def pair_of(table: pa.Table | Source) -> tuple[str, str] | None:
     return next((p for p in PAIRS if all(c in table.column_names for c in p)), None)
 
 
@@ -170,14 +188,11 @@ class Page:
     sortable: frozenset[str] = frozenset()  # columns a sort applies to (not lists, structs or maps)
 
 
-def query(table: pa.Table, filters: dict[str, str], sort: str | None, page: int, per_page: int,
-          search: str | None = None) -> Page:
-    """Rows of `table` where every filter holds (a value of a list column: the list contains it), the
-    text search (any text column contains it, case-insensitive), sorted by `sort` ("col" or "-col")."""
+def _mask(table: pa.Table, filters: dict[str, str], search: str | None) -> pa.Array | None:
+    """Which rows of a batch hold every filter (a value of a list column: the list contains it) and
+    the text search (any text column contains it, case-insensitive); None: every row."""
     mask = None
     for name, value in filters.items():
-        if name not in table.column_names:
-            raise RedlineError(f"no column '{name}' to filter on")
         column = table.column(name)
         if pa.types.is_boolean(column.type):
             cond = pc.equal(column, value == "true")
@@ -198,18 +213,78 @@ def query(table: pa.Table, filters: dict[str, str], sort: str | None, page: int,
                 needle = found if needle is None else pc.or_(needle, found)
         if needle is not None:
             mask = needle if mask is None else pc.and_(mask, needle)
-    view = table.filter(mask) if mask is not None else table
-    if sort:
-        key = sort.lstrip("-")
-        if key not in table.column_names:
-            raise RedlineError(f"no column '{key}' to sort by")
-        if _sortable(table.column(key).type):
-            view = view.sort_by([(key, "descending" if sort.startswith("-") else "ascending")])
-    pages = max(1, math.ceil(view.num_rows / per_page))
-    page = min(max(1, page), pages)
-    rows = view.slice((page - 1) * per_page, per_page).to_pylist()
-    sortable = frozenset(f.name for f in table.schema if _sortable(f.type))
-    return Page(table.column_names, rows, view.num_rows, table.num_rows, page, pages, pair_of(table), sortable)
+    return mask
+
+
+def query(source: Source | pa.Table, filters: dict[str, str], sort: str | None, page: int, per_page: int,
+          search: str | None = None) -> Page:
+    """One page of the rows where every filter holds and the text search matches, sorted by `sort`
+    ("col" or "-col"; ties keep the table's order, nulls last). Only the columns the filters, the
+    search and the sort read are scanned, batch by batch; the sort keeps the best rows up to this
+    page, never the whole order; the page's rows are then read by position, every column."""
+    source = Source.of_table(source) if isinstance(source, pa.Table) else source
+    for name in filters:
+        if name not in source.column_names:
+            raise RedlineError(f"no column '{name}' to filter on")
+    key = sort.lstrip("-") if sort else None
+    if key is not None and key not in source.column_names:
+        raise RedlineError(f"no column '{key}' to sort by")
+    if key is not None and not _sortable(source.schema.field(key).type):
+        key = None
+    texts = [f.name for f in source.schema if _is_text(f.type)] if search else []
+    needed = list(dict.fromkeys([*filters, *([key] if key else []), *texts]))
+    page = max(1, page)
+    if not needed or (not filters and not key and not texts):
+        total = source.num_rows
+        page = min(page, max(1, math.ceil(total / per_page)))
+        numbers = list(range((page - 1) * per_page, min(page * per_page, total)))
+    elif key is None:
+        total, numbers = _filtered(source, needed, filters, search, page, per_page)
+        page = min(page, max(1, math.ceil(total / per_page)))
+    else:
+        total, numbers = _sorted(source, needed, filters, search, key, sort.startswith("-"), page, per_page)
+        page = min(page, max(1, math.ceil(total / per_page)))
+    sortable = frozenset(f.name for f in source.schema if _sortable(f.type))
+    return Page(source.column_names, source.rows(numbers), total, source.num_rows, page,
+                max(1, math.ceil(total / per_page)), pair_of(source), sortable)
+
+
+def _filtered(source: Source, needed: list[str], filters: dict[str, str], search: str | None, page: int,
+              per_page: int) -> tuple[int, list[int]]:
+    """The number of matching rows and the row numbers of the page (the last page when past it)."""
+    total, start, kept = 0, (page - 1) * per_page, deque[int](maxlen=per_page)
+    for offset, batch in source.scan(needed):
+        mask = _mask(batch, filters, search)
+        hits = np.flatnonzero(np.asarray(mask)) + offset if mask is not None else np.arange(batch.num_rows) + offset
+        if total < start + per_page:  # still before the page's end: keep the last `per_page` seen
+            kept.extend(hits[:start + per_page - total].tolist())
+        total += len(hits)
+    last_start = max(0, min(start, (math.ceil(total / per_page) - 1) * per_page))
+    numbers = list(kept)[-(min(total, last_start + per_page) - last_start):] if total else []
+    return total, numbers
+
+
+def _sorted(source: Source, needed: list[str], filters: dict[str, str], search: str | None, key: str,
+            descending: bool, page: int, per_page: int) -> tuple[int, list[int]]:
+    """The number of matching rows and the row numbers of the page in the sort's order: each batch's
+    best `page * per_page` rows are merged with the best so far (ties broken by row number)."""
+    k = page * per_page
+    order = [(key, "descending" if descending else "ascending", "at_end"), ("__row", "ascending", "at_end")]
+    best: pa.Table | None = None
+    total = 0
+    for offset, batch in source.scan(needed):
+        rows = pa.table({key: batch.column(key), "__row": pa.array(np.arange(batch.num_rows) + offset, pa.int64())})
+        mask = _mask(batch, filters, search)
+        if mask is not None:
+            rows = rows.filter(mask)
+        total += rows.num_rows
+        merged = rows if best is None else pa.concat_tables([best, rows])
+        best = merged.take(pc.select_k_unstable(merged, k, sort_keys=order)) if merged.num_rows > k else merged
+    if best is None or total == 0:
+        return 0, []
+    best = best.take(pc.sort_indices(best, sort_keys=order))
+    start = max(0, min((page - 1) * per_page, (math.ceil(total / per_page) - 1) * per_page))
+    return total, best.column("__row").to_pylist()[start:start + per_page]
 
 
 def _sortable(t: pa.DataType) -> bool:

@@ -3,8 +3,10 @@ Hugging Face sequence classifier (hub id or local directory)."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -120,8 +122,9 @@ def _looks_like_path(model: str) -> bool:
 
 
 def _load_hf_config(options: HFOptions) -> Any:
-    from transformers import AutoConfig
-
+    """The model's labels and problem type: read from a local directory's config.json as it is (the
+    driver's preflight then needs no transformers import, seconds of its start-up), else through
+    `AutoConfig` from the hub."""
     options = options.model_copy(update={"model": local_path(options.model)})
     if _looks_like_path(options.model):
         path = Path(options.model).expanduser()
@@ -129,6 +132,16 @@ def _load_hf_config(options: HFOptions) -> Any:
             raise RedlineError(f"model directory does not exist: {options.model}")
         if not (path / "config.json").is_file():
             raise RedlineError(f"model directory has no config.json (not saved with save_pretrained?): {options.model}")
+        try:
+            raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as err:
+            raise RedlineError(f"cannot load model '{options.model}': config.json: {first_line(err)}") from None
+        if not isinstance(raw, dict) or not isinstance(raw.get("id2label", {}), dict):
+            raise RedlineError(f"cannot load model '{options.model}': config.json is not a model config")
+        return SimpleNamespace(id2label=raw.get("id2label") or None, problem_type=raw.get("problem_type"),
+                               num_labels=raw.get("num_labels") or len(raw.get("id2label") or {}) or 2)
+    from transformers import AutoConfig
+
     try:
         return AutoConfig.from_pretrained(options.model, revision=options.revision)
     except (OSError, ValueError) as err:
