@@ -3,13 +3,17 @@ runs) and the pages in a real headless Chromium (run list, run page, filters, co
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlencode
 
+import httpx
 import pyarrow.dataset as ds
 import pytest
 
@@ -30,6 +34,16 @@ def runs_root(quickstart_dir, ray_session, wordnet_ready) -> Path:
     config = config.model_copy(update={"run_name": "transfer-two-victims",
                                        "victims": [v for v in config.victims if v.kind != "hf"]})
     run_transfer(config)
+    from redline.cluster.config import validate_config
+    from redline.pipelines.quickstart import QUICKSTART_KEYWORDS, sample_path
+    from redline.pipelines.score import ScoreConfig, run_score
+
+    run_score(validate_config(ScoreConfig, {  # a score run of two detectors: confusion matrices, per-text view
+        "corpus": {"path": str(sample_path("toxic_sample_test.csv")), "text_column": "text", "label_column": "label",
+                   "toxic_values": ["toxic"], "dataset": "redline-sample"},
+        "detectors": [{"name": "profanity-check", "kind": "profanity-check", "num_cpus": 0.5},
+                      {"name": "keywords", "kind": "keywords", "patterns": QUICKSTART_KEYWORDS, "num_cpus": 0.25}],
+        "output": str(quickstart_dir), "run_name": "score-two-detectors", "shard_size": 20}))
     broken = quickstart_dir / "half-written-run"
     broken.mkdir(exist_ok=True)
     (broken / "manifest.json").write_text('{"pipeline": "attack", "state": "runn')
@@ -81,6 +95,24 @@ def test_rows_filter_sort_and_page_straight_from_parquet(client, runs_root):
     assert 'title="a list of values: not sortable">more_examples<' in page.text  # a list column: no sort link
     bad = client.get("/run", params={"id": "quickstart-attack", "f_nosuchcolumn": "x"})
     assert bad.status_code == 200 and "no column &#39;nosuchcolumn&#39; to filter on" in bad.text
+
+
+def test_the_rows_a_page_selects_export_as_csv_and_json_lines(client, runs_root):
+    attempts = ds.dataset(runs_root / "quickstart-attack" / "attempts").to_table().to_pylist()
+    want = [r["id"] for r in attempts if r["recipe"] == "pwws" and r["status"] == "success"]
+    page = client.get("/run", params={"id": "quickstart-attack", "table": "attempts", "f_recipe": "pwws",
+                                      "f_status": "success"})
+    link = "/export?id=quickstart-attack&amp;table=attempts&amp;f_recipe=pwws&amp;f_status=success&amp;format=csv"
+    assert link in page.text and link.replace("csv", "jsonl") in page.text
+    got = client.get(link.replace("&amp;", "&"))
+    assert got.status_code == 200 and got.headers["content-type"].startswith("text/csv")
+    assert got.headers["content-disposition"] == 'attachment; filename="quickstart-attack-attempts.csv"'
+    assert [r["id"] for r in csv.DictReader(io.StringIO(got.text))] == want
+    lines = client.get(link.replace("&amp;", "&").replace("csv", "jsonl")).text.splitlines()
+    assert [json.loads(line)["id"] for line in lines] == want
+    assert client.get("/export", params={"id": "quickstart-attack", "table": "attempts", "format": "xlsx"}).status_code == 400
+    assert client.get("/export", params={"id": "quickstart-attack", "table": "nope"}).status_code == 404
+    assert client.get("/export", params={"id": "../etc", "table": "attempts"}).status_code in (400, 404)
 
 
 def test_list_columns_filter_by_membership():
@@ -251,6 +283,7 @@ def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
         # the run list: every run, its state, its figures, the damaged one with its error
         driver.get(viewer + "/")
         rows = {r.get_attribute("data-id"): r for r in driver.find_elements(By.CSS_SELECTOR, "tr.run")}
+        pipelines = {run: r.get_attribute("data-pipeline") for run, r in rows.items()}
         assert set(rows) == {p.name for p in runs_root.iterdir() if (p / "manifest.json").is_file()}
         assert rows["quickstart-attack"].find_element(By.CSS_SELECTOR, "[data-field=state]").text == "complete"
         assert "not valid JSON" in rows["half-written-run"].text
@@ -282,6 +315,56 @@ def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
         assert driver.find_elements(By.CSS_SELECTOR, "#row-table td.diff mark")
         shot("rows")
 
+        # a number range and the column picker narrow the page; the URL holds both; the export takes its rows
+        least = sorted(r["queries"] for r in want)[len(want) // 2]
+        driver.find_element(By.CSS_SELECTOR, "details#ranges summary").click()
+        driver.find_element(By.NAME, "min_queries").send_keys(str(least))
+        driver.find_element(By.CSS_SELECTOR, "details#columns summary").click()
+        driver.find_element(By.CSS_SELECTOR, "details#columns input[value=victim]").click()  # unticked
+        before = driver.find_element(By.ID, "row-count").text
+        driver.find_element(By.ID, "apply").click()
+        wait.until(lambda d: d.find_element(By.ID, "row-count").text != before)
+        ranged = [r for r in want if r["queries"] >= least]
+        assert driver.find_element(By.ID, "row-count").text.startswith(f"{len(ranged)} of {len(attempts)} rows")
+        assert all(int(c.text) >= least for c in driver.find_elements(By.CSS_SELECTOR, "#row-table td[data-col=queries]"))
+        assert not driver.find_elements(By.CSS_SELECTOR, "#row-table td[data-col=victim]")
+        assert f"min_queries={least}" in driver.current_url and "col=recipe" in driver.current_url
+        export = httpx.get(driver.find_element(By.ID, "export-csv").get_attribute("href"), timeout=30)
+        assert [r["id"] for r in csv.DictReader(io.StringIO(export.text))] == [r["id"] for r in ranged]
+        shot("ranges")
+
+        # a row's permalink opens that row alone
+        first = driver.find_element(By.CSS_SELECTOR, "#row-table a.permalink")
+        first.click()
+        wait.until(lambda d: d.find_element(By.ID, "row-count").text.startswith(f"1 of {len(attempts)} rows"))
+
+        # a score run: each detector's confusion matrix, a cell opening exactly its rows
+        score = next(run for run, pipeline in pipelines.items() if pipeline == "score")
+        driver.get(viewer + "/run?" + urlencode({"id": score}))
+        cell = driver.find_elements(By.CSS_SELECTOR, "table.confusion td a")[1]  # label toxic, predicted benign
+        n = int(cell.text.replace(",", ""))
+        cell.click()
+        wait.until(lambda d: d.find_element(By.ID, "row-count").text.startswith(f"{n:,} of "))
+        assert {c.text for c in driver.find_elements(By.CSS_SELECTOR, "#row-table td[data-col=label]")} <= {"1"}
+        shot("confusion")
+
+        # its per-text view: one row per text, every detector side by side; the texts they disagree on
+        driver.get(viewer + "/run?" + urlencode({"id": score}))  # the default table of a score run
+        assert driver.find_element(By.CSS_SELECTOR, "nav.tables a.on").text == "per-text"
+        heads = [h.text for h in driver.find_elements(By.CSS_SELECTOR, "#row-table th")]
+        assert {"score_profanity-check", "pred_profanity-check", "score_keywords", "disagree", "misclassified"} <= set(heads)
+        predictions = ds.dataset(runs_root / score / "predictions").to_table().to_pylist()
+        verdicts: dict[str, set] = {}
+        for p in predictions:
+            if p["pred_toxic"] is not None:
+                verdicts.setdefault(p["id"], set()).add(p["pred_toxic"])
+        split = sum(1 for v in verdicts.values() if len(v) == 2)
+        Select(driver.find_element(By.NAME, "f_disagree")).select_by_visible_text("true")
+        texts = len({p["id"] for p in predictions})
+        wait.until(lambda d: d.find_element(By.ID, "row-count").text.startswith(f"{split:,} of {texts:,} rows"))
+        assert {c.text for c in driver.find_elements(By.CSS_SELECTOR, "#row-table td[data-col=disagree]")} <= {"True"}
+        shot("per-text")
+
         # compare two transfer runs: both tables and the grouped bars
         driver.get(viewer + "/?pipeline=transfer")
         for run in ("quickstart-transfer", "transfer-two-victims"):
@@ -297,11 +380,26 @@ def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
         live = runs_root / "attack-in-flight"
         shutil.copytree(runs_root / "quickstart-attack", live, dirs_exist_ok=True)
         manifest = json.loads((live / "manifest.json").read_text())
+        shards = manifest["partials"]["summary"]["shards"]
         manifest.update(run_name="attack-in-flight", state="running", run_uri=str(live))
+        manifest["partials"]["summary"]["shards"] = shards[:1]
         (live / "manifest.json").write_text(json.dumps(manifest))
         driver.get(viewer + "/")
         badge = (By.CSS_SELECTOR, "tr[data-id='attack-in-flight'] [data-field=state]")
+        progress = (By.CSS_SELECTOR, "tr[data-id='attack-in-flight'] [data-field=progress]")
         assert driver.find_element(*badge).text == "running"
+        total = sum(manifest["input_rows"])
+        assert driver.find_element(*progress).text.startswith(f"{manifest['input_rows'][0]:,} of {total:,} rows")
+        manifest["partials"]["summary"]["shards"] = shards[:2]
+        (live / "manifest.json").write_text(json.dumps(manifest))
+        two = sum(manifest["input_rows"][:2])
+        WebDriverWait(driver, 30).until(lambda d: d.find_element(*progress).text.startswith(f"{two:,} of {total:,}"))
+        driver.get(viewer + "/run?id=attack-in-flight")
+        assert driver.find_element(By.ID, "progress").text.startswith(f"{two:,} of {total:,} rows")
+        manifest["partials"]["summary"]["shards"] = shards
+        (live / "manifest.json").write_text(json.dumps(manifest))
+        WebDriverWait(driver, 30).until(lambda d: d.find_element(By.ID, "progress").text.startswith(f"{total:,} of"))
+        driver.get(viewer + "/")
         manifest["state"] = "complete"
         (live / "manifest.json").write_text(json.dumps(manifest))
         WebDriverWait(driver, 30).until(lambda d: d.find_element(*badge).text == "complete")
@@ -310,5 +408,5 @@ def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
         driver.quit()
         shutil.rmtree(runs_root / "attack-in-flight", ignore_errors=True)
     assert not errors, errors
-    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["compare.png", "live.png", "rows.png", "run.png",
-                                                               "runs.png"]  # kept for a person to look at
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["compare.png", "confusion.png", "live.png", "per-text.png",
+                                                               "ranges.png", "rows.png", "run.png", "runs.png"]

@@ -185,3 +185,171 @@ def test_a_column_scanned_once_is_served_from_memory_until_the_table_changes(tmp
     assert [r["id"] for r in again.rows] == ["r94", "r93", "r92", "r91", "r90"]
     with pytest.raises(AssertionError, match="read a shard again"):
         R.query(cache.get(ref), {}, "queries", 1, 5)  # another column is read from the shards
+
+
+def test_export_streams_the_selected_rows_as_csv_and_json_lines(tmp_path, monkeypatch):
+    import csv
+    import io as _io
+    import json
+
+    from redline.view import scan
+
+    monkeypatch.setattr(scan, "BATCH_ROWS", 25)
+
+    rows = [{"id": f"r{i}", "status": ["success", "failed"][i % 2], "tags": [["a"], ["a", "b"], []][i % 3],
+             "flag": i % 4 == 0, "score": i / 10, "queries": i, "text": "=HYPERLINK(1)" if i == 3 else f"word {i}",
+             "note": f"n{i}"} for i in range(100)]
+    source = R.open_table(_shards(tmp_path, rows, 30))
+    want = [r for r in rows if r["status"] == "failed" and "b" in r["tags"]]
+    chunks = list(R.export(source, {"status": "failed", "tags": "b"}, None, "csv"))
+    assert len(chunks) == 4  # one per batch of 25 rows scanned, never the whole table at once
+    got = list(csv.DictReader(_io.StringIO(b"".join(chunks).decode())))
+    assert [g["id"] for g in got] == [r["id"] for r in want]
+    assert got[0]["tags"] == '["a", "b"]' and got[0]["score"] == str(want[0]["score"])
+    lines = [json.loads(line) for line in b"".join(R.export(source, {"flag": "true"}, "word", "jsonl")).splitlines()]
+    assert [x["id"] for x in lines] == [r["id"] for r in rows if r["flag"] and r["text"].startswith("word")]
+    assert lines[0]["tags"] == ["a"] and lines[0]["flag"] is True
+    defused = list(csv.DictReader(_io.StringIO(b"".join(R.export(source, {}, "HYPERLINK", "csv")).decode())))
+    assert [d["text"] for d in defused] == ["'=HYPERLINK(1)"]  # a spreadsheet would have run it
+    nothing = b"".join(R.export(source, {"status": "nope"}, None, "csv")).decode()
+    assert nothing.splitlines() == ['"id","status","tags","flag","score","queries","text","note"']
+    with pytest.raises(RedlineError, match="export format must be one of csv, jsonl, not 'xlsx'"):
+        R.export(source, {}, None, "xlsx")
+    with pytest.raises(RedlineError, match="no column 'nope' to filter on"):
+        R.export(source, {"nope": "x"}, None, "csv")
+
+
+def test_number_ranges_column_picker_and_row_permalinks_in_the_app(tmp_path):
+    """Over HTTP, on a run's shards: a number range selects its rows (ends included), the export takes
+    the same rows, provenance columns start hidden and the picker chooses the columns (kept in the
+    URL), and each row links to itself alone."""
+    import json
+    import re
+
+    from starlette.testclient import TestClient
+
+    from redline.view.app import build_app
+
+    rows = [{"id": f"r{i}", "status": ["success", "failed"][i % 2], "tags": ["a"], "flag": True, "score": i / 10,
+             "queries": i % 7, "text": f"word {i}", "note": f"n{i}", "source": "davidson.csv"} for i in range(100)]
+    ref = _shards(tmp_path, rows, 30)
+    (tmp_path / "runs" / "big" / "manifest.json").write_text(json.dumps({"pipeline": "attack", "state": "complete"}))
+    with TestClient(build_app(ref.root), base_url="http://127.0.0.1:8765") as client:
+        base = {"id": "big", "table": "attempts"}
+        page = client.get("/run", params={**base, "min_queries": "2", "max_queries": "3", "f_status": "success"}).text
+        want = [r["id"] for r in rows if 2 <= r["queries"] <= 3 and r["status"] == "success"]
+        assert f"{len(want)} of 100 rows" in page
+        header = re.search(r"<thead>(.*?)</thead>", page, re.S).group(1)
+        assert ">score<" in header and ">source<" not in header  # provenance hidden at first
+        assert 'name="col" value="source" >' in page and 'name="min_queries" value="2"' in page
+        export = client.get("/export", params={**base, "min_queries": "2", "max_queries": "3", "f_status": "success",
+                                               "format": "jsonl"})
+        assert [json.loads(line)["id"] for line in export.text.splitlines()] == want
+        picked = client.get("/run", params=[*base.items(), ("cols", "1"), ("col", "id"), ("col", "source")]).text
+        header = re.search(r"<thead>(.*?)</thead>", picked, re.S).group(1)
+        assert re.findall(r">([a-z_]+)</a>", header) == ["id", "source"]
+        assert "col=source" in re.search(r'href="([^"]*sort=id[^"]*)"', picked).group(1)  # sorting keeps the pick
+        first = re.search(r'class="permalink" href="([^"]+)#rows"', page).group(1).replace("&amp;", "&")
+        alone = client.get(first).text
+        assert "1 of 100 rows" in alone and f"f_id={want[0]}" in first
+        bad = client.get("/run", params={**base, "min_queries": "two"}).text
+        assert "min_queries must be a number, not &#39;two&#39;" in bad
+        text_range = client.get("/run", params={**base, "min_text": "1"}).text
+        assert "no number column &#39;text&#39; for a range" in text_range
+
+
+def test_a_score_run_shows_each_detectors_confusion_matrix_linking_to_its_cells_rows(tmp_path):
+    import json
+    import re
+
+    from starlette.testclient import TestClient
+
+    from redline.view.app import build_app
+
+    preds = [{"id": f"d/test/{i}", "detector": det, "dataset": "d", "label": i % 2,
+              "pred_toxic": (i % 3 == 0) if det == "a" else (i % 2 == 1), "toxic_score": i / 100}
+             for i in range(60) for det in ("a", "b")]
+    root = tmp_path / "runs"
+    for k, det in enumerate(("a", "b")):
+        write(root / "s" / "predictions" / f"part-00000-{k}.parquet",
+              pa.Table.from_pylist([p for p in preds if p["detector"] == det]))
+    summary = []
+    for det in ("a", "b"):
+        mine = [p for p in preds if p["detector"] == det]
+        count = {name: sum(1 for p in mine if (p["label"], p["pred_toxic"]) == cell)
+                 for name, cell in (("tp", (1, True)), ("fn", (1, False)), ("fp", (0, True)), ("tn", (0, False)))}
+        summary += [{"detector": det, "dataset": "all", **count}, {"detector": det, "dataset": "d", **count}]
+    (root / "s" / "manifest.json").write_text(json.dumps({"pipeline": "score", "state": "complete", "summary": summary}))
+    with TestClient(build_app(str(root)), base_url="http://127.0.0.1:8765") as client:
+        page = client.get("/run", params={"id": "s"}).text
+        matrices = re.findall(r'<table class="confusion" data-detector="([^"]+)">(.*?)</table>', page, re.S)
+        assert [d for d, _ in matrices] == ["a", "a", "b", "b"]  # the roll-up over datasets, then each dataset
+        for row, (_, matrix) in zip(summary, matrices):
+            links = re.findall(r'<a href="([^"]+)#rows"[^>]*>([\d,]+)</a>', matrix)
+            assert [int(n) for _, n in links] == [row["tp"], row["fn"], row["fp"], row["tn"]]
+            for href, n in links:  # each cell's link shows exactly that cell's rows
+                shown = client.get(href.replace("&amp;", "&")).text
+                assert f'<p class="meta" id="row-count">{int(n)} of 120 rows' in shown
+    assert summary[2]["fn"] == summary[2]["fp"] == 0 and summary[0]["fn"] > 0
+
+
+def test_a_running_runs_progress_shows_rows_done_rate_and_time_left(tmp_path):
+    import json
+
+    from starlette.testclient import TestClient
+
+    from redline.view.app import build_app
+
+    root = tmp_path / "runs"
+    (root / "live").mkdir(parents=True)
+    manifest = {"pipeline": "score", "state": "running", "started_at": "2026-11-25T10:00:00+00:00",
+                "updated_at": "2026-11-25T10:00:20+00:00", "input_rows": [1000, 1000, 1000, 500],
+                "config": {"detectors": [{"name": "a"}, {"name": "b"}]},
+                "partials": {"summary": {"shards": [[0, 0], [1, 0], [0, 1], [3, 1]], "groups": []}}}
+    (root / "live" / "manifest.json").write_text(json.dumps(manifest))
+    with TestClient(build_app(str(root)), base_url="http://127.0.0.1:8765") as client:
+        [run] = client.get("/api/runs").json()["runs"]
+        # 3,500 rows per detector, 2 detectors; counted: 1,000 + 1,000 + 1,000 + 500 in 20 s
+        assert run["progress"] == {"done": 3500, "total": 7000, "rate": 175.0, "eta_s": 20.0,
+                                   "updated": "2026-11-25T10:00:20+00:00",
+                                   "text": "3,500 of 7,000 rows (50%) · 175/s · about 20 s left"}
+        assert "3,500 of 7,000 rows (50%) · 175/s · about 20 s left" in client.get("/").text
+        page = client.get("/run", params={"id": "live"}).text
+        assert 'id="progress" data-run="live">3,500 of 7,000 rows (50%)' in page and "saved 2026-11-25 10:00:20" in page
+        manifest.update(state="complete", partials={"summary": {"shards": [[i, p] for i in range(4) for p in (0, 1)]}})
+        (root / "live" / "manifest.json").write_text(json.dumps(manifest))
+        [run] = client.get("/api/runs").json()["runs"]
+        assert run["progress"]["done"] == 7000 and run["progress"]["eta_s"] is None
+        assert 'data-field="progress"></div>' in client.get("/").text  # a finished run shows no progress line
+
+
+def test_a_score_run_per_text_with_every_detector_side_by_side_and_its_filters(tmp_path):
+    from redline.view import per_text
+
+    preds = [{"id": f"d/test/{i}", "text": f"text {i}", "detector": det, "label": None if i == 59 else i % 2,
+              "pred_toxic": None if (det == "b" and i == 7) else ((i % 3 == 0) if det == "a" else (i % 2 == 1)),
+              "toxic_score": (i if det == "a" else 100 - i) / 100} for i in range(60) for det in ("a", "b")]
+    root = tmp_path / "runs"
+    for shard in range(2):  # two input shards of 30 texts, a part per shard and detector
+        for k, det in enumerate(("a", "b")):
+            write(root / "s" / "predictions" / f"part-{shard:05d}-{k}.parquet",
+                  pa.Table.from_pylist([p for p in preds if p["detector"] == det and int(p["id"].split("/")[-1]) // 30 == shard]))
+    refs = R.tables(str(root), "s")
+    assert [r.name for r in refs][:2] == ["per-text", "predictions"]
+    source = R.open_table(refs[0])
+    assert source.num_rows == 60 and source.column_names == [
+        "id", "text", "label", "disagree", "misclassified", "score_a", "pred_a", "score_b", "pred_b"]
+    by = {p["id"]: {} for p in preds}
+    for p in preds:
+        by[p["id"]][p["detector"]] = p
+    disagree = [i for i, d in by.items() if d["b"]["pred_toxic"] is not None and d["a"]["pred_toxic"] != d["b"]["pred_toxic"]]
+    wrong_a = [i for i, d in by.items() if d["a"]["label"] is not None and d["a"]["pred_toxic"] != bool(d["a"]["label"])]
+    assert R.facets(source)["disagree"] == ["true", "false"] and R.facets(source)["misclassified"] == ["a"]
+    page = R.query(source, {"disagree": "true"}, None, 1, 100)
+    assert [r["id"] for r in page.rows] == disagree
+    assert [r["id"] for r in R.query(source, {"misclassified": "a"}, None, 1, 100).rows] == wrong_a
+    top = R.query(source, {}, "-score_b", 1, 3).rows
+    assert [(r["id"], r["score_a"], r["pred_b"]) for r in top] == [("d/test/0", 0.0, False), ("d/test/1", 0.01, True),
+                                                                   ("d/test/2", 0.02, False)]
+    assert by["d/test/7"]["b"]["pred_toxic"] is None and R.query(source, {"id": "d/test/7"}, None, 1, 1).rows[0]["disagree"] is False
+    assert per_text.parts_by_shard(["predictions/part-00003-1.parquet", "x.parquet"]) == {3: {1: "predictions/part-00003-1.parquet"}}

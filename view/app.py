@@ -22,7 +22,7 @@ from anyio import to_thread
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -149,6 +149,8 @@ def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowe
         try:
             refs = await to_thread.run_sync(rows.tables, root, info.id)
             context["tables"] = [r.name for r in refs]
+            if any(r.name == "predictions" for r in refs):
+                context["confusion"] = _confusion(info)
             chosen = next((r for r in refs if r.name == params.get("table")), refs[0] if refs else None)
             if chosen is not None:
                 context.update(await to_thread.run_sync(lambda: _rows_context(cache, chosen, params)))
@@ -192,6 +194,29 @@ def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowe
         headers = {"Content-Security-Policy": FILE_POLICY, "X-Content-Type-Options": "nosniff"}
         return Response(data, media_type=FILE_TYPES[posixpath.splitext(name)[1]], headers=headers)
 
+    async def export(request: Request) -> Response:
+        """The rows a run page's filters and search select, as CSV or JSON lines, streamed."""
+        params = request.query_params
+        fmt = params.get("format", "csv")
+
+        def open_export() -> tuple[rows.TableRef, Any]:
+            info = load_run(params.get("id", ""))
+            ref = next((r for r in rows.tables(root, info.id) if r.name == params.get("table")), None)
+            if ref is None:
+                raise LookupError(f"no table {params.get('table', '')!r} in run {info.id}")
+            filters, ranges = _selection(params)
+            return ref, rows.export(cache.get(ref), filters, params.get("q") or None, fmt, ranges)
+
+        try:
+            ref, stream = await to_thread.run_sync(open_export)
+        except LookupError as err:
+            return Response(str(err), status_code=404, media_type="text/plain")
+        except RedlineError as err:
+            return Response(str(err), status_code=400, media_type="text/plain")
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{ref.run_id}-{ref.name}")[:120]
+        headers = {"Content-Disposition": f'attachment; filename="{name}.{fmt}"', "X-Content-Type-Options": "nosniff"}
+        return StreamingResponse(stream, media_type=rows.EXPORT_FORMATS[fmt], headers=headers)
+
     async def healthz(_: Request) -> Response:
         return JSONResponse({"ok": True})
 
@@ -199,7 +224,7 @@ def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowe
         return RedirectResponse("/static/favicon.svg", status_code=301)
 
     routes = [Route("/", run_list), Route("/api/runs", api_runs), Route("/run", run_page), Route("/compare", compare),
-              Route("/file", run_file), Route("/healthz", healthz), Route("/favicon.ico", favicon),
+              Route("/file", run_file), Route("/export", export), Route("/healthz", healthz), Route("/favicon.ico", favicon),
               Mount("/static", StaticFiles(directory=HERE / "static"), name="static")]
     app = Starlette(routes=routes)
     app.add_middleware(Gate, keys=access.KeyCheck(key), hosts=access.HostRule(host, allowed_hosts))
@@ -219,18 +244,36 @@ def _file_parts(name: str) -> list[str]:
 
 
 FILTER = re.compile(r"^f_(.+)$")
+RANGE = re.compile(r"^(min|max)_(.+)$")
+
+
+def _selection(params: Any) -> tuple[dict[str, str], rows.Ranges]:
+    """The value filters (`f_COL=VALUE`) and number ranges (`min_COL`, `max_COL`) a URL asks for."""
+    filters = {m.group(1): v for k, v in params.items() if (m := FILTER.match(k)) and v != ""}
+    ranges: rows.Ranges = {}
+    for k, v in params.items():
+        if (m := RANGE.match(k)) and v.strip() != "":
+            try:
+                bound = float(v)
+            except ValueError:
+                raise RedlineError(f"{k} must be a number, not {v[:40]!r}") from None
+            least, greatest = ranges.get(m.group(2), (None, None))
+            ranges[m.group(2)] = (bound, greatest) if m.group(1) == "min" else (least, bound)
+    return filters, ranges
 
 
 def _rows_context(cache: rows.TableCache, ref: rows.TableRef, params: Any) -> dict[str, Any]:
     facets = cache.facets(ref)
-    filters = {m.group(1): v for k, v in params.items() if (m := FILTER.match(k)) and v != ""}
+    filters, ranges = _selection(params)
     try:
         page_no = int(params.get("page", "1"))
         per_page = min(500, max(1, int(params.get("n", str(PER_PAGE)))))
     except ValueError:
         raise RedlineError("page and n must be whole numbers") from None
-    result = cache.query(ref, filters, params.get("sort") or None, page_no, per_page, params.get("q") or None)
-    shown = [c for c in result.columns if not (result.pair and c in result.pair)]
+    result = cache.query(ref, filters, params.get("sort") or None, page_no, per_page, params.get("q") or None, ranges)
+    columns = [c for c in result.columns if not (result.pair and c in result.pair)]
+    picked = [c for c in params.getlist("col") if c in columns] if params.get("cols") else []
+    shown = picked or [c for c in columns if c not in rows.HIDDEN_AT_FIRST] or columns
     diffs = [rows.outcome_view(r, result.pair) for r in result.rows] if result.pair else []
     base = list(params.multi_items())
 
@@ -239,8 +282,40 @@ def _rows_context(cache: rows.TableCache, ref: rows.TableRef, params: Any) -> di
         kept = [(k, v) for k, v in base if k not in changes and k not in drop]
         return "/run?" + urlencode(kept + sorted((k, str(v)) for k, v in changes.items()))
 
-    return {"link": link, "table": ref.name, "facets": facets, "filters": filters, "result": result, "shown": shown, "diffs": diffs,
+    export_query = [("id", ref.run_id), ("table", ref.name), *sorted((f"f_{k}", v) for k, v in filters.items()),
+                    *[(k, v) for k, v in sorted(params.items()) if RANGE.match(k) and v.strip()],
+                    *([("q", params["q"])] if params.get("q") else [])]
+
+    def permalink(row: dict[str, Any]) -> str | None:
+        """The one row, by its id, in this table (None: the table has no id column)."""
+        if row.get("id") is None:
+            return None
+        return "/run?" + urlencode([("id", ref.run_id), ("table", ref.name), ("f_id", str(row["id"]))])
+
+    numbers = {c: (params.get(f"min_{c}", ""), params.get(f"max_{c}", "")) for c in rows.number_columns(result)}
+    return {"link": link, "export_query": export_query, "permalink": permalink, "columns": columns,
+            "numbers": numbers, "ranges": ranges, "table": ref.name, "facets": facets, "filters": filters, "result": result, "shown": shown, "diffs": diffs,
             "sort": params.get("sort") or "", "q": params.get("q") or ""}
+
+
+def _confusion(info: catalog.RunInfo) -> list[dict[str, Any]]:
+    """Each detector's confusion matrix (per dataset) from the run's summary, every cell linking to
+    its rows of the predictions table."""
+    out = []
+    for row in (info.manifest or {}).get("summary") or []:
+        if not isinstance(row, dict) or not all(isinstance(row.get(k), int) for k in ("tp", "fn", "fp", "tn")):
+            continue
+        where = [("id", info.id), ("table", "predictions"), ("f_detector", str(row.get("detector", "")))]
+        if row.get("dataset") and row["dataset"] != "all":  # "all": the summary's roll-up over datasets
+            where.append(("f_dataset", str(row["dataset"])))
+
+        def cell(label: int, predicted: bool, where: list[tuple[str, str]] = where) -> str:
+            return "/run?" + urlencode([*where, ("f_label", str(label)), ("f_pred_toxic", str(predicted).lower())])
+
+        out.append({"detector": row.get("detector"), "dataset": row.get("dataset"),
+                    "cells": [[("toxic", row["tp"], cell(1, True)), ("benign", row["fn"], cell(1, False))],
+                              [("toxic", row["fp"], cell(0, True)), ("benign", row["tn"], cell(0, False))]]})
+    return out
 
 
 def _compare_context(infos: list[catalog.RunInfo]) -> dict[str, Any]:

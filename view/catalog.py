@@ -57,10 +57,12 @@ class RunInfo:
     figures: list[Figure] = field(default_factory=list)
     error: str | None = None
     manifest: dict[str, Any] | None = None
+    progress: dict[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {"id": self.id, "uri": self.uri, "pipeline": self.pipeline, "name": self.name, "state": self.state,
                 "started": self.started, "updated": self.updated, "wall_s": self.wall_s, "counts": self.counts,
+                "progress": self.progress,
                 "figures": [{"label": f.label, "heading": f.heading, "value": f.value, "text": f.text}
                             for f in self.figures], "error": self.error}
 
@@ -146,6 +148,7 @@ def describe(info: RunInfo, manifest: dict[str, Any]) -> RunInfo:
     info.counts = {k: v for k, v in (manifest.get("counts") or {}).items() if isinstance(v, (int, float))}
     info.error = manifest.get("error")
     info.wall_s = wall_seconds(manifest)
+    info.progress = progress(manifest)
     entry = entry_of(info.pipeline)
     if entry is None:
         info.error = info.error or f"unknown pipeline '{info.pipeline}' (written by another redline version?)"
@@ -157,6 +160,32 @@ def describe(info: RunInfo, manifest: dict[str, Any]) -> RunInfo:
 
 def entry_of(pipeline: str) -> Entry | None:
     return next((e for e in entries() if e.name == pipeline), None)
+
+
+def progress(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """How far a sharded run's current step is, from what its driver saves every few seconds: the rows
+    of the parts counted so far of every pool's shards, the rate since the start, the time left at
+    that rate and when the manifest was last written. None when the run records no shards."""
+    per_shard, partials = manifest.get("input_rows"), manifest.get("partials")
+    if not isinstance(per_shard, list) or not all(isinstance(n, int) for n in per_shard) or not per_shard:
+        return None
+    counted = next((t.get("shards") for t in (partials or {}).values() if isinstance(t, dict)), None) or []
+    keys = {tuple(k) for k in counted if isinstance(k, list) and k and all(isinstance(x, int) for x in k)}
+    detectors = ((manifest.get("config") or {}).get("detectors") if isinstance(manifest.get("config"), dict) else None)
+    pools = max([k[1] + 1 for k in keys if len(k) > 1] + [len(detectors) if isinstance(detectors, list) else 1, 1])
+    total = sum(per_shard) * pools
+    done = min(total, sum(per_shard[k[0]] for k in keys if 0 <= k[0] < len(per_shard)))
+    start, updated = _parse_time(manifest.get("started_at")), _parse_time(manifest.get("updated_at"))
+    seconds = (updated - start).total_seconds() if start and updated else 0.0
+    rate = done / seconds if seconds > 0 and done else None
+    eta = (total - done) / rate if rate and manifest.get("state") == "running" else None
+    text = f"{done:,} of {total:,} rows ({done / total:.0%})" if total else "no rows"
+    if rate:
+        text += f" · {rate:,.0f}/s"
+    if eta is not None:
+        text += f" · about {eta:,.0f} s left"
+    return {"done": done, "total": total, "rate": rate, "eta_s": eta, "updated": manifest.get("updated_at"),
+            "text": text}
 
 
 def wall_seconds(manifest: dict[str, Any]) -> float | None:

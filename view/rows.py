@@ -11,27 +11,32 @@ from __future__ import annotations
 
 import difflib
 import html
+import io
+import json
 import math
 import os
 import stat
 import threading
 from collections import OrderedDict, deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 import pyarrow.fs as pafs
 
 from redline.cluster import storage
 from redline.errors import RedlineError, first_line
+from redline.view import per_text
 from redline.view.scan import Source
 
 PAIRS = (("seed_text", "perturbed_text"), ("seed_text", "text"))  # (before, after) shown as a diff
 FACET_MAX_VALUES = 40
 FACET_MAX_CHARS = 64
-FIRST = ("attempts", "predictions", "triggers", "scored", "taebench", "taebench_plus")  # each pipeline's main rows
+FIRST = ("attempts", "per-text", "predictions", "triggers", "scored", "taebench", "taebench_plus")  # each pipeline's main rows
 HIDDEN_LAST = ("input", "work")  # planned work and stages' parts, not results: listed after the results
 
 
@@ -75,6 +80,9 @@ def tables(root: str, run_id: str) -> list[TableRef]:
         name = folder if folder and base.startswith("part-") else rel.removesuffix(".parquet")
         groups.setdefault(name, []).append((rel, size, mtime))
     refs = [TableRef(n, root, run_id, tuple(sorted(g))) for n, g in groups.items()]
+    predictions = groups.get("predictions", [])
+    if predictions and per_text.parts_by_shard([rel for rel, _, _ in predictions]):  # a score run's, by shard
+        refs.append(TableRef(per_text.NAME, root, run_id, tuple(sorted(predictions))))
     return sorted(refs, key=lambda r: (r.name.split("/")[0] in HIDDEN_LAST, r.name not in FIRST, r.name))
 
 
@@ -111,14 +119,14 @@ class TableCache:
         return source
 
     def query(self, ref: TableRef, filters: dict[str, str], sort: str | None, page: int, per_page: int,
-              search: str | None = None) -> Page:
+              search: str | None = None, ranges: Ranges | None = None) -> Page:
         """`query` on the table, a page asked again (back, reload) served from memory."""
-        key = (ref, tuple(sorted(filters.items())), sort, page, per_page, search)
+        key = (ref, tuple(sorted(filters.items())), sort, page, per_page, search, tuple(sorted((ranges or {}).items())))
         with self._lock:
             if key in self._pages:
                 self._pages.move_to_end(key)
                 return self._pages[key]
-        result = query(self.get(ref), filters, sort, page, per_page, search)
+        result = query(self.get(ref), filters, sort, page, per_page, search, ranges)
         with self._lock:
             self._pages[key] = result
             while len(self._pages) > self._max_pages:
@@ -128,6 +136,8 @@ class TableCache:
 
 def open_table(ref: TableRef) -> Source:
     """The table's files opened by their footers (rows are read only when a page needs them)."""
+    if ref.name == per_text.NAME:
+        return per_text.open_per_text(ref.root, ref.run_id, [rel for rel, _, _ in ref.files], key=ref)
     return Source.of_files(ref.name, ref.root, [[*ref.run_id.split("/"), *rel.split("/")] for rel, _, _ in ref.files],
                            key=ref)
 
@@ -176,6 +186,11 @@ def pair_of(table: pa.Table | Source) -> tuple[str, str] | None:
     return next((p for p in PAIRS if all(c in table.column_names for c in p)), None)
 
 
+# provenance columns a table shows only when picked (the column picker lists them)
+HIDDEN_AT_FIRST = frozenset({"dataset", "split", "source", "source_row", "seed_label_name", "transformation",
+                             "constraints", "search", "probs", "seconds", "shard"})
+
+
 @dataclass
 class Page:
     columns: list[str]
@@ -186,12 +201,23 @@ class Page:
     pages: int
     pair: tuple[str, str] | None
     sortable: frozenset[str] = frozenset()  # columns a sort applies to (not lists, structs or maps)
+    schema: pa.Schema | None = None
 
 
-def _mask(table: pa.Table, filters: dict[str, str], search: str | None) -> pa.Array | None:
-    """Which rows of a batch hold every filter (a value of a list column: the list contains it) and
-    the text search (any text column contains it, case-insensitive); None: every row."""
+Ranges = dict[str, tuple[float | None, float | None]]  # number column -> (least, greatest), either open
+
+
+def _mask(table: pa.Table, filters: dict[str, str], search: str | None, ranges: Ranges | None = None) -> pa.Array | None:
+    """Which rows of a batch hold every filter (a value of a list column: the list contains it), every
+    number range (ends included; a null is outside) and the text search (any text column contains
+    it, case-insensitive); None: every row."""
     mask = None
+    for name, (least, greatest) in (ranges or {}).items():
+        column = table.column(name)
+        for bound, compare in ((least, pc.greater_equal), (greatest, pc.less_equal)):
+            if bound is not None:
+                cond = pc.fill_null(compare(column, bound), False)
+                mask = cond if mask is None else pc.and_(mask, cond)
     for name, value in filters.items():
         column = table.column(name)
         if pa.types.is_boolean(column.type):
@@ -216,45 +242,58 @@ def _mask(table: pa.Table, filters: dict[str, str], search: str | None) -> pa.Ar
     return mask
 
 
+def number_columns(source: Source | pa.Table | Page) -> list[str]:
+    """The columns a number range applies to."""
+    return [f.name for f in source.schema or [] if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)]
+
+
+def _check(source: Source, filters: dict[str, str], ranges: Ranges | None) -> None:
+    for name in filters:
+        if name not in source.column_names:
+            raise RedlineError(f"no column '{name}' to filter on")
+    numbers = number_columns(source)
+    for name in ranges or {}:
+        if name not in numbers:
+            raise RedlineError(f"no number column '{name}' for a range (number columns: {', '.join(numbers) or 'none'})")
+
+
 def query(source: Source | pa.Table, filters: dict[str, str], sort: str | None, page: int, per_page: int,
-          search: str | None = None) -> Page:
+          search: str | None = None, ranges: Ranges | None = None) -> Page:
     """One page of the rows where every filter holds and the text search matches, sorted by `sort`
     ("col" or "-col"; ties keep the table's order, nulls last). Only the columns the filters, the
     search and the sort read are scanned, batch by batch; the sort keeps the best rows up to this
     page, never the whole order; the page's rows are then read by position, every column."""
     source = Source.of_table(source) if isinstance(source, pa.Table) else source
-    for name in filters:
-        if name not in source.column_names:
-            raise RedlineError(f"no column '{name}' to filter on")
+    _check(source, filters, ranges)
     key = sort.lstrip("-") if sort else None
     if key is not None and key not in source.column_names:
         raise RedlineError(f"no column '{key}' to sort by")
     if key is not None and not _sortable(source.schema.field(key).type):
         key = None
     texts = [f.name for f in source.schema if _is_text(f.type)] if search else []
-    needed = list(dict.fromkeys([*filters, *([key] if key else []), *texts]))
+    needed = list(dict.fromkeys([*filters, *(ranges or {}), *([key] if key else []), *texts]))
     page = max(1, page)
-    if not needed or (not filters and not key and not texts):
+    if not needed or (not filters and not ranges and not key and not texts):
         total = source.num_rows
         page = min(page, max(1, math.ceil(total / per_page)))
         numbers = list(range((page - 1) * per_page, min(page * per_page, total)))
     elif key is None:
-        total, numbers = _filtered(source, needed, filters, search, page, per_page)
+        total, numbers = _filtered(source, needed, filters, search, ranges, page, per_page)
         page = min(page, max(1, math.ceil(total / per_page)))
     else:
-        total, numbers = _sorted(source, needed, filters, search, key, sort.startswith("-"), page, per_page)
+        total, numbers = _sorted(source, needed, filters, search, ranges, key, sort.startswith("-"), page, per_page)
         page = min(page, max(1, math.ceil(total / per_page)))
     sortable = frozenset(f.name for f in source.schema if _sortable(f.type))
     return Page(source.column_names, source.rows(numbers), total, source.num_rows, page,
-                max(1, math.ceil(total / per_page)), pair_of(source), sortable)
+                max(1, math.ceil(total / per_page)), pair_of(source), sortable, source.schema)
 
 
-def _filtered(source: Source, needed: list[str], filters: dict[str, str], search: str | None, page: int,
-              per_page: int) -> tuple[int, list[int]]:
+def _filtered(source: Source, needed: list[str], filters: dict[str, str], search: str | None, ranges: Ranges | None,
+              page: int, per_page: int) -> tuple[int, list[int]]:
     """The number of matching rows and the row numbers of the page (the last page when past it)."""
     total, start, kept = 0, (page - 1) * per_page, deque[int](maxlen=per_page)
     for offset, batch in source.scan(needed):
-        mask = _mask(batch, filters, search)
+        mask = _mask(batch, filters, search, ranges)
         hits = np.flatnonzero(np.asarray(mask)) + offset if mask is not None else np.arange(batch.num_rows) + offset
         if total < start + per_page:  # still before the page's end: keep the last `per_page` seen
             kept.extend(hits[:start + per_page - total].tolist())
@@ -264,8 +303,8 @@ def _filtered(source: Source, needed: list[str], filters: dict[str, str], search
     return total, numbers
 
 
-def _sorted(source: Source, needed: list[str], filters: dict[str, str], search: str | None, key: str,
-            descending: bool, page: int, per_page: int) -> tuple[int, list[int]]:
+def _sorted(source: Source, needed: list[str], filters: dict[str, str], search: str | None, ranges: Ranges | None,
+            key: str, descending: bool, page: int, per_page: int) -> tuple[int, list[int]]:
     """The number of matching rows and the row numbers of the page in the sort's order: each batch's
     best `page * per_page` rows are merged with the best so far (ties broken by row number)."""
     k = page * per_page
@@ -274,7 +313,7 @@ def _sorted(source: Source, needed: list[str], filters: dict[str, str], search: 
     total = 0
     for offset, batch in source.scan(needed):
         rows = pa.table({key: batch.column(key), "__row": pa.array(np.arange(batch.num_rows) + offset, pa.int64())})
-        mask = _mask(batch, filters, search)
+        mask = _mask(batch, filters, search, ranges)
         if mask is not None:
             rows = rows.filter(mask)
         total += rows.num_rows
@@ -285,6 +324,57 @@ def _sorted(source: Source, needed: list[str], filters: dict[str, str], search: 
     best = best.take(pc.sort_indices(best, sort_keys=order))
     start = max(0, min((page - 1) * per_page, (math.ceil(total / per_page) - 1) * per_page))
     return total, best.column("__row").to_pylist()[start:start + per_page]
+
+
+EXPORT_FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet would run such a cell as a formula
+
+
+def export(source: Source, filters: dict[str, str], search: str | None, fmt: str,
+           ranges: Ranges | None = None) -> Iterator[bytes]:
+    """Every row where the filters and the search hold, in table order, as CSV or JSON lines, one
+    batch at a time (any size, never held whole). In CSV, lists and records become JSON text and a
+    text cell that a spreadsheet would take for a formula gets a leading apostrophe."""
+    if fmt not in EXPORT_FORMATS:
+        raise RedlineError(f"export format must be one of {', '.join(EXPORT_FORMATS)}, not {fmt!r}")
+    _check(source, filters, ranges)
+    return _export(source, filters, search, fmt, ranges)
+
+
+def _export(source: Source, filters: dict[str, str], search: str | None, fmt: str,
+            ranges: Ranges | None) -> Iterator[bytes]:
+    first = True
+    for _, batch in source.scan(source.column_names):
+        mask = _mask(batch, filters, search, ranges)
+        rows = batch.filter(mask) if mask is not None else batch
+        if fmt == "jsonl":
+            yield "".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in rows.to_pylist()).encode()
+            continue
+        out = io.BytesIO()
+        pacsv.write_csv(_flat(rows), out, pacsv.WriteOptions(include_header=first))
+        first = False
+        yield out.getvalue()
+    if fmt == "csv" and first:  # nothing matched: the header alone
+        out = io.BytesIO()
+        pacsv.write_csv(_flat(source.schema.empty_table()), out)
+        yield out.getvalue()
+
+
+def _flat(table: pa.Table) -> pa.Table:
+    """The table with every column a CSV cell can hold: nested values as JSON text, formulas defused."""
+    columns = []
+    for name in table.column_names:
+        column = table.column(name)
+        if pa.types.is_nested(column.type):
+            column = pa.array([None if v is None else json.dumps(v, default=str, ensure_ascii=False)
+                               for v in column.to_pylist()], pa.string())
+        if _is_text(column.type):
+            risky = pc.fill_null(pc.starts_with(column, FORMULA_START[0]), False)
+            for start in FORMULA_START[1:]:
+                risky = pc.or_(risky, pc.fill_null(pc.starts_with(column, start), False))
+            column = pc.if_else(risky, pc.binary_join_element_wise("'", column, ""), column)
+        columns.append(column)
+    return pa.table(columns, names=table.column_names)
 
 
 def _sortable(t: pa.DataType) -> bool:

@@ -1,0 +1,98 @@
+"""A score run's predictions seen one row per text: the label, and each detector's score and verdict
+side by side, with `disagree` (the detectors' verdicts differ) and `misclassified` (the detectors
+whose verdict is not the label) to filter on.
+
+Each input shard's parts (one per detector, `part-SSSSS-K.parquet`) hold the same ids, so the pivot
+is done shard by shard, when a request scans it: the table is never held whole.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from redline.errors import RedlineError
+from redline.view.scan import FilePiece, Source
+
+NAME = "per-text"
+PART = re.compile(r"part-(\d{5})-(\d+)\.parquet$")
+KEPT = ["id", "text", "label"]
+
+
+def parts_by_shard(files: list[str]) -> dict[int, dict[int, str]]:
+    """shard -> pool -> file (below the run) of a predictions table written one part per shard and pool."""
+    out: dict[int, dict[int, str]] = {}
+    for rel in files:
+        m = PART.search(rel)
+        if m:
+            out.setdefault(int(m.group(1)), {})[int(m.group(2))] = rel
+    return out
+
+
+class ShardPivot:
+    """One input shard: its detectors' parts joined by id into one row per text."""
+
+    def __init__(self, parts: dict[int, FilePiece], detectors: dict[int, str]) -> None:
+        self.parts, self.detectors = parts, detectors
+        self.num_rows = parts[min(parts)].num_rows
+
+    def _pivot(self) -> pa.Table:
+        base = None
+        scores, preds = {}, {}
+        for pool, piece in sorted(self.parts.items()):
+            read = list(piece.batches(["id", "text", "label", "toxic_score", "pred_toxic"]))
+            if not read:
+                continue
+            table = pa.concat_tables(read)
+            if base is None:
+                base = table.select([c for c in KEPT if c in table.column_names])
+            at = pc.index_in(base.column("id"), value_set=table.column("id"))
+            name = self.detectors.get(pool, f"detector-{pool}")
+            scores[name] = table.column("toxic_score").take(at)
+            preds[name] = table.column("pred_toxic").take(at)
+        if base is None:
+            raise RedlineError("a shard of the predictions has no rows")
+        n = base.num_rows
+        verdicts = np.array([pc.fill_null(preds[d], False).to_numpy(zero_copy_only=False) for d in preds]).reshape(-1, n)
+        known = np.array([pc.is_valid(preds[d]).to_numpy(zero_copy_only=False) for d in preds]).reshape(-1, n)
+        toxic, benign = (verdicts & known).any(axis=0), (~verdicts & known).any(axis=0)
+        label = base.column("label").to_numpy(zero_copy_only=False) if "label" in base.column_names else None
+        wrong = [[d for d, v, k in zip(preds, verdicts[:, i], known[:, i]) if k and label is not None
+                  and not np.isnan(label[i]) and bool(v) != bool(label[i])] for i in range(n)]
+        columns = {**{c: base.column(c) for c in base.column_names}, "disagree": pa.array(toxic & benign),
+                   "misclassified": pa.array(wrong, pa.list_(pa.string()))}
+        for d in preds:
+            columns[f"score_{d}"], columns[f"pred_{d}"] = scores[d], preds[d]
+        return pa.table(columns)
+
+    def batches(self, columns: list[str]) -> Iterator[pa.Table]:
+        table = self._pivot()
+        yield table.select([c for c in columns if c in table.column_names])
+
+    def take(self, local: np.ndarray) -> pa.Table:
+        return self._pivot().take(pa.array(local, pa.int64()))
+
+
+def open_per_text(root: str, run_id: str, files: list[str], key: object) -> Source:
+    """The per-text view of a score run's predictions (`files`: the table's parts below the run); the
+    detectors' names are read from the first shard's parts."""
+    shards = parts_by_shard(files)
+    if not shards:
+        raise RedlineError("this run's predictions are not written one part per shard and detector")
+    opened = [{pool: FilePiece.open(root, [*run_id.split("/"), *rel.split("/")]) for pool, rel in pools.items()}
+              for _, pools in sorted(shards.items())]
+    names: dict[int, str] = {}
+    for pool, piece in opened[0].items():
+        first = next(piece.batches(["detector"]), None)
+        names[pool] = str(first.column("detector")[0]) if first is not None and first.num_rows else f"detector-{pool}"
+    detectors = [names[p] for p in sorted(names)]
+    pieces = [ShardPivot(parts, names) for parts in opened]
+    fields = [pa.field("id", pa.string()), pa.field("text", pa.string()), pa.field("label", pa.int8()),
+              pa.field("disagree", pa.bool_()), pa.field("misclassified", pa.list_(pa.string()))]
+    for d in detectors:
+        fields += [pa.field(f"score_{d}", pa.float64()), pa.field(f"pred_{d}", pa.bool_())]
+    return Source(NAME, pieces, pa.schema(fields), key)
