@@ -209,3 +209,16 @@ def test_a_changed_input_is_never_reused_silently(capsys, tmp_path, ray_session)
     assert main([*argv, "--force"]) == 0
     manifest = json.loads((tmp_path / "runs" / "r" / "manifest.json").read_text())
     assert manifest["counts"]["rows_in"] == 3 and manifest["state"] == "complete"
+
+
+@pytest.mark.parametrize("content", [b"{", b"[1, 2]", b'{"id2label": ["toxic"]}', b"\xff\xfe{}"],
+                         ids=["not JSON", "not an object", "labels not a mapping", "not UTF-8"])
+def test_a_model_directory_with_a_broken_config_is_one_line_before_anything_runs(content, capsys, tmp_path):
+    """The driver reads a local model's config.json itself (no transformers import): whatever is wrong
+    with it is one line naming the model and the file, exit 2."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_bytes(content)
+    cfg = score_config(tmp_path, detectors=[{"name": "t", "kind": "hf", "model": str(model)}])
+    err = expect_error(capsys, tmp_path, score(tmp_path, cfg), f"cannot load model '{model}'")
+    assert "config.json" in err
