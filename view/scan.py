@@ -147,10 +147,6 @@ class ColumnCache:
         self.max_bytes, self._items = max_bytes, OrderedDict[tuple[Hashable, str], pa.ChunkedArray]()
         self._lock = threading.Lock()
 
-    @property
-    def nbytes(self) -> int:
-        return sum(c.nbytes for c in self._items.values())
-
     def get(self, key: Hashable, names: list[str]) -> dict[str, pa.ChunkedArray] | None:
         with self._lock:
             if not all((key, n) in self._items for n in names):
