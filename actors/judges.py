@@ -237,17 +237,15 @@ class JudgeWorker:
         }, schema=JUDGE_SCHEMA)
 
 
-def usage_summary(table: pa.Table, config: JudgeConfig) -> dict[str, Any]:
-    """Token, request and cost accounting of a judged table (for the manifest)."""
-    cached = table.column("judge_cached").to_pylist()
-    pt = sum(table.column("judge_prompt_tokens").to_pylist())
-    ct = sum(table.column("judge_completion_tokens").to_pylist())
-    verdicts = table.column("judge_verdict").to_pylist()
+def usage_summary(sums: dict[str, Any], config: JudgeConfig) -> dict[str, Any]:
+    """Token, request and cost accounting (for the manifest) from the judged texts' sums: `texts`,
+    `cache_hits`, `retries`, `prompt_tokens`, `completion_tokens` and `by_verdict` (answers counted
+    per verdict)."""
+    pt, ct, verdicts = sums["prompt_tokens"], sums["completion_tokens"], sums["by_verdict"]
     return {
-        "texts": table.num_rows, "cache_hits": sum(cached), "requests": table.num_rows - sum(cached),
-        "retries": sum(table.column("judge_retries").to_pylist()),
-        "failed_requests": verdicts.count(ERROR), "unparseable": verdicts.count(UNPARSEABLE),
-        "prompt_tokens": pt, "completion_tokens": ct,
+        "texts": sums["texts"], "cache_hits": sums["cache_hits"], "requests": sums["texts"] - sums["cache_hits"],
+        "retries": sums["retries"], "failed_requests": verdicts.get(ERROR, 0),
+        "unparseable": verdicts.get(UNPARSEABLE, 0), "prompt_tokens": pt, "completion_tokens": ct,
         "cost": round(pt / 1000 * config.price_per_1k_prompt_tokens + ct / 1000 * config.price_per_1k_completion_tokens, 6),
-        "by_verdict": {v: verdicts.count(v) for v in sorted(set(verdicts))},
+        "by_verdict": dict(sorted(verdicts.items())),
     }

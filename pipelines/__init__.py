@@ -1,4 +1,5 @@
-"""How work flows: Ray Data graphs composed of actors, their schemas and reports."""
+"""How work flows: shards of a run processed on actors (`shard_host`, `stages`), their schemas,
+figures and reports."""
 
 # the modules other packages may import (a test holds every import from outside to this list)
 __all__ = ["advtrain", "attack", "card", "card_figures", "corpora", "diasafety", "diasafety_train", "egregious",

@@ -1,10 +1,10 @@
-"""A pool of long-lived Ray actors of one worker class, fed batches directly.
+"""A pool of long-lived Ray actors of one worker class, fed batches directly: every pipeline's workers
+are hosted on it (`pipelines/shard_host.py`), each call one shard.
 
-The attack pipeline's work is already in memory on the driver (seeds x recipes) and each attacker
-batches its own victim calls internally, so a Ray Data actor pool would add only start-up: it
-spawns fresh worker processes that import Ray Data before the worker's constructor even runs
-(about 1.5 s per run on a small machine, most of a 2,000-seed attack). Plain actors start on Ray's
-pre-started workers. The worker class is the same one `map_batches` would host, called the same
+A Ray Data actor pool would add start-up: it spawns fresh worker processes that import Ray Data
+before the worker's constructor even runs (about 1.5 s per run on a small machine, most of a
+2,000-seed attack), and waits for all its actors before the first block. Plain actors start on
+Ray's pre-started workers and take work as soon as each is ready. The worker class is the same one `map_batches` would host, called the same
 way (a dict of numpy columns in, an Arrow table out); Ray restarts a killed actor and retries its
 calls, and the caller drops rows it has already seen by key.
 """

@@ -94,7 +94,7 @@ def _uses(recipes: list[str], holdout: set[str]) -> bool:
 
 def prepare_data(config: AdvTrainConfig, run: Run) -> dict[str, str]:
     """Write the base set, each variant's adversarial rows and the evaluation sets; returns their paths."""
-    from redline.pipelines.taebench import TaebenchConfig, bench_split, load_raw
+    from redline.pipelines.taebench import TaebenchConfig, bench_split, load_raw, read_bench
 
     manifest = require_finished(config.taebench, "taebench")
     tb_config = TaebenchConfig.model_validate(manifest["config"])
@@ -106,7 +106,7 @@ def prepare_data(config: AdvTrainConfig, run: Run) -> dict[str, str]:
         base = base.take(pa.array(sorted(rng.sample(range(base.num_rows), config.max_train_rows))))
     if base.num_rows == 0 or len(set(base.column("label").to_pylist())) < 2:
         raise RedlineError("train_corpus needs labelled rows of both classes")
-    plus = storage.read_parquet(storage.join(config.taebench, "taebench_plus.parquet")).to_pylist()
+    plus = read_bench(config.taebench).to_pylist()
     seen = [r for r in plus if not _uses(r["recipes"].split(","), holdout)]
     tae_train = [r for r in seen if r["goal"] == "tae" and r["bench_split"] == "train"]
     bae_train = [r for r in seen if r["goal"] == "bae" and r["bench_split"] == "train"]

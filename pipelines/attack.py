@@ -201,9 +201,8 @@ def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> 
         pending = shard_host.pending(run, OUTPUT_DIR, len(shard_rows), 0)
         manifest["resumed_shards"] = len(shard_rows) - len(pending)
         early.pop_all()  # the pool shuts the started actors down from here
-        # plain actors: no Ray Data start-up, most of a short attack's wall time (pipelines/actor_pool.py)
         pool = shard_host.Pool(work, AttackWorker, worker_kwargs() if pending and not started else {}, config.actors,
-                               config.num_cpus, config.num_gpus, pending, plain_actors=True,
+                               config.num_cpus, config.num_gpus, pending,
                                max_actors=config.max_actors, started=started[0] if started else None)
     shard_host.run_pools(run, [pool], shard_rows, label=f"attacking {config.victim.name}", verbose=verbose,
                          unit="attempts")

@@ -229,7 +229,7 @@ def execute(config: CardConfig, run: Run, watch: Stopwatch, verbose: bool) -> li
             rows += F.clean_rows(results["clean"].summary, d.name, runs["clean"])
     if "diasafety" in results:
         board, categories = results["diasafety"].summary, results["diasafety"].manifest.get("categories", [])
-        per_context = _per_context(runs["diasafety"])
+        per_context = _on_a_worker(_per_context, runs["diasafety"])
         for m in config.chat_models:
             mine = next((r for r in board if r["model"] == m.name), {"model": m.name})
             intervals = bootstrap_dialogue(per_context.get(m.name, []), seed=config_seed(config))
@@ -265,12 +265,25 @@ def config_seed(config: CardConfig) -> int:
     return int((config.dialogue.diasafety.get("seed") if config.dialogue else 0) or 0)
 
 
+def _on_a_worker(fn: Any, *args: Any, num_cpus: float = 1, num_gpus: float = 0) -> Any:
+    """`fn(*args)` in a Ray task (the rows it reads and the models it loads never reach the driver,
+    only what it returns)."""
+    import ray
+
+    from redline.cluster.runtime import ensure_ray
+
+    ensure_ray()  # every part may have resumed without starting Ray: never let `.remote()` pick a cluster itself
+    return ray.get(ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_retries=2)(fn).remote(*args))
+
+
 def _per_context(diasafety_uri: str) -> dict[str, list[dict[str, Any]]]:
-    """Per model, per context: judged responses and their unsafe verdicts (the bootstrap's units)."""
+    """Per model, per context: judged responses and their unsafe verdicts (the bootstrap's units; run
+    on a worker, which sends back one small row per context)."""
     import pyarrow.compute as pc
 
-    scored = storage.read_parquet(storage.join(diasafety_uri, "scored.parquet"),
-                                  columns=["model", "context_id", "category", "verdict"])
+    from redline.pipelines.diasafety import read_scored
+
+    scored = read_scored(diasafety_uri, columns=["model", "context_id", "category", "verdict"])
     verdict = scored.column("verdict")
     judged = pc.invert(pc.or_(pc.starts_with(verdict, "error"), pc.equal(verdict, NO_ANSWER)))
     table = scored.append_column("judged", judged.cast("int64")).append_column(
@@ -289,16 +302,11 @@ def _per_context(diasafety_uri: str) -> dict[str, list[dict[str, Any]]]:
 def _two_step_counts(diasafety: Any, section: DialogueSection) -> dict[str, int]:
     """The two-step detector on labelled DiaSafety pairs, in a Ray task where its models load (the
     driver only receives the confusion counts)."""
-    import ray
-
     from redline.actors.dialogue_safety.two_step import labelled_counts
-    from redline.cluster.runtime import ensure_ray
 
-    ensure_ray()  # every part may have resumed without starting Ray: never let `.remote()` pick a cluster itself
     s = diasafety.scoring
-    task = ray.remote(num_cpus=s.num_cpus, num_gpus=s.num_gpus)(labelled_counts)
-    return ray.get(task.remote(diasafety.utterance_detector, diasafety.classifiers, section.labelled,
-                               section.labelled_limit, diasafety.seed, s.batch_size))
+    return _on_a_worker(labelled_counts, diasafety.utterance_detector, diasafety.classifiers, section.labelled,
+                        section.labelled_limit, diasafety.seed, s.batch_size, num_cpus=s.num_cpus, num_gpus=s.num_gpus)
 
 
 # the card's figures, as card.json and --fail-if name them

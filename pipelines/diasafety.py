@@ -1,10 +1,11 @@
 """`redline run diasafety`: how often chatbots answer DiaSafety contexts unsafely (the paper's Table 8).
 
 For each category, its contexts (safe and unsafe rows alike) are sent to every model, which
-generates `responses_per_context` responses (Ray Data actors; any generator kind: a local HF model,
-a redline Serve endpoint or any OpenAI-compatible API) — or responses generated elsewhere are read
+generates `responses_per_context` responses (on actors; any generator kind: a local HF model, a
+redline Serve endpoint or any OpenAI-compatible API) — or responses generated elsewhere are read
 from a file. Each response goes through the two-step detector: utterance-level first, then the
-context classifier of the context's category (on Ray Data actors too). Per model and category: the
+context classifier of the context's category (on actors too). Every step is a `pipelines/stages.py`
+step over shards of contexts, its parts written by its workers. Per model and category: the
 context-sensitive and the utterance-level unsafe proportions (of all responses to that category's
 contexts); the utterance mean over categories; Overall = the mean of the context-sensitive
 proportions and the utterance mean. The leaderboard is sorted by Overall (safest first).
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -28,12 +30,15 @@ from redline.cluster import storage
 from redline.cluster.config import ActorPoolSize, Execution, Input, Result, RunConfig, Strict, unique_names
 from redline.cluster.devices import PRECISION_HELP, Precision
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
+from redline.cluster.runtime import ensure_ray
 from redline.cluster.tables import conform
 from redline.errors import RedlineError
-from redline.pipelines.figures import DIASAFETY, category_figures, leaderboard
+from redline.pipelines import aggregates as A
+from redline.pipelines import shard_host, sharded
+from redline.pipelines.figures import DIASAFETY, Table, category_figures, leaderboard
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.schema import DIALOGUE_SCORED_SCHEMA, NO_ANSWER
-from redline.pipelines.stages import map_table
+from redline.pipelines.stages import Step, run_step
 from redline.pipelines.template import Pipeline
 
 
@@ -69,10 +74,12 @@ class DiaSafetyEvalConfig(RunConfig, ActorPoolSize):
     utterance_detector: DetectorConfig = Field(description="Step 1: judges the response alone.")
     classifiers: str = Input(description="Step 2: a one-vs-all directory from `redline train dialogue-safety`.")
     batch_size: int = Execution(16, gt=0, description="Contexts per generation batch.")
+    shard_size: int = Execution(64, gt=0, description="Contexts per shard: each actor takes a shard at a time, "
+                                "and a rerun redoes only the shards a step had not finished.")
     num_cpus: float = Execution(1.0, ge=0)
     num_gpus: float = Execution(0.0, ge=0)
     scoring: ScoringActors = Field(default_factory=ScoringActors,
-                                   description="The Ray Data actors that run the two-step detector.")
+                                   description="The actors that run the two-step detector.")
 
     @model_validator(mode="after")
     def _models(self) -> "DiaSafetyEvalConfig":
@@ -119,53 +126,88 @@ def read_pregenerated(path: str, contexts: list[dict[str, Any]]) -> list[dict[st
     return out
 
 
-def generate(run: Run, config: DiaSafetyEvalConfig, contexts: list[dict[str, Any]],
-             verbose: bool) -> dict[str, list[dict[str, Any]]]:
+CONTEXTS_SCHEMA = pa.schema([("id", pa.string()), ("context", pa.string()), ("category", pa.string())])
+RESPONSES_SCHEMA = CONTEXTS_SCHEMA.append(pa.field("responses", pa.list_(pa.string())))
+FLAT_SCHEMA = pa.schema([("id", pa.string()), ("model", pa.string()), ("context_id", pa.string()),
+                         ("category", pa.string()), ("context", pa.string()), ("response_index", pa.int64()),
+                         ("response", pa.string()), ("empty", pa.bool_()), ("gen_error", pa.string())])
+
+
+def _contexts_table(config: DiaSafetyEvalConfig) -> pa.Table:
+    return pa.Table.from_pylist(select_contexts(config), schema=CONTEXTS_SCHEMA)
+
+
+def _context_counts(table: pa.Table) -> dict[str, Any]:
+    return {"contexts": table.num_rows,
+            "categories": list(dict.fromkeys(table.column("category").to_pylist()))}
+
+
+def write_pregenerated(run_uri: str, name: str, path: str, shard_size: int) -> list[int]:
+    """A pregenerated model's responses as shards of `responses/<name>/` (on a worker: the file is read
+    where the contexts were); returns the responses per shard."""
+    contexts = pa.concat_tables([storage.read_parquet(p) for p in
+                                 storage.list_files(storage.join(run_uri, sharded.INPUT_DIR), ".parquet")])
+    rows = read_pregenerated(path, contexts.to_pylist())
+    table = pa.Table.from_pylist(rows, schema=RESPONSES_SCHEMA)
+    out = []
+    for i in range(0, max(table.num_rows, 1), shard_size):
+        shard = table.slice(i, shard_size)
+        storage.write_parquet(shard, storage.join(run_uri, "responses", name, shard_host.output_part(i // shard_size, 0)))
+        out.append(sum(len(r or []) for r in shard.column("responses").to_pylist()))
+    return out
+
+
+def responses_rows(shard: pa.Table, model: str) -> pa.Table:
+    """A model's responses to a shard's contexts, one row each (a context whose generation failed: one
+    row holding the error), ready for the two-step detector."""
+    rows: list[dict[str, Any]] = []
+    for r in shard.to_pylist():
+        base = {"model": model, "context_id": r["id"], "category": r["category"], "context": r["context"]}
+        if r.get("gen_error"):
+            rows.append({**base, "id": f"{model}\x1f{r['id']}\x1f-", "empty": False, "gen_error": r["gen_error"]})
+            continue
+        rows += [{**base, "id": f"{model}\x1f{r['id']}\x1f{j}", "response_index": j, "response": resp,
+                  "empty": not resp.strip(), "gen_error": None} for j, resp in enumerate(r.get("responses") or [])]
+    return pa.Table.from_pylist(rows, schema=FLAT_SCHEMA)
+
+
+def answered(rows: pa.Table) -> pa.Array:
+    """The responses the two-step detector judges: neither empty nor a generation error."""
+    return pc.and_(pc.invert(rows.column("empty")), pc.is_null(rows.column("gen_error")))
+
+
+def scored_rows(rows: pa.Table) -> pa.Table:
+    """Each response's verdict: the detector's, `no-answer` for an empty one, `error: ...` for a failed
+    generation."""
+    verdict = pc.if_else(rows.column("empty"), pa.scalar(NO_ANSWER), rows.column("verdict"))
+    verdict = pc.if_else(pc.is_valid(rows.column("gen_error")),
+                         pc.binary_join_element_wise("error: ", rows.column("gen_error"), ""), verdict)
+    rows = rows.set_column(rows.schema.get_field_index("verdict"), "verdict", verdict)
+    return conform(rows, DIALOGUE_SCORED_SCHEMA)
+
+
+def unjudged(rows: pa.Table) -> pa.Array:
+    return pc.if_else(pc.is_null(rows.column("verdict")), pa.scalar("a response came back unjudged from the scorers"),
+                      pa.scalar(None, pa.string()))
+
+
+def _generate_step(config: DiaSafetyEvalConfig, g: GeneratorConfig) -> Step:
     sampling = SamplingParams(n=config.responses_per_context, temperature=config.temperature, top_p=config.top_p,
                               top_k=config.top_k, max_tokens=config.max_tokens, seed=config.seed)
-    table = pa.Table.from_pylist(contexts)
-    out = {}
-    for g in config.generators:
-        gpus = g.num_gpus or config.num_gpus  # the actor's GPU is the model's (one device policy)
-        result = map_table(run, f"generate-{g.name}", table, GenerationWorker,
-                           {"config": g.model_copy(update={"num_gpus": gpus}), "sampling": sampling},
-                           size=config, num_cpus=config.num_cpus, num_gpus=gpus, batch_size=config.batch_size,
-                           verbose=verbose, label=f"generating with {g.name}")
-        out[g.name] = result.to_pylist()
-    return out
+    gpus = g.num_gpus or config.num_gpus  # the actor's GPU is the model's (one device policy)
+    return Step(f"generate-{g.name}", GenerationWorker,
+                {"config": g.model_copy(update={"num_gpus": gpus}), "sampling": sampling}, config,
+                f"generating with {g.name}", num_cpus=config.num_cpus, num_gpus=gpus, batch_size=config.batch_size)
 
 
-def score(run: Run, config: DiaSafetyEvalConfig, responses: dict[str, list[dict[str, Any]]],
-          verbose: bool) -> dict[str, pa.Table]:
-    """Every response of every model through the two-step detector on Ray Data actors (one pass, so
-    batches fill across models). An empty or whitespace-only response is no answer: counted with the
-    verdict `no-answer`, never classified (a detector would call it something). Generation errors are
-    kept as rows."""
-    flat = [{"id": f"{model}\x1f{r['id']}\x1f{j}", "model": model, "context_id": r["id"], "category": r["category"],
-             "context": r["context"], "response_index": j, "response": resp, "empty": not resp.strip()}
-            for model, rows in responses.items() for r in rows for j, resp in enumerate(r.get("responses") or [])]
-    unanswered = [{**{k: v for k, v in r.items() if k != "id"}, "verdict": NO_ANSWER} for r in flat if r["empty"]]
-    flat = [r for r in flat if not r["empty"]]
-    judged = pa.Table.from_pylist(flat) if flat else None
-    if judged is not None:
-        s = config.scoring
-        judged = map_table(run, "score", judged, TwoStepWorker, {"utterance": config.utterance_detector,
-                                                   "classifiers": config.classifiers, "batch_size": s.batch_size,
-                                                   "precision": s.precision, "num_gpus": s.num_gpus},
-                           size=s, num_cpus=s.num_cpus,
-                           num_gpus=s.num_gpus, batch_size=s.batch_size, verbose=verbose, label="two-step scoring")
-        if judged.column("verdict").null_count:
-            raise RedlineError(f"{judged.column('verdict').null_count} responses came back unjudged from the scorers")
-        judged = judged.drop_columns(["id"])
-    out = {}
-    for model, rows in responses.items():
-        part = judged.filter(pc.equal(judged.column("model"), model)).to_pylist() if judged is not None else []
-        part += [r for r in unanswered if r["model"] == model]
-        part += [{"model": model, "context_id": r["id"], "category": r["category"], "context": r["context"],
-                  "empty": False, "verdict": "error: " + r["gen_error"]} for r in rows if r.get("gen_error")]
-        out[model] = conform(pa.Table.from_pylist(part) if part else DIALOGUE_SCORED_SCHEMA.empty_table(),
-                             DIALOGUE_SCORED_SCHEMA)
-    return out
+def _score_step(config: DiaSafetyEvalConfig, model: str, board: Table) -> Step:
+    s = config.scoring
+    return Step(f"score-{model}", TwoStepWorker,
+                {"utterance": config.utterance_detector, "classifiers": config.classifiers,
+                 "batch_size": s.batch_size, "precision": s.precision, "num_gpus": s.num_gpus},
+                s, f"two-step scoring ({model})", num_cpus=s.num_cpus, num_gpus=s.num_gpus, batch_size=s.batch_size,
+                rows=partial(responses_rows, model=model), asked=answered, finish=scored_rows, errors=unjudged,
+                figures={f"leaderboard {model}": board})
 
 
 def preflight(config: DiaSafetyEvalConfig) -> None:
@@ -176,35 +218,59 @@ def preflight(config: DiaSafetyEvalConfig) -> None:
 
 
 def execute(config: DiaSafetyEvalConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
-    contexts = select_contexts(config)
-    categories = list(dict.fromkeys(c["category"] for c in contexts))
-    responses: dict[str, list[dict[str, Any]]] = {}
-    for name in [g.name for g in config.generators]:  # generated models resume per model
-        path = run.dir.path("responses", f"{name}.parquet")
-        if storage.exists(path):
-            responses[name] = storage.read_parquet(path).to_pylist()
-    todo = config.model_copy(update={"generators": [g for g in config.generators if g.name not in responses]})
-    for name, rows in generate(run, todo, contexts, verbose).items():
-        merged = [{**c, **r} for c, r in zip(contexts, rows)]
-        storage.write_parquet(pa.Table.from_pylist(merged), run.dir.path("responses", f"{name}.parquet"))
-        responses[name] = merged
+    """Contexts, responses and verdicts are shards of the run written by workers (`input/`,
+    `responses/<model>/`, `scored/<model>/`); the driver merges each scored part's partial sums. A
+    rerun redoes only the shards a step had not finished."""
+    import ray
+
+    ensure_ray(verbose=verbose)
+    context_rows = sharded.prepare_inputs(run, lambda: _contexts_table(config), config.shard_size, _context_counts)
+    categories, n_contexts = run.manifest["counts"]["categories"], run.manifest["counts"]["contexts"]
+    models = [g.name for g in config.generators] + [p.name for p in config.pregenerated]
+    run.manifest.update(categories=categories, contexts=n_contexts, models=models)
+    shards: dict[str, int] = {}  # model -> its response shards
+    expected: dict[str, int] = {}  # model -> responses it should have
+    for g in config.generators:
+        run_step(run, _generate_step(config, g), sharded.INPUT_DIR, f"responses/{g.name}", len(context_rows),
+                 total=n_contexts, verbose=verbose)
+        shards[g.name], expected[g.name] = len(context_rows), n_contexts * config.responses_per_context
     watch.lap("generate_s")
+    written = run.manifest.setdefault("pregenerated", {})
     for p in config.pregenerated:
-        responses[p.name] = read_pregenerated(p.path, contexts)
-    scored_by_model = {}  # scored models resume too
-    for name in responses:
-        path = run.dir.path("scored", f"{name}.parquet")
-        if storage.exists(path):
-            scored_by_model[name] = storage.read_parquet(path)
-    fresh = score(run, config, {n: r for n, r in responses.items() if n not in scored_by_model}, verbose)
-    for name, table in fresh.items():
-        storage.write_parquet(table, run.dir.path("scored", f"{name}.parquet"))
-    scored_by_model.update(fresh)
-    scored = pa.concat_tables([scored_by_model[name] for name in responses])
-    storage.write_parquet(scored, run.dir.path("scored.parquet"))
+        done = written.get(p.name)
+        if done is None or len(storage.list_files(run.dir.path("responses", p.name), ".parquet")) != len(done):
+            task = ray.remote(num_cpus=1, max_retries=2)(write_pregenerated)
+            written[p.name] = ray.get(task.remote(run.dir.uri, p.name, p.path, config.shard_size))
+            run.dir.write_manifest(run.manifest)
+        shards[p.name], expected[p.name] = len(written[p.name]), sum(written[p.name])
+    board = leaderboard(categories)
+    merged: list[A.Partials] = []
+    for model in models:
+        result = run_step(run, _score_step(config, model, board), f"responses/{model}", f"scored/{model}",
+                          shards[model], source_pool=0, total=expected[model], verbose=verbose)
+        if result.failed:
+            raise RedlineError(f"{result.failed} responses of {model} came back unjudged from the scorers")
+        merged.append(result.partials[f"leaderboard {model}"])
     watch.lap("score_s")
-    run.manifest.update(categories=categories, contexts=len(contexts))
-    return safest_first(leaderboard(categories).summarize(scored))
+    return safest_first(board.rows(A.merge(*merged)))
+
+
+def read_scored(uri: str, columns: list[str] | None = None, limit: int | None = None,
+                where: Any = None) -> pa.Table:
+    """A DiaSafety run's scored responses, model by model and part by part (`where`: a pyarrow filter
+    expression; `limit`: the first rows only); a run written before parts (one file) is read as it is."""
+    manifest = storage.read_json(storage.join(uri, "manifest.json"))
+    parts = [p for m in manifest.get("models") or [] for p in storage.list_files(storage.join(uri, "scored", m), ".parquet")]
+    if not parts:
+        table = storage.read_parquet(storage.join(uri, "scored.parquet"), columns=columns, filters=where)
+        return table if limit is None else table.slice(0, limit)
+    tables: list[pa.Table] = []
+    for part in parts:
+        tables.append(storage.read_parquet(part, columns=columns, filters=where))
+        if limit is not None and sum(t.num_rows for t in tables) >= limit:
+            break
+    table = pa.concat_tables(tables, promote_options="permissive")
+    return table if limit is None else table.slice(0, limit)
 
 
 def safest_first(board: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -222,9 +288,9 @@ def leaderboard_columns(categories: list[str]) -> list[tuple[str, str, str]]:
 
 def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
     board, categories = manifest.get("summary", []), manifest.get("categories", [])
-    scored = storage.read_parquet(run.path("scored.parquet"))
+    unsafe_rows = read_scored(run.uri, limit=12, where=pc.field("verdict") == "context-unsafe")
     series = [(c, c) for c in categories] + [("utterance", "Utterance"), ("overall", "Overall")]
-    unsafe = scored.filter(pc.equal(scored.column("verdict"), "context-unsafe")).slice(0, 12).to_pylist()
+    unsafe = unsafe_rows.to_pylist()
     samples = [{"model": r["model"], "category": r["unsafe_category"], "context": r["context"], "response": r["response"]}
                for r in unsafe]
     sample_cols = [("model", "model", "s"), ("category", "category", "s"), ("context", "context", "s"),

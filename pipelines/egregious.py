@@ -1,7 +1,7 @@
 """`redline run egregious`: gibbs-enum trigger search (He & Glass 2019) over target lists.
 
 The driver resolves each model's thresholds and target lists, writes one input row per (model,
-list, target, search), and Ray Data shards them across `TriggerWorker` actors, which load every
+list, target, search), and shards of them go to `TriggerWorker` actors, which load every
 model (and its LM) once and search a whole batch of targets together. One output row per input:
 the best trigger, its scores, every hit type it reaches, effort and time. The report gives the
 paper's Table 3 (hit rate per list and hit type, per model) and Table 4 (example triggers).

@@ -259,6 +259,25 @@ TAEBENCH = Table(
     headline=("label", "raw"),
 )
 
+TAEBENCH_STAGE = Table(  # one quality stage's rows (its parts' partial sums): Table 2 and the stage's line
+    keys=(_name("goal"), _name("dataset", "seed dataset")),
+    values=(_count("in", "in", "rows the stage judged", A.Count()),
+            _count("kept", "kept", "rows it kept", A.Count(A.eq("kept", True))),
+            Figure("reasons", "rejections by kind", "s", compute=A.Tally("reject_kind"))),
+    rollup="dataset",
+)
+
+JUDGE_USAGE = Table(  # an LLM judge's requests, tokens and answers over the texts it judged
+    keys=(),
+    values=(_count("texts", "texts", "texts judged", A.Count()),
+            _count("cache_hits", "cache hits", "answers read from the judge's cache", A.Sum("judge_cached")),
+            _count("retries", "retries", "requests retried", A.Sum("judge_retries")),
+            _count("prompt_tokens", "prompt tokens", "", A.Sum("judge_prompt_tokens")),
+            _count("completion_tokens", "completion tokens", "", A.Sum("judge_completion_tokens")),
+            Figure("by_verdict", "answers", "s", compute=A.Tally("judge_verdict"))),
+)
+
+
 def _split(split: str) -> tuple[A.Aggregate, A.Aggregate]:
     """(rows of a transfer split scored, those the detector got wrong): a benign call on a toxic seed
     or TAE, a toxic call on a BAE. A victim's TAE and BAE leave out the examples made against itself

@@ -83,7 +83,7 @@ ENTRIES: tuple[Entry, ...] = (
           "proportions per category (the paper's Table 8).", "diasafety.yaml"),
     Entry("egregious", "redline.pipelines.egregious", ("run", "egregious"),
           "Search trigger inputs that make generation models produce target outputs (He & Glass 2019): gibbs-enum per "
-          "(model, target list, hit family) across Ray Data actors; prints the hit-rate table (Table 3), the report "
+          "(model, target list, hit family) across actors; prints the hit-rate table (Table 3), the report "
           "adds example triggers (Table 4) and search effort.", "egregious.yaml"),
     Entry("dialogue-safety-train", "redline.pipelines.diasafety_train", ("train", "dialogue-safety"),
           "Train DiaSafety context classifiers and compare them on the validation (and test) split: one-vs-all "

@@ -150,9 +150,8 @@ def score_corpus(run: Run, config: Any, build: Callable[[], pa.Table], watch: St
             raise RedlineError("the corpus has no rows")
         early.pop_all()  # the pools shut the started actors down from here
     watch.lap("read_corpus_s")
-    # plain actors: no Ray Data start-up, and they can start before the shards exist
     pools = [shard_host.Pool(works[k], DetectionWorker, {"config": det}, det.actors, det.num_cpus, det.num_gpus,
-                             shard_host.pending(run, OUTPUT_DIR, len(shard_rows), k), plain_actors=True,
+                             shard_host.pending(run, OUTPUT_DIR, len(shard_rows), k),
                              max_actors=det.max_actors, started=started.get(k))
              for k, det in enumerate(config.detectors)]
     manifest["resumed_shards"] = len(shard_rows) - len({i for p in pools for i in p.pending})

@@ -1,4 +1,5 @@
-"""Shards processed where the work runs: each call of a Ray Data actor is one whole input shard,
+"""Shards processed where the work runs: each call of an actor (`pipelines/actor_pool.py`: plain Ray
+actors that take work as soon as each is ready, growing while shards wait) is one whole input shard,
 which the actor reads from the run directory, sends through its row worker (a detector, ...) in
 model batches, joins back onto the shard, writes atomically as the shard's output part and sums
 into its figures' partial sums. The driver sends shard numbers and receives one small summary row
@@ -36,7 +37,8 @@ from redline.pipelines.actor_pool import ActorPool
 from redline.pipelines.figures import Table
 
 SUMMARY_SCHEMA = pa.schema([("shard", pa.int64()), ("pool", pa.int64()), ("rows", pa.int64()),
-                            ("seconds", pa.float64()), ("host", pa.string()), ("partials", pa.string())])
+                            ("seconds", pa.float64()), ("host", pa.string()), ("partials", pa.string()),
+                            ("failed", pa.int64()), ("failure", pa.string())])
 
 
 MANIFEST_EVERY_S = 5.0
@@ -50,7 +52,9 @@ def output_part(index: int, pool: int) -> str:
 @dataclass(frozen=True)
 class ShardWork:
     """What a pool does to a shard: which rows go to its worker, how its results join back onto the
-    shard, where the part goes, which figures are summed from it."""
+    shard, where the part goes, which figures are summed from it. `input_pool`: the shards are another
+    pool's output parts (a chain of steps), not input shards. `errors(part)`: each row's failure (null:
+    an answer); a part holding one is not written, so a rerun asks that shard again."""
 
     run_uri: str
     output_dir: str
@@ -60,16 +64,21 @@ class ShardWork:
     figures: dict[str, Table]
     batch_size: int
     input_dir: str = sharded.INPUT_DIR
+    input_pool: int | None = None
+    errors: Callable[[pa.Table], pa.Array] | None = None
+
+    def input_part(self, index: int) -> str:
+        name = sharded.part_name(index) if self.input_pool is None else output_part(index, self.input_pool)
+        return storage.join(self.run_uri, self.input_dir, name)
 
 
 @dataclass(frozen=True)
 class Pool:
     """One actor pool: its row worker (a class with `output_schema`, called with numpy batches) and
-    its resources; `pending`: the shards it has yet to write. `plain_actors`: hosted on plain Ray
-    actors (`pipelines/actor_pool.py`: no Ray Data start-up, for short runs of slow rows) instead of
-    a Ray Data actor pool. `actors` start at once; the pool grows up to `max_actors` (None: as many
-    as the cluster has room for) while shards wait, never beyond the shards pending. `started`: its
-    plain actors, started earlier by `start_plain_actors` (shut down with the pool)."""
+    its resources; `pending`: the shards it has yet to write. `actors` start at once; the pool grows
+    up to `max_actors` (None: as many as the cluster has room for) while shards wait, never beyond
+    the shards pending. `started`: its actors, started earlier by `start_plain_actors` (shut down
+    with the pool)."""
 
     work: ShardWork
     worker: type
@@ -78,13 +87,8 @@ class Pool:
     num_cpus: float
     num_gpus: float
     pending: list[int]
-    plain_actors: bool = False
     max_actors: int | None = None
     started: ActorPool | None = None
-
-    @property
-    def host_kwargs(self) -> dict[str, Any]:
-        return {"work": self.work, "worker": self.worker, "worker_kwargs": self.worker_kwargs}
 
     @property
     def sizes(self) -> tuple[int, int]:
@@ -95,10 +99,14 @@ class Pool:
 
 @dataclass
 class PoolUse:
-    """What a pool spent: its actors' busy seconds and how many actors took part."""
+    """What a pool spent: its actors' busy seconds and how many actors took part; the rows it could
+    not answer (`failed`, in parts left unwritten) and the first failure."""
 
     seconds: float = 0.0
     hosts: set[str] = field(default_factory=set)
+    rows: int = 0
+    failed: int = 0
+    failure: str | None = None
 
     @property
     def actors(self) -> int:
@@ -126,7 +134,7 @@ class ShardHost:
 
     def shard(self, index: int) -> dict[str, Any]:
         w = self.work
-        shard = storage.read_parquet(storage.join(w.run_uri, w.input_dir, sharded.part_name(index)))
+        shard = storage.read_parquet(w.input_part(index))
         rows = w.select(shard)
         rows = rows.append_column("shard", pa.array([index] * rows.num_rows, pa.int32()))
         started = time.perf_counter()
@@ -134,10 +142,14 @@ class ShardHost:
                    for part in (rows.slice(j, w.batch_size) for j in range(0, rows.num_rows, w.batch_size))]
         seconds = time.perf_counter() - started
         out = w.assemble(shard, pa.concat_tables(results) if results else self.empty)
+        summary = {"shard": index, "pool": w.pool, "rows": rows.num_rows, "seconds": seconds, "host": self.host,
+                   "failed": 0, "failure": None}
+        errors = w.errors(out).drop_null() if w.errors is not None else []
+        if len(errors):
+            return {**summary, "partials": "{}", "failed": len(errors), "failure": str(errors[0].as_py())}
         storage.write_parquet(out, storage.join(w.run_uri, w.output_dir, output_part(index, w.pool)))
         partials = {name: A.to_json(table.partials(out)) for name, table in w.figures.items()}
-        return {"shard": index, "pool": w.pool, "rows": rows.num_rows, "seconds": seconds, "host": self.host,
-                "partials": json.dumps(partials)}
+        return {**summary, "partials": json.dumps(partials)}
 
 
 def pending(run: Run, output_dir: str, n_shards: int, pool: int) -> list[int]:
@@ -151,10 +163,12 @@ def pending(run: Run, output_dir: str, n_shards: int, pool: int) -> list[int]:
 
 
 def run_pools(run: Run, pools: list[Pool], shard_rows: list[int], *, label: str, verbose: bool = False,
-              unit: str = "rows", note: Callable[[Run], str] | None = None) -> dict[int, PoolUse]:
+              unit: str = "rows", note: Callable[[Run], str] | None = None,
+              total: int | None = None) -> dict[int, PoolUse]:
     """Every pool's pending shards through its actors, the pools side by side; each part's partial
     sums are added to the run's manifest as its summary arrives (`note(run)`: running figures for the
-    progress line). Returns what each pool spent."""
+    progress line; `total`: the rows the bar counts to, when `shard_rows` is not known). Returns what
+    each pool spent."""
     busy = {p.work.pool: PoolUse() for p in pools}
     pools = [p for p in pools if p.pending]
     if not pools:
@@ -166,15 +180,21 @@ def run_pools(run: Run, pools: list[Pool], shard_rows: list[int], *, label: str,
             counted.pop(name, None)
     ensure_ray(verbose=verbose)
     figures = {p.work.pool: p.work.figures for p in pools}
-    total = sum(shard_rows[i] for p in pools for i in p.pending)
+    if total is None:
+        total = sum(shard_rows[i] for p in pools for i in p.pending)
     saved = time.monotonic()
     with progress_bar(label, total=total, unit=unit) as advance, ExitStack() as hosts:
         for batch in _summaries(pools, hosts):
             for row in batch.to_pylist():
-                partials = {name: A.from_json(part) for name, part in json.loads(row["partials"]).items()}
-                sharded.count_partials(run, figures[row["pool"]], (row["shard"], row["pool"]), partials)
-                busy[row["pool"]].seconds += row["seconds"]
-                busy[row["pool"]].hosts.add(row["host"])
+                use = busy[row["pool"]]
+                use.seconds, use.rows = use.seconds + row["seconds"], use.rows + row["rows"]
+                use.hosts.add(row["host"])
+                if row["failed"]:  # a part not written: not counted, asked again by a rerun
+                    use.failed += row["failed"]
+                    use.failure = use.failure or row["failure"]
+                else:
+                    partials = {name: A.from_json(part) for name, part in json.loads(row["partials"]).items()}
+                    sharded.count_partials(run, figures[row["pool"]], (row["shard"], row["pool"]), partials)
                 advance(row["rows"], note(run) if note is not None else None)
             # the running totals reach the manifest every few seconds: a part counted after the last
             # save is counted again from its file on resume (sharded.run_partials), never lost
@@ -188,40 +208,25 @@ def run_pools(run: Run, pools: list[Pool], shard_rows: list[int], *, label: str,
 def start_plain_actors(work: ShardWork, worker: type, worker_kwargs: dict[str, Any], size: int, *,
                        num_cpus: float, num_gpus: float, max_size: int | None = None) -> ActorPool:
     """`size` plain actors hosting `worker` for `work`, starting now (their constructors run while
-    the caller goes on): a `Pool(plain_actors=True, started=...)` takes them."""
+    the caller goes on): a `Pool(started=...)` takes them."""
     return ActorPool(ShardHost, {"work": work, "worker": worker, "worker_kwargs": worker_kwargs}, size,
                      max_size=max_size, num_cpus=num_cpus, num_gpus=num_gpus, batch_size=1,
                      what=f"each {worker.__name__} actor")
 
 
 def _summaries(pools: list[Pool], hosts: ExitStack) -> Iterator[pa.Table]:
-    """The pools' summary rows as their shards finish: pools of plain actors (several side by side),
-    or one Ray Data graph (a branch per pool)."""
-    import ray.data
-
-    if any(p.plain_actors for p in pools):
-        if not all(p.plain_actors for p in pools):
-            raise ValueError("a run_pools call hosts all its pools on plain actors or none")
-        streams = []
-        for p in pools:
-            least, most = p.sizes
-            if p.started is not None:
-                actors = hosts.enter_context(p.started)
-                actors.limit(most)
-            else:
-                actors = hosts.enter_context(start_plain_actors(p.work, p.worker, p.worker_kwargs, least,
-                                                                max_size=most, num_cpus=p.num_cpus,
-                                                                num_gpus=p.num_gpus))
-            streams.append(actors.map_unordered([pa.table({"shard": pa.array(p.pending, pa.int64())})]))
-        return streams[0] if len(streams) == 1 else _merged(streams)
-    # one shard per block, so any free actor takes the next shard
-    streams = [ray.data.from_items([{"shard": i} for i in p.pending], override_num_blocks=len(p.pending))
-               .map_batches(ShardHost, fn_constructor_kwargs=p.host_kwargs, batch_size=1, batch_format="numpy",
-                            compute=ray.data.ActorPoolStrategy(min_size=p.sizes[0], max_size=p.sizes[1]),
-                            num_cpus=p.num_cpus, num_gpus=p.num_gpus or None)
-               for p in pools]
-    stream = streams[0].union(*streams[1:]) if len(streams) > 1 else streams[0]
-    return stream.iter_batches(batch_format="pyarrow", batch_size=None)
+    """The pools' summary rows as their shards finish, the pools side by side."""
+    streams = []
+    for p in pools:
+        least, most = p.sizes
+        if p.started is not None:
+            actors = hosts.enter_context(p.started)
+            actors.limit(most)
+        else:
+            actors = hosts.enter_context(start_plain_actors(p.work, p.worker, p.worker_kwargs, least, max_size=most,
+                                                            num_cpus=p.num_cpus, num_gpus=p.num_gpus))
+        streams.append(actors.map_unordered([pa.table({"shard": pa.array(p.pending, pa.int64())})]))
+    return streams[0] if len(streams) == 1 else _merged(streams)
 
 
 def _merged(streams: list[Iterator[pa.Table]]) -> Iterator[pa.Table]:

@@ -27,23 +27,25 @@ def part_name(index: int) -> str:
 
 def prepare_inputs(run: Run, build: Callable[[], pa.Table], shard_size: int,
                    counts: Callable[[pa.Table], dict[str, Any]], rows: Callable[[pa.Table], int] = len,
-                   on_worker: bool = True, meanwhile: Callable[[float], None] | None = None) -> list[int]:
+                   on_worker: bool = True, meanwhile: Callable[[float], None] | None = None,
+                   directory: str = INPUT_DIR) -> list[int]:
     """Input shards written once per run, and each shard's work (`rows(shard)`: the rows its actors
     take). `build` (reading the corpus, ...) runs in a Ray task on a worker unless `on_worker` is
     False, so the driver never reads the corpus: it records the shard count, `counts(table)` and the
     rows per shard that the task returns. Resuming after every shard was written builds nothing.
     `meanwhile(spare_cpus)` runs while that task builds (e.g. starting the actors that will take the
     shards, so their model loads overlap the read), told how many CPUs the cluster has free beside
-    the task: what it starts must fit in them, or the task could wait on it forever."""
+    the task: what it starts must fit in them, or the task could wait on it forever. `directory`: where
+    in the run the shards go."""
     manifest = run.manifest
     n_shards, per_shard = manifest.get("input_shards"), manifest.get("input_rows")
     if n_shards is not None and per_shard is not None and len(per_shard) == n_shards:
-        if len(storage.list_files(run.dir.path(INPUT_DIR), ".parquet")) == n_shards:
+        if len(storage.list_files(run.dir.path(directory), ".parquet")) == n_shards:
             return list(per_shard)
     # inputs the driver cannot see (a corpus on the workers' disk): fingerprinted where they are read
     unseen = {uri: fp for uri, fp in (manifest.get("inputs") or {}).items()
               if not storage.is_s3(uri) and not Path(uri).expanduser().exists()}
-    args = (run.dir.uri, n_shards, build, shard_size, counts, rows, unseen)
+    args = (run.dir.uri, n_shards, build, shard_size, counts, rows, unseen, directory)
     if on_worker:
         import ray
 
@@ -69,14 +71,14 @@ def prepare_inputs(run: Run, build: Callable[[], pa.Table], shard_size: int,
 
 def write_inputs(run_uri: str, n_shards: int | None, build: Callable[[], pa.Table], shard_size: int,
                  counts: Callable[[pa.Table], dict[str, Any]], rows: Callable[[pa.Table], int],
-                 unseen: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+                 unseen: dict[str, dict[str, Any]] | None = None, directory: str = INPUT_DIR) -> dict[str, Any]:
     """The input shards of a run: read back when an earlier attempt wrote all `n_shards`, else built
     and written now (the same rows in the same shard on every attempt, so a retried task rewrites
     the same files). Returns the rows per shard, when built `counts(table)`, and the fingerprints
     of the `unseen` inputs (the driver's node cannot see them) taken here, refusing one that changed
     since an earlier attempt recorded it."""
     check_visible(run_uri)
-    parts = storage.list_files(storage.join(run_uri, INPUT_DIR), ".parquet")
+    parts = storage.list_files(storage.join(run_uri, directory), ".parquet")
     if n_shards is not None and len(parts) == n_shards:
         return {"rows": [rows(storage.read_parquet(p)) for p in parts], "counts": None}
     now = fingerprints.of(unseen or {})
@@ -87,7 +89,7 @@ def write_inputs(run_uri: str, n_shards: int | None, build: Callable[[], pa.Tabl
     table = build()
     shards = [table.slice(i, shard_size) for i in range(0, table.num_rows, shard_size)]
     for i, shard in enumerate(shards):
-        storage.write_parquet(shard, storage.join(run_uri, INPUT_DIR, part_name(i)))
+        storage.write_parquet(shard, storage.join(run_uri, directory, part_name(i)))
     return {"rows": [rows(s) for s in shards], "counts": counts(table), "inputs": now}
 
 
@@ -148,9 +150,3 @@ def shard_summary(run: Run, tables: dict[str, Table], output_dir: str,
     output part of the run (its key and file name)."""
     partials = run_partials(run, tables, output_dir, parts)
     return {name: table.rows(partials[name]) for name, table in tables.items()}
-
-
-def block_rows(rows: int, batch_size: int, actors: int) -> int:
-    """Rows per Ray Data block: several blocks per actor so every actor of a pool gets work, each
-    many model batches long so per-task overhead stays small."""
-    return int(min(max(rows // (4 * actors), batch_size, 1), batch_size * 16))

@@ -1,15 +1,18 @@
-"""Run one worker class over a table and join its output back by `id`, hosted like every pipeline's
-workers (`pipelines/shard_host.py`): the table's `worker.input_columns` are written once as input
-shards under `work/<stage>/` of the run, each shard's output part is written by the actor that
-made it, and a rerun after a crash redoes only the shards that have no part yet (answers a judge
-was paid for are not asked again).
+"""Worker classes over a run's sharded rows, hosted like every pipeline's workers
+(`pipelines/shard_host.py`): each shard's output part is written by the actor that made it, and a
+rerun after a crash redoes only the shards that have no part yet (answers a judge was paid for are
+not asked again).
 
-The quality and dialogue-safety pipelines are chains of such steps over tables they hold whole.
+`run_step`: a chain of steps over the run's input shards, each step reading the parts of the one
+before, keeping the rows it passes, and writing its own parts and partial sums: no row reaches the
+driver (the quality and dialogue-safety pipelines).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -19,64 +22,99 @@ from redline.cluster import storage
 from redline.cluster.config import ActorPoolSize
 from redline.cluster.runs import Run
 from redline.cluster.runtime import check_placeable, ensure_ray
+from redline.pipelines import aggregates as A
 from redline.pipelines import shard_host, sharded
+from redline.pipelines.figures import Table
 
-WORK_DIR = "work"
+VERDICT = ("kept", "reject_reason", "reject_kind")  # a filtering step's verdict on each of its rows
 
 
-def map_table(run: Run, stage: str, table: pa.Table, worker: type, kwargs: dict[str, Any], *,
-              size: ActorPoolSize | None = None, num_cpus: float = 1.0, num_gpus: float = 0.0, batch_size: int = 64,
-              verbose: bool = False, label: str | None = None,
-              redo: Callable[[pa.Table], pa.ChunkedArray] | None = None) -> pa.Table:
-    """`worker(**kwargs)` on every row's `worker.input_columns` (which include `id`), on a pool of
-    `size` actors; returns `table` with the worker's output columns, aligned with its rows (rows the
-    worker did not answer get nulls). `stage` names the step's room in the run directory. `redo(part)`:
-    the rows whose answer is a failure, not a result; a part holding one is deleted after it is read,
-    so the caller can stop with the failure and a rerun asks that part again."""
-    size = size or ActorPoolSize()
-    if table.num_rows == 0:
-        return table
-    columns: list[str] = worker.input_columns  # type: ignore[attr-defined]
-    room = f"{WORK_DIR}/{stage}"
-    inputs, outputs = f"{room}/{sharded.INPUT_DIR}", f"{room}/output"
-    shard_rows = _write_inputs(run, stage, table.select(columns), inputs,
-                               sharded.block_rows(table.num_rows, batch_size, size.actors))
-    work = shard_host.ShardWork(run.dir.uri, outputs, 0, _every_row, _aligned, {}, batch_size, input_dir=inputs)
-    pool = shard_host.Pool(work, worker, kwargs, size.actors, num_cpus, num_gpus,
-                           shard_host.pending(run, outputs, len(shard_rows), 0), max_actors=size.max_actors)
-    if pool.pending:
+@dataclass(frozen=True)
+class Step:
+    """One step of a chain: `worker(**kwargs)` (a class with `input_columns` and `output_schema`) on the
+    step's rows of each shard (`rows(shard)`; default: those the step before kept, all of them when it
+    gave no verdict) that `asked(rows)` holds for (default: all), its answers joined onto them by `id`
+    (a row not asked: nulls), then `finish(rows)` (e.g. the step's verdict columns, `VERDICT`).
+    `errors(rows)`: each row's failure (null: answered); `figures`: partial sums of its parts, by name."""
+
+    name: str
+    worker: type
+    kwargs: dict[str, Any]
+    size: ActorPoolSize
+    label: str
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    batch_size: int = 64
+    finish: Callable[[pa.Table], pa.Table] | None = None
+    errors: Callable[[pa.Table], pa.Array] | None = None
+    figures: dict[str, Table] = field(default_factory=dict)
+    rows: Callable[[pa.Table], pa.Table] | None = None
+    asked: Callable[[pa.Table], pa.Array] | None = None
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """A step's figures (merged over every part it wrote, earlier attempts' included) and the rows it
+    could not answer in this attempt (their parts were not written)."""
+
+    partials: dict[str, A.Partials]
+    failed: int
+    asked: int
+    failure: str | None
+
+
+def kept_rows(shard: pa.Table) -> pa.Table:
+    """The rows a shard's verdict kept, without the verdict (all rows when it has none)."""
+    if "kept" not in shard.column_names:
+        return shard
+    return shard.filter(pc.fill_null(shard.column("kept"), False)).drop_columns(
+        [c for c in VERDICT if c in shard.column_names])
+
+
+def run_step(run: Run, step: Step, source: str, room: str, n_shards: int, *, source_pool: int | None = None,
+             total: int | None = None, verbose: bool = False) -> StepResult:
+    """`step` over the `n_shards` shards in `source` of the run (input shards, or a step's parts when
+    `source_pool` is the pool that wrote them), each part written to `room` by its actor; a shard
+    already done is skipped. `total`: the rows the progress bar counts to."""
+    size = step.size
+    work = shard_host.ShardWork(run.dir.uri, room, 0, partial(_worker_rows, step=step), partial(_joined, step=step),
+                                step.figures, step.batch_size, input_dir=source, input_pool=source_pool,
+                                errors=step.errors)
+    todo = shard_host.pending(run, room, n_shards, 0)
+    pool = shard_host.Pool(work, step.worker, step.kwargs, size.actors, step.num_cpus, step.num_gpus, todo, max_actors=size.max_actors)
+    use = shard_host.PoolUse()
+    if todo:
         ensure_ray(verbose=verbose)
-        check_placeable(f"each {worker.__name__} actor", num_cpus, num_gpus)
-    shard_host.run_pools(run, [pool], shard_rows, label=label or worker.__name__, verbose=verbose)
-    parts = [run.dir.path(outputs, shard_host.output_part(i, 0)) for i in range(len(shard_rows))]
-    results = [storage.read_parquet(p) for p in parts]
-    for uri, part in zip(parts, results):
-        if redo is not None and pc.any(pc.fill_null(redo(part), False)).as_py():
-            storage.remove(uri)
-    results = pa.concat_tables(results)
-    taken = results.take(pc.index_in(table.column("id"), value_set=results.column("id")))
-    for name in results.column_names:
+        check_placeable(f"each {step.worker.__name__} actor", step.num_cpus, step.num_gpus)
+        use = shard_host.run_pools(run, [pool], [0] * n_shards, label=step.label, verbose=verbose,
+                                   total=total)[0]
+    written = set(storage.list_files(run.dir.path(room), ".parquet"))
+    parts = {(i, 0): shard_host.output_part(i, 0) for i in range(n_shards)
+             if run.dir.path(room, shard_host.output_part(i, 0)) in written}
+    partials = sharded.run_partials(run, step.figures, room, parts)
+    return StepResult(partials, use.failed, use.rows, use.failure)
+
+
+def _step_rows(shard: pa.Table, step: Step) -> pa.Table:
+    return step.rows(shard) if step.rows is not None else kept_rows(shard)
+
+
+def _worker_rows(shard: pa.Table, step: Step) -> pa.Table:
+    rows = _step_rows(shard, step)
+    if step.asked is not None:
+        rows = rows.filter(pc.fill_null(step.asked(rows), False))
+    return rows.select(step.worker.input_columns)  # type: ignore[attr-defined]
+
+
+def _joined(shard: pa.Table, results: pa.Table, step: Step) -> pa.Table:
+    rows = _step_rows(shard, step)
+    answers = _aligned(rows, results)
+    for name in answers.column_names:
         if name != "id":
-            table = table.append_column(name, taken.column(name)) if name not in table.column_names else \
-                table.set_column(table.schema.get_field_index(name), name, taken.column(name))
-    return table
-
-
-def _write_inputs(run: Run, stage: str, source: pa.Table, inputs: str, shard_size: int) -> list[int]:
-    """The stage's input shards, written once (a resumed stage keeps the shards its parts came from)."""
-    written = run.manifest.setdefault("work", {}).get(stage)
-    if written is not None and len(storage.list_files(run.dir.path(inputs), ".parquet")) == len(written):
-        return list(written)
-    shards = [source.slice(i, shard_size) for i in range(0, source.num_rows, shard_size)]
-    for i, shard in enumerate(shards):
-        storage.write_parquet(shard, run.dir.path(inputs, sharded.part_name(i)))
-    run.manifest["work"][stage] = [s.num_rows for s in shards]
-    run.dir.write_manifest(run.manifest)
-    return run.manifest["work"][stage]
-
-
-def _every_row(shard: pa.Table) -> pa.Table:
-    return shard
+            column = answers.column(name)
+            rows = rows.append_column(name, column) if name not in rows.column_names else \
+                rows.set_column(rows.schema.get_field_index(name), name, column)
+    return step.finish(rows) if step.finish is not None else rows
 
 
 def _aligned(shard: pa.Table, results: pa.Table) -> pa.Table:

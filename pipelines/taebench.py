@@ -6,8 +6,11 @@ Stages, in the paper's order, each keeping some rows and rejecting the rest with
 2. grammar      LanguageTool: more grammar errors than the seed by over `max_new_errors`
 3. naturalness  an acceptability classifier's P(natural) below its threshold
 4. label        LLM judge AND toxicity classifier: a TAE must still be toxic to both, a BAE benign
-Each stage's full table (kept and rejected rows, with its own columns) is written to
-`stages/<n>-<name>.parquet` before the next starts; a restarted run resumes after the last one.
+Each stage's full table (kept and rejected rows, with its own columns and `kept`, `reject_reason`,
+`reject_kind`) is written shard by shard to `stages/<n>-<name>/` by the actors that judged it, and the
+next stage reads those parts: no row passes through the driver, which merges each part's partial
+sums (Table 2, the stage lines). A restarted run redoes only the shards a stage had not finished.
+TaeBench and TaeBench+ are written the same way, to `taebench/` and `taebench_plus/`.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ import hashlib
 import io
 import json
 import logging
-import re
 from collections import defaultdict
+from functools import partial
 from typing import Annotated, Any, Callable
 
 import pyarrow as pa
@@ -36,10 +39,13 @@ from redline.actors.quality.grammar import (
 from redline.cluster import storage
 from redline.cluster.config import ActorPoolSize, Execution, Input, Result, RunConfig
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, require_finished
+from redline.cluster.runtime import ensure_ray
 from redline.errors import RedlineError
-from redline.pipelines.figures import TAEBENCH
+from redline.pipelines import aggregates as A
+from redline.pipelines import shard_host, sharded
+from redline.pipelines.figures import JUDGE_USAGE, TAEBENCH, TAEBENCH_STAGE, Table
 from redline.pipelines.report import Report, png_bytes
-from redline.pipelines.stages import map_table
+from redline.pipelines.stages import Step, kept_rows, run_step
 from redline.pipelines.template import Pipeline
 
 log = logging.getLogger(__name__)
@@ -80,6 +86,8 @@ class TaebenchConfig(RunConfig):
     classifier: DetectorConfig | None = Field(None, description="Toxicity classifier; must agree with the judge.")
     test_fraction: float = Result(0.2, ge=0, le=1, description="Share of seeds whose examples form the test split.")
     seed: int = Result(0)
+    shard_size: int = Execution(512, gt=0, description="Examples per shard: each stage's actors take a shard at a "
+                                "time, and a rerun redoes only the shards a stage had not finished.")
 
     @property
     def attack_runs(self) -> list[str]:
@@ -92,7 +100,7 @@ class TaebenchConfig(RunConfig):
         return self
 
 
-STAGES = ("dedupe", "grammar", "naturalness", "label")
+DEDUPE_DIR = "stages/1-dedupe"
 PROVENANCE = ["recipe", "transformation", "constraints", "search", "victim", "goal", "seed_id", "seed_text",
               "seed_label", "dataset", "split", "source", "source_row"]
 
@@ -139,6 +147,8 @@ def _normalise(text: str, on: bool) -> str:
 
 
 def dedupe(table: pa.Table, config: TaebenchConfig) -> pa.Table:
+    """Every row with the dedupe verdict: the first of each (goal, text) kept, the later ones rejected;
+    the kept row's `recipes` lists every recipe that produced its text."""
     firsts: dict[tuple[str, str], int] = {}
     recipes: dict[tuple[str, str], list[str]] = defaultdict(list)
     keys = [(g, _normalise(t, config.normalise)) for g, t in zip(table.column("goal").to_pylist(),
@@ -147,199 +157,269 @@ def dedupe(table: pa.Table, config: TaebenchConfig) -> pa.Table:
         firsts.setdefault(key, i)
         if rec not in recipes[key]:
             recipes[key].append(rec)
-    kept = [firsts[k] == i for i, k in enumerate(keys)]
-    return table.append_column("recipes", pa.array([",".join(recipes[k]) for k in keys])).append_column(
-        "kept", pa.array(kept)).append_column(
-        "reject_reason", pa.array([None if k else "duplicate text" for k in kept], pa.string()))
+    table = table.append_column("recipes", pa.array([",".join(recipes[k]) for k in keys]))
+    return with_verdict(table, [None if firsts[k] == i else ("duplicate text", "duplicate text")
+                                for i, k in enumerate(keys)])
 
 
-def grammar(run: Run, table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.Table | str:
-    g = config.grammar
-    assert g is not None
-    if not g.url or not LanguageToolClient(g.url, g.language, timeout=10).available():
-        where = f"at {g.url}" if g.url else "(grammar.url is not set)"
-        if g.skip_if_unavailable:
-            return f"skipped: no LanguageTool server {where}"
-        raise RedlineError(f"grammar stage: no LanguageTool server {where}; start one, or set "
-                           f"grammar.skip_if_unavailable: true (or grammar: null) to run without it")
-    out = map_table(run, "grammar", table, GrammarWorker, {"config": g}, size=g, num_cpus=g.num_cpus,
-                    batch_size=g.batch_size, verbose=verbose, label="grammar stage",
-                    redo=lambda part: pc.or_(pc.is_valid(part.column("grammar_error")),
-                                             pc.is_null(part.column("grammar_errors"))))
-    errs, seed_errs = out.column("grammar_errors").to_pylist(), out.column("seed_grammar_errors").to_pylist()
-    failures = out.column("grammar_error").to_pylist()
-    fail_on_errors("grammar", "LanguageTool", [f or (None if e is not None else "no result") for e, f in zip(errs, failures)])
-    reasons = []
-    for e, s in zip(errs, seed_errs):
-        if e - s > g.max_new_errors:
-            reasons.append(f"{e - s} more grammar errors than the seed ({e} vs {s})")
-        else:
-            reasons.append(None)
-    return _with_verdict(out, reasons)
+def deduped(config: TaebenchConfig) -> pa.Table:
+    """The dedupe stage's rows (run where the attack runs are read: a worker)."""
+    return dedupe(load_raw(config), config)
 
 
-def naturalness(run: Run, table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.Table:
-    n = config.naturalness
-    assert n is not None
-    det = n.detector()
-    out = _detect(run, "naturalness", table, det, verbose, prefix="natural")
-    fail_on_errors("naturalness", "the naturalness classifier", _detector_errors(out, "natural"))
-    reasons = []
-    for score in out.column("natural_score").to_pylist():
-        if score < n.threshold:
-            reasons.append(f"unnatural: P(natural) {score:.2f} < {n.threshold:g}")
-        else:
-            reasons.append(None)
-    return _with_verdict(out, reasons)
+def _dedupe_counts(table: pa.Table) -> dict[str, Any]:
+    return {"raw": table.num_rows, "dedupe": A.to_json(TAEBENCH_STAGE.partials(table))}
 
 
-def label_filter(run: Run, table: pa.Table, config: TaebenchConfig, verbose: bool) -> pa.Table:
+def with_verdict(table: pa.Table, verdicts: list[tuple[str, str] | None]) -> pa.Table:
+    """`table` with a stage's verdict on each row: None keeps it, (kind, reason) rejects it."""
+    return table.append_column("kept", pa.array([v is None for v in verdicts], pa.bool_())).append_column(
+        "reject_reason", pa.array([v and v[1] for v in verdicts], pa.string())).append_column(
+        "reject_kind", pa.array([v and v[0] for v in verdicts], pa.string()))
+
+
+def grammar_verdict(rows: pa.Table, max_new_errors: int) -> pa.Table:
+    verdicts: list[tuple[str, str] | None] = []
+    for e, s in zip(rows.column("grammar_errors").to_pylist(), rows.column("seed_grammar_errors").to_pylist()):
+        new = e - s if e is not None and s is not None else 0
+        verdicts.append(("more grammar errors than the seed", f"{new} more grammar errors than the seed ({e} vs {s})")
+                        if new > max_new_errors else None)
+    return with_verdict(rows, verdicts)
+
+
+def grammar_errors(rows: pa.Table) -> pa.Array:
+    return pa.array([f or (None if e is not None else "no result") for e, f in
+                     zip(rows.column("grammar_errors").to_pylist(), rows.column("grammar_error").to_pylist())],
+                    pa.string())
+
+
+def naturalness_verdict(rows: pa.Table, threshold: float) -> pa.Table:
+    rows = _renamed(rows, "natural")
+    return with_verdict(rows, [("unnatural", f"unnatural: P(natural) {p:.2f} < {threshold:g}")
+                               if p is not None and p < threshold else None
+                               for p in rows.column("natural_score").to_pylist()])
+
+
+def label_verdict(rows: pa.Table, judge: bool, classifier: bool) -> pa.Table:
     """Keep a TAE only if the judge says Yes and the classifier says toxic; a BAE only on No and benign."""
-    out = table
-    if config.judge is not None:
-        j = config.judge
-        out = map_table(run, "label-judge", out, JudgeWorker, {"config": j}, size=j, num_cpus=j.num_cpus,
-                        batch_size=j.batch_size, verbose=verbose, label="LLM judge",
-                        redo=lambda part: pc.fill_null(pc.equal(part.column("judge_verdict"), ERROR), True))
-    if config.classifier is not None:
-        c = config.classifier
-        out = _detect(run, "label-classifier", out, c, verbose, prefix="classifier")
-    col = {name: out.column(name).to_pylist() for name in out.column_names
-           if name in ("judge_verdict", "judge_reason", "classifier_toxic")}
-    if config.judge is not None:
-        verdicts, why = col["judge_verdict"], col["judge_reason"]
-        fail_on_errors("label", f"the LLM judge at {config.judge.base_url}",
-                       [r if v == ERROR else None for v, r in zip(verdicts, why)])
-        if verdicts and not any(v in USABLE for v in verdicts):
-            first = next((r for r in why if r), "no answer")
-            raise RedlineError(f"label stage: the LLM judge gave no usable answer for any of {len(verdicts)} texts "
-                               f"(first: {first}); check its model and template")
-    if config.classifier is not None:
-        fail_on_errors("label", f"classifier '{config.classifier.name}'", _detector_errors(out, "classifier"))
-    reasons = []
-    for i, goal in enumerate(out.column("goal").to_pylist()):
-        want_toxic = goal == "tae"
-        reason = None
-        if config.judge is not None:
-            verdict = col["judge_verdict"][i]
-            if verdict != ("yes" if want_toxic else "no"):
-                why = col["judge_reason"][i]
-                reason = f"judge says {verdict}" + (f" ({why})" if why else "")
-        if reason is None and config.classifier is not None and col["classifier_toxic"][i] != want_toxic:
-            reason = f"classifier says {'toxic' if col['classifier_toxic'][i] else 'benign'}"
-        reasons.append(reason)
-    return _with_verdict(out, reasons)
+    if classifier:
+        rows = _renamed(rows, "classifier")
+    col = {name: rows.column(name).to_pylist() for name in ("judge_verdict", "judge_reason", "classifier_toxic")
+           if name in rows.column_names}
+    verdicts: list[tuple[str, str] | None] = []
+    for i, goal in enumerate(rows.column("goal").to_pylist()):
+        want_toxic, verdict = goal == "tae", None
+        if judge and col["judge_verdict"][i] != ("yes" if want_toxic else "no"):
+            said, why = col["judge_verdict"][i], col["judge_reason"][i]
+            verdict = (f"judge says {said}", f"judge says {said}" + (f" ({why})" if why else ""))
+        if verdict is None and classifier and col["classifier_toxic"][i] != want_toxic:
+            said = "toxic" if col["classifier_toxic"][i] else "benign"
+            verdict = (f"classifier says {said}", f"classifier says {said}")
+        verdicts.append(verdict)
+    return with_verdict(rows, verdicts)
 
 
-def _detector_errors(table: pa.Table, prefix: str) -> list[str | None]:
-    return [None if s == "ok" else (r or "no result") for s, r in
-            zip(table.column(f"{prefix}_status").to_pylist(), table.column(f"{prefix}_reason").to_pylist())]
+def judge_errors(rows: pa.Table) -> pa.Array:
+    return pc.if_else(pc.fill_null(pc.equal(rows.column("judge_verdict"), ERROR), True),
+                      pc.fill_null(rows.column("judge_reason"), "no result"), pa.scalar(None, pa.string()))
 
 
-def fail_on_errors(stage: str, what: str, errors: list[str | None]) -> None:
-    """A text a model or service could not answer is not a rejection: the stage fails, naming the
-    cause, and nothing of it is written, so a rerun asks again (answers already given are cached)."""
-    failed = [e for e in errors if e]
-    if failed:
-        raise RedlineError(f"{stage} stage: {what} failed on {len(failed)} of {len(errors)} texts (first: "
-                           f"{' '.join(failed[0].split())[:200]}); fix the cause and rerun to resume this stage")
+def detector_errors(prefix: str) -> Callable[[pa.Table], pa.Array]:
+    return partial(_detector_errors, prefix=prefix)
 
 
-def _detect(run: Run, stage: str, table: pa.Table, det: DetectorConfig, verbose: bool, prefix: str) -> pa.Table:
-    out = map_table(run, stage, table, DetectionWorker, {"config": det}, size=det, num_cpus=det.num_cpus,
-                    num_gpus=det.num_gpus, batch_size=det.batch_size, verbose=verbose, label=f"{stage} ({det.name})",
-                    redo=lambda part: pc.fill_null(pc.not_equal(part.column("det_status"), "ok"), True))
+def _detector_errors(rows: pa.Table, prefix: str) -> pa.Array:
+    return pa.array([None if s == "ok" else (r or "no result") for s, r in
+                     zip(rows.column(f"{prefix}_status").to_pylist(), rows.column(f"{prefix}_reason").to_pylist())],
+                    pa.string())
+
+
+def _renamed(rows: pa.Table, prefix: str) -> pa.Table:
+    """A detector's answer columns named for the stage (`natural_score`, `classifier_toxic`, ...)."""
     renames = {"toxic_score": f"{prefix}_score", "pred_toxic": f"{prefix}_toxic", "det_status": f"{prefix}_status",
                "det_reason": f"{prefix}_reason"}
-    drop = {"detector", "probs", "seconds"}
-    return pa.table({renames.get(n, n): out.column(n) for n in out.column_names if n not in drop})
+    keep = [n for n in rows.column_names if n not in ("detector", "probs", "seconds")]
+    return rows.select(keep).rename_columns([renames.get(n, n) for n in keep])
 
 
-def _with_verdict(table: pa.Table, reasons: list[str | None]) -> pa.Table:
-    return table.append_column("kept", pa.array([r is None for r in reasons])).append_column(
-        "reject_reason", pa.array(reasons, pa.string()))
+def _detector_step(name: str, det: DetectorConfig, label: str, finish: Callable[[pa.Table], pa.Table],
+                   prefix: str, figures: dict[str, Table]) -> Step:
+    return Step(name, DetectionWorker, {"config": det}, det, label, num_cpus=det.num_cpus, num_gpus=det.num_gpus,
+                batch_size=det.batch_size, finish=finish, figures=figures, errors=detector_errors(prefix))
+
+
+def steps(config: TaebenchConfig) -> list[tuple[str, str, Step | None]]:
+    """(stage, room, step) after dedupe, in order; a stage of two steps (the judge, then the classifier)
+    keeps the first's parts under work/; None: a stage turned off."""
+    out: list[tuple[str, str, Step | None]] = []
+    stage = {"grammar": TAEBENCH_STAGE}
+    g = config.grammar
+    out.append(("grammar", "stages/2-grammar", None if g is None else Step(
+        "grammar", GrammarWorker, {"config": g}, g, "grammar stage", num_cpus=g.num_cpus, batch_size=g.batch_size,
+        finish=partial(grammar_verdict, max_new_errors=g.max_new_errors), errors=grammar_errors, figures=stage)))
+    n = config.naturalness
+    out.append(("naturalness", "stages/3-naturalness", None if n is None else _detector_step(
+        "naturalness", n.detector(), "naturalness stage", partial(naturalness_verdict, threshold=n.threshold),
+        "natural", {"naturalness": TAEBENCH_STAGE})))
+    j, c = config.judge, config.classifier
+    verdict = partial(label_verdict, judge=j is not None, classifier=c is not None)
+    if j is not None:
+        out.append(("label", "work/label-judge" if c is not None else "stages/4-label", Step(
+            "label-judge", JudgeWorker, {"config": j}, j, "label stage: LLM judge", num_cpus=j.num_cpus,
+            batch_size=j.batch_size, finish=None if c is not None else verdict, errors=judge_errors,
+            figures={"judge": JUDGE_USAGE, **({} if c is not None else {"label": TAEBENCH_STAGE})})))
+    if c is not None:
+        out.append(("label", "stages/4-label", _detector_step(
+            "label-classifier", c, f"label stage: classifier {c.name}", verdict, "classifier",
+            {"label": TAEBENCH_STAGE})))
+    return out
+
+
+_WHAT = {"grammar": lambda c: "LanguageTool", "naturalness": lambda c: "the naturalness classifier",
+         "label-judge": lambda c: f"the LLM judge at {c.judge.base_url}",
+         "label-classifier": lambda c: f"classifier '{c.classifier.name}'"}
+
+
+def _grammar_unavailable(config: TaebenchConfig) -> str | None:
+    """Why the grammar stage is skipped (None: it runs); an error when it may not be skipped."""
+    g = config.grammar
+    assert g is not None
+    if g.url and LanguageToolClient(g.url, g.language, timeout=10).available():
+        return None
+    where = f"at {g.url}" if g.url else "(grammar.url is not set)"
+    if g.skip_if_unavailable:
+        return f"skipped: no LanguageTool server {where}"
+    raise RedlineError(f"grammar stage: no LanguageTool server {where}; start one, or set "
+                       f"grammar.skip_if_unavailable: true (or grammar: null) to run without it")
+
+
+def _totals(partials: A.Partials) -> A.Sums:
+    return A.merge(*({(): sums} for sums in partials.values())).get((), {})
+
+
+def _stage_line(partials: A.Partials) -> dict[str, Any]:
+    sums = _totals(partials)
+    n_in, kept = (TAEBENCH_STAGE.figure(k).compute.value(sums) for k in ("in", "kept"))  # type: ignore[union-attr]
+    reasons = TAEBENCH_STAGE.figure("reasons").compute.value(sums)  # type: ignore[union-attr]
+    return {"in": n_in, "kept": kept, "rejected": n_in - kept,
+            "top_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])[:5])}
+
+
+def counts_table(stages: dict[str, A.Partials | None]) -> list[dict[str, Any]]:
+    """The paper's Table 2: rows remaining after each stage and % of raw, per goal and seed dataset
+    (the dedupe stage's rows, `all` first); a stage that did not run (None) has no column."""
+    kept = TAEBENCH_STAGE.figure("kept").compute
+    assert kept is not None
+    rows = []
+    for first in sorted(TAEBENCH_STAGE.rows(stages["dedupe"] or {}), key=lambda r: r["goal"] != "tae"):
+        goal, dataset = first["goal"], first["dataset"]
+        row: dict[str, Any] = {"goal": goal, "dataset": dataset, "raw": first["in"]}
+        for stage, partials in stages.items():
+            if partials is None:
+                continue
+            row[stage] = sum(kept.value(sums) for (g, d), sums in partials.items()
+                             if g == goal and dataset in ("all", d))
+            row[f"{stage}_pct"] = round(100 * row[stage] / row["raw"], 1) if row["raw"] else 0.0
+        rows.append(row)
+    return rows
+
+
+def execute(config: TaebenchConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
+    manifest = run.manifest
+    ensure_ray(verbose=verbose)
+    shard_rows = sharded.prepare_inputs(run, lambda: deduped(config), config.shard_size, _dedupe_counts,
+                                        directory=DEDUPE_DIR)
+    n_shards = len(shard_rows)
+    if "dedupe" in manifest.get("counts", {}):  # the dedupe stage's sums, from the task that wrote its parts
+        sharded.count_partials(run, {"dedupe": TAEBENCH_STAGE}, 0,
+                               {"dedupe": A.from_json(manifest["counts"].pop("dedupe"))})
+    found: dict[str, A.Partials | None] = {"dedupe": sharded.run_partials(run, {"dedupe": TAEBENCH_STAGE}, "", {})["dedupe"]}
+    stage_lines = manifest.setdefault("stages", {})
+    stage_lines["dedupe"] = _stage_line(found["dedupe"] or {})
+    run.dir.write_manifest(manifest)
+    if manifest["counts"]["raw"] == 0:
+        raise RedlineError("the attack runs hold no successful adversarial examples to filter")
+    source, source_pool, rows_in = DEDUPE_DIR, None, stage_lines["dedupe"]["kept"]
+    for stage, room, step in steps(config):
+        if step is None:
+            stage_lines[stage], found[stage] = "off (disabled in the config)", None
+            continue
+        if stage == "grammar" and shard_host.pending(run, room, n_shards, 0):
+            skipped = _grammar_unavailable(config)
+            if skipped:
+                stage_lines[stage], found[stage] = skipped, None
+                continue
+        result = run_step(run, step, source, room, n_shards, source_pool=source_pool, total=rows_in, verbose=verbose)
+        if result.failed:
+            raise RedlineError(f"{stage} stage: {_WHAT[step.name](config)} failed on {result.failed} of "
+                               f"{result.asked} texts (first: {' '.join(result.failure.split())[:200]}); fix the "
+                               "cause and rerun to resume this stage")
+        if "judge" in result.partials:
+            _check_judge(run, config, result.partials["judge"])
+        source, source_pool = room, 0
+        if stage in result.partials:
+            found[stage] = result.partials[stage]
+            stage_lines[stage] = _stage_line(found[stage] or {})
+            rows_in = stage_lines[stage]["kept"]
+            watch.lap(f"{stage}_s")
+        run.dir.write_manifest(manifest)
+    _write_bench(run, source, n_shards, config)
+    label = _totals(found["label"] or {})
+    tae = sum(TAEBENCH_STAGE.figure("kept").compute.value(sums)  # type: ignore[union-attr]
+              for (goal, _), sums in (found["label"] or {}).items() if goal == "tae")
+    manifest["counts"].update(taebench=tae, taebench_plus=TAEBENCH_STAGE.figure("kept").compute.value(label))  # type: ignore[union-attr]
+    return counts_table(found)
+
+
+def _check_judge(run: Run, config: TaebenchConfig, partials: A.Partials) -> None:
+    """The judge's usage into the manifest; a judge that gave no usable answer at all fails the stage."""
+    assert config.judge is not None
+    usage = usage_summary(JUDGE_USAGE.rows(partials)[0] if partials else
+                          {**dict.fromkeys(("texts", "cache_hits", "retries", "prompt_tokens", "completion_tokens"), 0),
+                           "by_verdict": {}}, config.judge)
+    run.manifest["judge_usage"] = usage
+    if usage["texts"] and not any(v in USABLE for v in usage["by_verdict"]):
+        raise RedlineError(f"label stage: the LLM judge gave no usable answer for any of {usage['texts']} texts "
+                           f"(answers: {usage['by_verdict']}); check its model and template")
+
+
+def _write_bench(run: Run, source: str, n_shards: int, config: TaebenchConfig) -> None:
+    """TaeBench+ (every kept row with its split) and TaeBench (its TAE), a part per shard, each written
+    by a task on a worker."""
+    import ray
+
+    task = ray.remote(num_cpus=0.5, max_retries=2)(write_bench_part)
+    ray.get([task.remote(run.dir.uri, source, i, config.test_fraction, config.seed) for i in range(n_shards)])
+
+
+def write_bench_part(run_uri: str, source: str, index: int, test_fraction: float, seed: int) -> None:
+    rows = kept_rows(storage.read_parquet(storage.join(run_uri, source, shard_host.output_part(index, 0))))
+    final = rows.append_column("bench_split", pa.array(
+        [bench_split(s, test_fraction, seed) for s in rows.column("seed_id").to_pylist()], pa.string()))
+    storage.write_parquet(final.filter(pc.equal(final.column("goal"), "tae")),
+                          storage.join(run_uri, "taebench", sharded.part_name(index)))
+    storage.write_parquet(final, storage.join(run_uri, "taebench_plus", sharded.part_name(index)))
+
+
+def read_bench(uri: str, name: str = "taebench_plus", limit: int | None = None) -> pa.Table:
+    """A TaeBench run's `taebench` or `taebench_plus` rows, part by part (the first `limit` rows only
+    when given); a run written before parts (one file) is read as it is."""
+    parts = storage.list_files(storage.join(uri, name), ".parquet")
+    if not parts:
+        return storage.read_parquet(storage.join(uri, f"{name}.parquet"))
+    tables: list[pa.Table] = []
+    for part in parts:
+        tables.append(storage.read_parquet(part))
+        if limit is not None and sum(t.num_rows for t in tables) >= limit:
+            break
+    table = pa.concat_tables(tables, promote_options="permissive")
+    return table if limit is None else table.slice(0, limit)
 
 
 def bench_split(seed_id: str, test_fraction: float, seed: int) -> str:
     """train/test by a hash of the seed id: every example of one seed lands in the same split."""
     h = int(hashlib.sha256(f"{seed}:{seed_id}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
     return "test" if h < test_fraction else "train"
-
-
-def counts_table(raw: pa.Table, after: dict[str, pa.Table | None]) -> list[dict[str, Any]]:
-    """The paper's Table 2: rows remaining after each stage and % of raw, per goal and seed dataset."""
-    rows = []
-    groups = [("all", None)] + [(d, d) for d in sorted(set(raw.column("dataset").to_pylist()))]
-    for goal in ("tae", "bae"):
-        for name, dataset in groups:
-            def count(t: pa.Table) -> int:
-                m = pc.equal(t.column("goal"), goal)
-                if dataset is not None:
-                    m = pc.and_(m, pc.equal(t.column("dataset"), dataset))
-                return int(pc.sum(m).as_py() or 0)
-
-            n_raw = count(raw)
-            if n_raw == 0:
-                continue
-            row: dict[str, Any] = {"goal": goal, "dataset": name, "raw": n_raw}
-            for stage, table in after.items():
-                if table is not None:
-                    row[stage] = count(table)
-                    row[f"{stage}_pct"] = round(100 * row[stage] / n_raw, 1)
-            rows.append(row)
-    return rows
-
-
-def _top(reasons: list[str], n: int = 5) -> dict[str, int]:
-    counts: dict[str, int] = defaultdict(int)
-    for r in reasons:  # "3 more grammar errors than the seed (4 vs 1)" -> "more grammar errors than the seed"
-        counts[re.sub(r"^\d+ ", "", r.split(" (")[0].split(":")[0])] += 1
-    return dict(sorted(counts.items(), key=lambda kv: -kv[1])[:n])
-
-
-def execute(config: TaebenchConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
-    manifest = run.manifest
-    steps: dict[str, Callable[[pa.Table], pa.Table | str] | None] = {
-        "dedupe": lambda t: dedupe(t, config),
-        "grammar": (lambda t: grammar(run, t, config, verbose)) if config.grammar else None,
-        "naturalness": (lambda t: naturalness(run, t, config, verbose)) if config.naturalness else None,
-        "label": lambda t: label_filter(run, t, config, verbose),
-    }
-    raw = load_raw(config)
-    manifest.setdefault("stages", {})
-    current, after = raw, {}
-    for i, (name, step) in enumerate(steps.items(), start=1):
-        path = run.dir.path("stages", f"{i}-{name}.parquet")
-        if step is None:
-            manifest["stages"][name] = "off (disabled in the config)"
-            after[name] = None
-            continue
-        if storage.exists(path):
-            table = storage.read_parquet(path)
-        else:
-            result = step(current)
-            if isinstance(result, str):  # a stage that says why it did not run
-                manifest["stages"][name] = result
-                after[name] = None
-                continue
-            table = result
-            storage.write_parquet(table, path)
-            watch.lap(f"{name}_s")
-        kept = table.filter(table.column("kept"))
-        reasons = [r for r in table.column("reject_reason").to_pylist() if r]
-        manifest["stages"][name] = {"in": table.num_rows, "kept": kept.num_rows, "rejected": len(reasons),
-                                    "top_reasons": _top(reasons)}
-        if name == "label" and config.judge is not None:
-            manifest["judge_usage"] = usage_summary(table, config.judge)
-        run.dir.write_manifest(manifest)
-        current, after[name] = kept.drop_columns(["kept", "reject_reason"]), kept
-    final = current.append_column("bench_split", pa.array(
-        [bench_split(s, config.test_fraction, config.seed) for s in current.column("seed_id").to_pylist()]))
-    tae = final.filter(pc.equal(final.column("goal"), "tae"))
-    storage.write_parquet(tae, run.dir.path("taebench.parquet"))
-    storage.write_parquet(final, run.dir.path("taebench_plus.parquet"))
-    manifest["counts"] = {"raw": raw.num_rows, "taebench": tae.num_rows, "taebench_plus": final.num_rows}
-    return counts_table(raw, after)
 
 
 # --------------------------------------------------------------------------------------------
@@ -372,7 +452,7 @@ def plot_funnel(rows: list[dict[str, Any]]) -> bytes | None:
 
 
 def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
-    final = storage.read_parquet(run.path("taebench_plus.parquet"))
+    final = read_bench(run.uri, limit=12)
     table2 = manifest.get("summary", [])
     stage_rows = []
     for name, info in manifest.get("stages", {}).items():
@@ -385,7 +465,7 @@ def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
     stage_cols = [("stage", "stage", "s"), ("in", "in", "d"), ("kept", "kept", "d"), ("rejected", "rejected", "d"),
                   ("reasons", "main rejection reasons", "s")]
     samples = [{"goal": r["goal"], "recipes": r["recipes"], "seed": r["seed_text"], "example": r["text"]}
-               for r in final.slice(0, 12).to_pylist()]
+               for r in final.to_pylist()]
     sample_cols = [("goal", "goal", "s"), ("recipes", "recipes", "s"), ("seed", "seed", "s"), ("example", "kept example", "s")]
     counts = manifest.get("counts", {})
     note = (f"{counts.get('raw')} raw adversarial examples -> TaeBench {counts.get('taebench')} (valid TAE), "

@@ -17,7 +17,6 @@ import pyarrow.compute as pc
 from pydantic import Field, field_validator
 
 from redline.actors.detectors import DetectorConfig
-from redline.cluster import storage
 from redline.cluster.config import Input, Result, RunConfig, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, require_finished
 from redline.cluster.tables import STATUS_OK, conform
@@ -26,6 +25,7 @@ from redline.pipelines.figures import TRANSFER
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.schema import CORPUS_SCHEMA
 from redline.pipelines.score import preflight, score_corpus
+from redline.pipelines.taebench import read_bench
 from redline.pipelines.template import Pipeline
 
 
@@ -51,7 +51,7 @@ class TransferConfig(RunConfig):
 def build_corpus(config: TransferConfig) -> pa.Table:
     uri = config.taebench
     require_finished(uri, "taebench")
-    plus = storage.read_parquet(storage.join(uri, "taebench_plus.parquet"))
+    plus = read_bench(uri)
     if config.split != "all":
         plus = plus.filter(pc.equal(plus.column("bench_split"), config.split))
     if plus.num_rows == 0:

@@ -102,20 +102,35 @@ def _run(tmp_path, name: str):
     return Run(run, {"state": "running"}, reused=False)
 
 
+def _step(worker, kwargs, **over):
+    from redline.cluster.config import ActorPoolSize
+    from redline.pipelines.stages import Step
+
+    return Step(worker.__name__, worker, kwargs, ActorPoolSize(), worker.__name__, num_cpus=0.25, **over)
+
+
+def _shards(run, table: pa.Table, size: int) -> int:
+    from redline.cluster import storage
+
+    for i in range(0, table.num_rows, size):
+        storage.write_parquet(table.slice(i, size), run.dir.path("input", f"part-{i // size:05d}.parquet"))
+    return -(-table.num_rows // size)
+
+
 def test_a_failed_actor_is_recorded_by_its_cause_not_rays_wrapping(ray_session, tmp_path):
     """The manifest's error is the cause in one line, never the actor's name in terminal colours."""
     from redline.cluster.runs import lifecycle
     from redline.errors import cause_line
-    from redline.pipelines.stages import map_table
+    from redline.pipelines.stages import run_step
 
-    table = pa.table({"id": ["a", "b"]})
     run = _run(tmp_path, "run")
+    n = _shards(run, pa.table({"id": ["a", "b"]}), 2)
     with pytest.raises(Exception) as info:
-        map_table(run, "cudnn", table, _CudnnLike, {}, num_cpus=0.25)
+        run_step(run, _step(_CudnnLike, {}), "input", "work/cudnn", n)
     line = cause_line(info.value)
     assert line == "RuntimeError: cudnn RNN backward can only be called in training mode", line
     with pytest.raises(Exception), lifecycle(run):
-        map_table(run, "cudnn", table, _CudnnLike, {}, num_cpus=0.25)
+        run_step(run, _step(_CudnnLike, {}), "input", "work/cudnn", n)
     assert run.manifest["state"] == "failed" and run.manifest["error"] == line
 
 
@@ -137,29 +152,49 @@ class _Answers:
         return pa.table({"id": [str(i) for i in batch["id"]], "answer": answers}, schema=self.output_schema)
 
 
-def test_a_stage_resumes_only_the_parts_whose_answers_failed(ray_session, tmp_path):
-    """Stage steps are hosted like every worker: each shard's answers are a part of the run written by
-    its actor. A part holding a failed answer is not kept, so the rerun asks that shard again and
-    never re-asks (re-pays for) the shards that were answered."""
-    from redline.pipelines.stages import map_table
+def _failed_answers(rows: pa.Table) -> pa.Array:
+    return pc.if_else(pc.equal(rows.column("answer"), "error"), pa.scalar("the service is down"),
+                      pa.scalar(None, pa.string()))
+
+
+def _kept_odd(rows: pa.Table) -> pa.Table:
+    keep = pc.equal(pc.bit_wise_and(rows.column("other"), 1), 1)
+    return rows.append_column("kept", keep).append_column(
+        "reject_reason", pc.if_else(keep, pa.scalar(None, pa.string()), "even")).append_column(
+        "reject_kind", pc.if_else(keep, pa.scalar(None, pa.string()), "even"))
+
+
+def test_a_step_resumes_only_the_shards_whose_answers_failed(ray_session, tmp_path):
+    """Steps are hosted like every worker: each shard's answers are a part of the run written by its
+    actor. A shard holding a failed answer is not written, so the rerun asks that shard again and
+    never re-asks (re-pays for) the shards that were answered; the next step reads only the rows the
+    one before kept."""
+    from redline.cluster import storage
+    from redline.pipelines.stages import run_step
 
     texts = [f"ok {i}" for i in range(60)] + ["down 60"] + [f"ok {i}" for i in range(61, 120)]
     table = pa.table({"id": [f"r{i}" for i in range(120)], "text": texts, "other": list(range(120))})
     log, outage = tmp_path / "asked.log", tmp_path / "outage"
     outage.touch()
     run = _run(tmp_path, "stage")
-    kwargs = {"log": str(log), "outage": str(outage)}
-    redo = lambda part: pc.equal(part.column("answer"), "error")  # noqa: E731
-    first = map_table(run, "answers", table, _Answers, kwargs, num_cpus=0.25, batch_size=10, redo=redo)
-    assert first.column("other").to_pylist() == list(range(120))  # the caller's columns, its rows' order
-    assert first.column("answer").to_pylist()[60] == "error" and first.column("answer")[0].as_py() == "OK 0"
+    n = _shards(run, table, 30)
+    step = _step(_Answers, {"log": str(log), "outage": str(outage)}, errors=_failed_answers, finish=_kept_odd)
+    first = run_step(run, step, "input", "work/answers", n, total=120)
+    assert (first.failed, first.asked, first.failure) == (1, 120, "the service is down")
+    assert len(storage.list_files(run.dir.path("work/answers"), ".parquet")) == 3  # the failed shard: no part
     assert sorted(log.read_text().splitlines()) == sorted(texts)
-    shards = run.manifest["work"]["answers"]
-    assert sum(shards) == 120 and len(shards) > 1
 
     outage.unlink()
     log.unlink()
-    again = map_table(run, "answers", table, _Answers, kwargs, num_cpus=0.25, batch_size=10, redo=redo)
-    assert again.column("answer").to_pylist() == [t.upper() for t in texts]
+    again = run_step(run, step, "input", "work/answers", n, total=120)
     asked = log.read_text().splitlines()
-    assert "down 60" in asked and len(asked) == max(shards)  # the one shard that failed, asked once more
+    assert again.failed == 0 and "down 60" in asked and len(asked) == 30  # the one shard that failed, asked again
+    parts = pa.concat_tables([storage.read_parquet(p) for p in storage.list_files(run.dir.path("work/answers"))])
+    assert parts.column("answer").to_pylist() == [t.upper() for t in texts]  # every row once, in order
+    assert parts.column("other").to_pylist() == list(range(120))  # the shard's own columns carried on
+
+    log.unlink()
+    nxt = run_step(run, _step(_Answers, {"log": str(log), "outage": str(outage)}), "work/answers",
+                   "work/next", n, source_pool=0, total=60)
+    assert sorted(log.read_text().splitlines()) == sorted(t for i, t in enumerate(texts) if i % 2)
+    assert nxt.asked == 60

@@ -250,7 +250,10 @@ def test_every_pipeline_on_two_nodes_from_s3(cluster, s3_inputs, tmp_path):
 
     cluster.submit("taebench", {"attacks": f"{runs}/attack", "grammar": None, "classifier": tiny_bert,
                                 "test_fraction": 0.5, "output": runs, "run_name": "taebench"}, "taebench")
-    assert manifest("taebench")["state"] == "complete"
+    m = manifest("taebench")
+    # every stage's parts and the benchmark itself written shard by shard on the worker node
+    assert m["state"] == "complete" and s3_keys("runs/taebench/stages/4-label/") and s3_keys("runs/taebench/taebench_plus/")
+    assert m["stages"]["label"]["kept"] == m["counts"]["taebench_plus"]
 
     cluster.submit("transfer", {"taebench": f"{runs}/taebench", "split": "all", "output": runs, "run_name": "transfer",
                                 "victims": [{"name": "profanity-check", "kind": "profanity-check", "num_cpus": 0.5},

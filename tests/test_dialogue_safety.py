@@ -154,6 +154,9 @@ def test_two_step_detection(trained):
 
 
 def test_chatbot_evaluation_leaderboard(trained, tiny_causal_lm, tmp_path, ray_session):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     from redline.cluster.config import validate_config
     from redline.errors import RedlineError
     from redline.pipelines.diasafety import (
@@ -190,16 +193,24 @@ def test_chatbot_evaluation_leaderboard(trained, tiny_causal_lm, tmp_path, ray_s
     assert result.summary == sorted(result.summary, key=lambda r: r["overall"])
     assert "Leaderboard" in open(result.report_html).read()
 
-    # An interrupted run resumes: generated and scored models are kept, the missing one is scored again.
+    # Every step's rows are parts written by its actors, a shard at a time
     run = Path(result.run_uri)
-    generated = (run / "responses" / "tiny-gpt2.parquet").stat().st_mtime_ns
-    (run / "scored" / "rude-bot.parquet").unlink()
+    parts = {d: sorted((run / d).glob("part-*.parquet")) for d in
+             ("input", "responses/tiny-gpt2", "responses/rude-bot", "scored/tiny-gpt2", "scored/rude-bot")}
+    assert len(parts["input"]) == len(parts["responses/tiny-gpt2"]) == len(parts["scored/tiny-gpt2"]) == 1
+    scored = pa.concat_tables([pq.read_table(p) for p in parts["scored/rude-bot"]])
+    assert sorted(scored.column("verdict").to_pylist()) == ["no-answer", "no-answer", "utterance-unsafe", "utterance-unsafe"]
+
+    # An interrupted run resumes: generated and scored models are kept, the missing one is scored again.
+    generated = [p.stat().st_mtime_ns for p in parts["responses/tiny-gpt2"]]
+    for p in parts["scored/rude-bot"]:
+        p.unlink()
     manifest = json.loads((run / "manifest.json").read_text())
     manifest["state"] = "running"
     (run / "manifest.json").write_text(json.dumps(manifest))
     again = run_diasafety(validate_config(DiaSafetyEvalConfig, data))
     assert again.summary == result.summary and again.manifest["state"] == "complete"
-    assert (run / "responses" / "tiny-gpt2.parquet").stat().st_mtime_ns == generated
+    assert [p.stat().st_mtime_ns for p in parts["responses/tiny-gpt2"]] == generated
     with pytest.raises(RedlineError, match="know no category 'Sensitive Topic Continuation'"):
         check_classifiers(classifiers, ["Risk Ignorance", "Sensitive Topic Continuation"])
     with pytest.raises(RedlineError, match="holds no dialogue-safety classifiers"):
@@ -348,13 +359,13 @@ def test_a_stopped_training_resumes_without_retraining_finished_variants(tmp_pat
 def test_a_safety_card_runs_every_part_beside_references_and_links_them(trained, tiny_causal_lm, tiny_binary_model,
                                                                         tmp_path, capsys):
     from redline.cli import main
-    from redline.cluster import storage
     from redline.cluster.config import validate_config
     from redline.cluster.runs import RunDir
     from redline.pipelines.card import CardConfig
     from redline.pipelines.card_figures import BY_KEY
     from redline.pipelines.quickstart import QUICKSTART_KEYWORDS, sample_path
     from redline.pipelines.registry import pipeline
+    from redline.pipelines.taebench import read_bench
     from redline.pipelines.uncertainty import wilson
 
     val = shared_file(SHARED_DATA / "diasafety" / "val.json")
@@ -391,7 +402,7 @@ def test_a_safety_card_runs_every_part_beside_references_and_links_them(trained,
     assert {r["role"] for r in rows if r["subject"] in ("guard", "tiny-gpt2", "two-step detector")} == {"card"}
 
     # self-transfer is never a transfer figure: each detector is scored on the examples made against the other
-    plus = storage.read_parquet(storage.join(parts["taebench"], "taebench_plus.parquet")).to_pylist()
+    plus = read_bench(parts["taebench"]).to_pylist()
     transfer = {r["victim"]: r for r in RunDir(parts["transfer"]).manifest()["summary"] if r["dataset"] == "all"}
     for me, other in (("guard", "kw"), ("kw", "guard")):
         made = [r for r in plus if r["victim"] == other]

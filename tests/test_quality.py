@@ -165,8 +165,7 @@ def taebench_config(attack_uri, tmp_path, lt_url, judge_url, tiny_binary_model, 
 
 
 def test_taebench_pipeline_end_to_end(attack_run, tmp_path, tiny_binary_model):
-    from redline.cluster import storage
-    from redline.pipelines.taebench import run_taebench
+    from redline.pipelines.taebench import read_bench, run_taebench
 
     with languagetool() as lt, openai_judge() as judge:
         cfg = taebench_config(attack_run, tmp_path, lt.url, judge.url, tiny_binary_model)
@@ -179,8 +178,7 @@ def test_taebench_pipeline_end_to_end(attack_run, tmp_path, tiny_binary_model):
         assert info["in"] == previous and info["kept"] + info["rejected"] == info["in"], name
         previous = info["kept"]
     assert m["counts"]["taebench_plus"] == stages["label"]["kept"]
-    tae = storage.read_parquet(storage.join(result.run_uri, "taebench.parquet"))
-    plus = storage.read_parquet(storage.join(result.run_uri, "taebench_plus.parquet"))
+    tae, plus = read_bench(result.run_uri, "taebench"), read_bench(result.run_uri)
     assert tae.num_rows == m["counts"]["taebench"] > 0
     assert set(plus.column("goal").to_pylist()) <= {"tae", "bae"} and plus.num_rows >= tae.num_rows
     for row in tae.to_pylist():  # both the judge and the classifier still call every TAE toxic
@@ -191,7 +189,7 @@ def test_taebench_pipeline_end_to_end(attack_run, tmp_path, tiny_binary_model):
     overall = [r for r in result.summary if r["dataset"] == "all" and r["goal"] == "tae"][0]
     assert overall["label"] == tae.num_rows and overall["raw"] >= overall["dedupe"] >= overall["grammar"]
     assert m["judge_usage"]["requests"] + m["judge_usage"]["cache_hits"] == stages["naturalness"]["kept"]
-    grammar_rows = storage.read_parquet(storage.join(result.run_uri, "stages", "2-grammar.parquet"))
+    grammar_rows = read_bench(result.run_uri, "stages/2-grammar")
     rejected = grammar_rows.filter(pc.invert(grammar_rows.column("kept")))
     assert all("more grammar errors than the seed" in r for r in rejected.column("reject_reason").to_pylist())
     html = (tmp_path / "runs" / "tb" / "report.html").read_text()
@@ -335,11 +333,11 @@ def taebench_run(attack_run, tmp_path_factory, tiny_binary_model):
 
 
 def test_transfer_benchmark_over_several_victim_kinds(taebench_run, tmp_path, tiny_binary_model):
-    from redline.cluster import storage
     from redline.cluster.config import validate_config
+    from redline.pipelines.taebench import read_bench
     from redline.pipelines.transfer import TransferConfig, run_transfer
 
-    plus = storage.read_parquet(storage.join(taebench_run, "taebench_plus.parquet")).to_pylist()
+    plus = read_bench(taebench_run).to_pylist()
     with openai_judge() as chat:
         cfg = validate_config(TransferConfig, {
             "taebench": taebench_run, "split": "all", "output": str(tmp_path / "runs"), "run_name": "tr",
@@ -419,25 +417,36 @@ def test_train_naturalness_and_judge_classifier_commands(tmp_path, sample_rows, 
 def test_dedupe_keeps_every_recipe_and_grammar_rejects_new_errors(ray_session, tmp_path):
     import pyarrow as pa
 
+    from redline.cluster import storage
     from redline.cluster.runs import Run, RunDir
-    from redline.pipelines.taebench import TaebenchConfig, dedupe, grammar
+    from redline.pipelines.stages import run_step
+    from redline.pipelines.taebench import DEDUPE_DIR, TaebenchConfig, dedupe, read_bench, steps
 
     table = pa.table({
         "id": ["1", "2", "3", "4"], "goal": ["tae", "tae", "tae", "bae"],
         "text": ["he ate a apple you idiot", "He  ate a APPLE you idiot", "he ate an apple, idoit", "he ate a apple you idiot"],
         "seed_text": ["he ate an apple you idiot"] * 3 + ["he ate a apple you idiot"],
-        "recipe": ["deepwordbug", "pwws", "textbugger", "deepwordbug"]})
+        "recipe": ["deepwordbug", "pwws", "textbugger", "deepwordbug"], "dataset": ["d"] * 4})
     with languagetool() as lt:
         cfg = TaebenchConfig(attacks="x", grammar={"url": lt.url, "num_cpus": 0.2}, classifier={"name": "k", "kind": "keywords", "patterns": ["x"]})
         d = dedupe(table, cfg)
         assert d.column("kept").to_pylist() == [True, False, True, True]  # normalised duplicate; other goal kept
         assert d.column("recipes").to_pylist()[0] == "deepwordbug,pwws"
+        assert d.column("reject_kind").to_pylist() == [None, "duplicate text", None, None]
         run = RunDir(str(tmp_path / "run"))
         run.write_manifest({"state": "running"})
-        g = grammar(Run(run, {"state": "running"}, reused=False),
-                    d.filter(d.column("kept")).drop_columns(["kept", "reject_reason"]), cfg, verbose=False)
+        for i in range(2):  # two shards: the grammar step reads each one's kept rows, writes a part per shard
+            storage.write_parquet(d.slice(2 * i, 2), run.path(DEDUPE_DIR, f"part-{i:05d}.parquet"))
+        stage, room, step = steps(cfg)[0]
+        result = run_step(Run(run, {"state": "running"}, reused=False), step, DEDUPE_DIR, room, 2)
+    assert stage == "grammar" and result.failed == 0
+    g = read_bench(run.uri, room)
+    assert g.column("id").to_pylist() == ["1", "3", "4"]  # the duplicate never reached the stage
     assert g.column("kept").to_pylist() == [False, True, True]  # row 4's seed has the same error
     assert g.column("reject_reason")[0].as_py() == "1 more grammar errors than the seed (1 vs 0)"
+    assert g.column("recipes")[0].as_py() == "deepwordbug,pwws"  # the dedupe stage's columns carried on
+    [tae] = [r for r in result.partials["grammar"].items() if r[0][0] == "tae"]
+    assert tae[1]["sum rows"] == 2 and tae[1]["tally reject_kind"] == {"more grammar errors than the seed": 1}
 
 
 def advtrain_data(taebench_run, tmp_path, tiny_binary_model, **over) -> dict:

@@ -36,7 +36,8 @@ from redline.view.scan import Source
 PAIRS = (("seed_text", "perturbed_text"), ("seed_text", "text"))  # (before, after) shown as a diff
 FACET_MAX_VALUES = 40
 FACET_MAX_CHARS = 64
-FIRST = ("attempts", "per-text", "predictions", "triggers", "scored", "taebench", "taebench_plus")  # each pipeline's main rows
+FIRST = ("attempts", "per-text", "predictions", "triggers", "scored", "taebench", "taebench_plus")  # each pipeline's
+# main rows (`scored/<model>`: a DiaSafety run's, one table per model)
 HIDDEN_LAST = ("input", "work")  # planned work and stages' parts, not results: listed after the results
 
 
@@ -83,7 +84,7 @@ def tables(root: str, run_id: str) -> list[TableRef]:
     predictions = groups.get("predictions", [])
     if predictions and per_text.parts_by_shard([rel for rel, _, _ in predictions]):  # a score run's, by shard
         refs.append(TableRef(per_text.NAME, root, run_id, tuple(sorted(predictions))))
-    return sorted(refs, key=lambda r: (r.name.split("/")[0] in HIDDEN_LAST, r.name not in FIRST, r.name))
+    return sorted(refs, key=lambda r: (r.name.split("/")[0] in HIDDEN_LAST, r.name.split("/")[0] not in FIRST, r.name))
 
 
 class TableCache:
