@@ -468,7 +468,7 @@ def test_greedy_stops_at_the_modification_budget():
     assert len(asked) == 2 and outcome.text.modified == {0} and not outcome.success
 
 
-def test_weighted_saliency_ranks_by_softmax_saliency_times_the_best_swaps_gain():
+def test_weighted_saliency_is_textattacks_softmax_of_masked_scores_times_the_best_swap_score():
     # 'idiot' matters most when deleted, but none of its swaps help; 'dumb''s swap removes it all
     weights = {"idiot": 0.5, "dumb": 0.3, "idiotic": 0.5}
     text = "dumb idiot"
@@ -478,14 +478,19 @@ def test_weighted_saliency_ranks_by_softmax_saliency_times_the_best_swaps_gain()
     outcome, asked = run_search(GreedyWIR("wsaliency").run(ctx, scorer(text)), scorer)
     assert asked[0] == [f"{UNK} idiot", f"dumb {UNK}"]  # [UNK] saliencies
     assert asked[1] == ["dull idiot", "dunce idiot", "dumb idiotic"]  # every swap's gain
-    # saliency 0.3 and 0.5: softmax weights ~0.45 and ~0.55; gains 0.3 and 0 -> 'dumb' first
+    # masked scores 0.5 and 0.7: softmax weights ~0.45 and ~0.55; best swap scores 0.5 and 0.2 -> 'dumb' first
     assert outcome.text.text == "dull idiot" and outcome.text.modified == {0}
     assert asked[2:] == [["dull idiotic"]]  # 'dumb''s swaps were scored already: no new request for them
     g = GreedyWIR("wsaliency")
     probe = context(text, Fixed(swaps))
     imp, _ = run_search(g.importance(probe, [0, 1], scorer(text)), scorer)
-    soft = np.exp(np.array([0.3, 0.5]) - 0.5)
-    assert imp == pytest.approx((soft / soft.sum()) * np.array([0.3, 0.0]))
+    soft = np.exp(np.array([0.5, 0.7]))
+    # GreedyWordSwapWIR(wir_method="weighted-saliency"): softmax(leave-one-[UNK] scores) * max(swap scores),
+    # the scores themselves (not their gain over the seed's 0.2), 0.0 for a word without swaps
+    assert imp == pytest.approx((soft / soft.sum()) * np.array([0.5, 0.2]))
+    bare = context(text, Fixed({0: ["dull"]}))
+    imp, _ = run_search(g.importance(bare, [0, 1], scorer(text)), scorer)
+    assert imp[1] == 0.0 and imp[0] == pytest.approx(soft[0] / soft.sum() * 0.5)
 
 
 def test_greedy_rejects_an_unknown_method_and_names_itself():
@@ -518,11 +523,20 @@ def test_beam_keeps_its_width_best_texts_each_step():
     assert Beam(3).label == "beam-3"
 
 
-def test_beam_stops_when_a_step_brings_no_improvement():
-    scorer = weighted({"w0": 0.6, "v0": 0.7}, threshold=0.1)  # every edit is worse
-    ctx = context("w0 w1", Fixed({0: ["v0"], 1: []}))
+def test_beam_runs_until_no_edit_is_left_like_the_reference_or_stops_at_a_plateau_when_asked():
+    """TextAttack's BeamSearch refills the beam with each step's best even when they are worse, until a
+    success, no transformation left (the constraints bar repeats) or the budget; the attempt's text is
+    the last step's best. `plateau_stop` ends at the first step that brings no improvement."""
+    scorer = weighted({"w0": 0.6, "v0": 0.7}, threshold=0.1)  # no edit helps
+    swaps = {0: ["v0"], 1: ["v1"]}
+    ctx = context("w0 w1", Fixed(swaps), pre=[C.RepeatModification()])
     outcome, asked = run_search(Beam(width=2).run(ctx, scorer("w0 w1")), scorer)
-    assert asked == [["v0 w1"]] and not outcome.success and outcome.text.text == "w0 w1"
+    assert asked == [["v0 w1", "w0 v1"], ["v0 v1"]]  # both beam texts reach 'v0 v1': asked once
+    assert not outcome.success and outcome.text.text == "v0 v1" and outcome.score == pytest.approx(0.3)
+    ctx = context("w0 w1", Fixed(swaps), pre=[C.RepeatModification()])
+    outcome, asked = run_search(Beam(width=2, plateau_stop=True).run(ctx, scorer("w0 w1")), scorer)
+    assert asked == [["v0 w1", "w0 v1"]] and outcome.text.text == "w0 w1" and outcome.score == pytest.approx(0.4)
+    assert Beam(2, plateau_stop=True).label == "beam-2-plateau"
     stuck = context("the and", Fixed({}), pre=[C.Stopwords()])
     assert finish(Beam(2).run(stuck, (0.1, False))).nothing_to_modify
 
@@ -615,6 +629,7 @@ def test_components_built_for_a_recipe_take_its_overrides_over_their_arguments(t
     plain = BuildContext(resources, RecipeOptions(name="pwws"))
     tuned = BuildContext(resources, RecipeOptions(name="pwws", beam_width=5, top_k=3, max_mod_rate=0.5))
     assert Beam.build({"width": 2}, plain).width == 2 and Beam.build({}, plain).width == 4
+    assert Beam.build({"plateau_stop": True}, plain).plateau_stop and not Beam.build({}, plain).plateau_stop
     assert Beam.build({"width": 2}, tuned).width == 5
     assert MaskedLMSwaps.build({"top_k": 7}, plain).top_k == 7 and MaskedLMSwaps.build({}, plain).top_k == 20
     mlm = MaskedLMSwaps.build({"top_k": 7}, tuned)
@@ -652,7 +667,7 @@ def test_a_failed_search_returns_its_best_text_and_that_texts_score():
         assert outcome.score == pytest.approx(max(scorer(t)[0] for step in asked for t in step))
 
 
-def test_beam_expands_only_texts_that_did_not_succeed_and_stops_on_a_tie():
+def test_beam_expands_only_texts_that_did_not_succeed_and_a_plateau_stop_stops_on_a_tie():
     # step 1: 'v0 w1' succeeds (kept aside) and 'w0 v1' improves; step 2 from 'w0 v1' only
     scorer = weighted({"w0": 0.5, "w1": 0.2, "v1": 0.1, "u0": 0.5}, threshold=0.25)
     ctx = context("w0 w1", Fixed({0: ["v0", "u0"], 1: ["v1"]}), pre=[C.RepeatModification()])
@@ -662,9 +677,12 @@ def test_beam_expands_only_texts_that_did_not_succeed_and_stops_on_a_tie():
     assert asked[1] == ["v0 v1", "u0 v1"]  # the beam held 'u0 w1' (no gain) and 'w0 v1'; only new texts asked
     tie = weighted({"w0": 0.5, "v0": 0.4, "w1": 0.4, "v1": 0.5}, threshold=0.05)
     ctx = context("w0 w1", Fixed({0: ["v0"], 1: ["v1"]}), pre=[C.RepeatModification()])
-    outcome, asked = run_search(Beam(width=1).run(ctx, tie("w0 w1")), tie)
+    outcome, asked = run_search(Beam(width=1, plateau_stop=True).run(ctx, tie("w0 w1")), tie)
     assert asked == [["v0 w1", "w0 v1"], ["v0 v1"]]  # 'v0 v1' scores as 'v0 w1' did: no gain, stop
     assert outcome.text.text == "v0 w1" and not outcome.success
+    ctx = context("w0 w1", Fixed({0: ["v0"], 1: ["v1"]}), pre=[C.RepeatModification()])
+    outcome, asked = run_search(Beam(width=1).run(ctx, tie("w0 w1")), tie)
+    assert asked == [["v0 w1", "w0 v1"], ["v0 v1"]] and outcome.text.text == "v0 v1"  # the reference: last step's best
 
 
 def test_genetic_settings_at_their_bounds():

@@ -133,7 +133,8 @@ class Search(Component):
 class GreedyWIR(Search):
     """Greedy word swap in order of word importance (TextAttack's GreedyWordSwapWIR): importance
     by deleting the word, by masking it with [UNK], by the victim's gradient (white-box), or
-    PWWS's weighted saliency (softmax of [UNK] saliency times the best swap's gain)."""
+    PWWS's weighted saliency as TextAttack computes it: the softmax of the [UNK]-masked texts'
+    scores times the best score among the word's swaps (0 for a word with none)."""
 
     kind = "greedy-wir"
     METHODS = ("delete", "unk", "gradient", "wsaliency")
@@ -167,13 +168,13 @@ class GreedyWIR(Search):
             return saliency
         cands, where = ctx.candidates(orig, idx)
         scored = yield from ctx.score([c.text for c in cands])
-        gain = {i: 0.0 for i in idx}
+        best: dict[int, float] = {}
         for i, r in zip(where, scored):
             if r is not None:
-                gain[i] = max(gain[i], r[0] - start[0])
-        soft = np.exp(saliency - saliency.max())
+                best[i] = max(best.get(i, r[0]), r[0])
+        soft = np.exp(saliency - saliency.max())  # softmax of the masked scores (shift-free: the same)
         soft /= soft.sum()
-        return soft * np.array([gain[i] for i in idx])
+        return soft * np.array([best.get(i, 0.0) for i in idx])
 
     def run(self, ctx: SearchContext, start: Scored) -> Request:
         orig = ctx.original
@@ -212,35 +213,38 @@ class GreedyWIR(Search):
 
 @register
 class Beam(Search):
-    """Beam search over one-word edits: keep the `width` best texts each step."""
+    """Beam search over one-word edits, TextAttack's BeamSearch: keep the `width` best texts each
+    step, until one succeeds, no text has an edit left (the constraints bar repeats) or the budget
+    is spent; the attempt's text is the last step's best. `plateau_stop`: also stop when a step
+    brings no improvement, keeping the best text so far (fewer queries; not the reference's loop)."""
 
     kind = "beam"
 
     @classmethod
     def build(cls, args: dict[str, Any], ctx: BuildContext) -> "Beam":
-        return cls(width=ctx.options.beam_width or args.get("width", 4))
+        return cls(width=ctx.options.beam_width or args.get("width", 4), plateau_stop=args.get("plateau_stop", False))
 
-    def __init__(self, width: int = 4) -> None:
-        self.width = width
+    def __init__(self, width: int = 4, plateau_stop: bool = False) -> None:
+        self.width, self.plateau_stop = width, plateau_stop
 
     @property
     def label(self) -> str:
-        return f"beam-{self.width}"
+        return f"beam-{self.width}" + ("-plateau" if self.plateau_stop else "")
 
     def run(self, ctx: SearchContext, start: Scored) -> Request:
         orig = ctx.original
         if not modifiable(ctx.pre, orig, orig):
             return Outcome(orig, start[0], False, nothing_to_modify=True)
-        beam = [(orig, start[0])]
+        beam = [orig]
         best_text, best_score = orig, start[0]
         successes = Successes(ctx.wanted)
         while not ctx.exhausted:
             cands: list[AttackedText] = []
-            for text, _ in beam:
+            for text in beam:
                 allowed = modifiable(ctx.pre, text, orig)
                 if allowed:
                     cands.extend(ctx.candidates(text, allowed)[0])
-            cands = list({c.text: c for c in cands}.values())
+            cands = list({c.text: c for c in cands}.values())  # a text two beam members reach: asked once
             if not cands:
                 break
             results, best = yield from _score_and_pick(ctx, cands)
@@ -251,10 +255,10 @@ class Beam(Search):
                 break
             ranked = sorted(((c, r[0]) for c, r in zip(cands, results) if r is not None and not r[1]),
                             key=lambda cr: -cr[1])
-            beam = ranked[: self.width]
-            if not beam or beam[0][1] <= best_score:
-                break  # no step improved: the search has converged
-            best_text, best_score = beam[0]
+            if not ranked or (self.plateau_stop and ranked[0][1] <= best_score):
+                break
+            beam = [c for c, _ in ranked[: self.width]]
+            best_text, best_score = ranked[0]
         return successes.outcome() or Outcome(best_text, best_score, False)
 
 
