@@ -139,6 +139,14 @@ def test_wordnet_synonyms_are_wordnet_lemmas(wordnet_ready):
     lemmas = {l.name().lower() for s in wordnet().synsets("idiot") for l in s.lemmas()}
     assert syn and all(w.lower() in lemmas and w[0].isupper() for w in syn)
     assert "Idiot" not in syn
+    # TextAttack's WordSwapWordNet (bench/toxictrap_side_by_side.py checks it against TextAttack itself):
+    # lemma names as WordNet spells them, hyphens, digits and apostrophes allowed, any that is not the word
+    reference = WordNetSynonyms(match_case=False, letters_only=False)
+    gang = AttackedText.from_text("Gang losers miss I")
+    mine, theirs = WordNetSynonyms().swaps(gang, [0, 1, 2, 3]), reference.swaps(gang, [0, 1, 2, 3])
+    assert "Crew" in mine[0] and "crew" in theirs[0] and "gang" in theirs[0] and "gang" not in mine[0]
+    assert "also-ran" in theirs[1] and "also-ran" not in mine[1]
+    assert "Miss" in theirs[2] and "Miss" not in mine[2] and "1" in theirs[3] and "1" not in mine[3]
 
 
 def test_embedding_neighbours_from_the_minilm_vocabulary():

@@ -251,6 +251,8 @@ def test_position_rules_read_the_original_words():
     assert C.RepeatModification().allowed(changed, t) == {2, 3, 4}
     assert C.modifiable([C.Stopwords(), C.RepeatModification()], changed, t) == [2, 4]
     assert C.PreConstraint().within(changed, t) and C.Stopwords().within(changed, t)
+    so = AttackedText.from_text("So I said the")  # TextAttack's StopwordModification only knows lower case
+    assert C.Stopwords().allowed(so, so) == {2} and C.Stopwords(case_sensitive=True).allowed(so, so) == {0, 1, 2}
 
 
 def test_levenshtein_accepts_exactly_its_distance():

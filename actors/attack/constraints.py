@@ -35,10 +35,16 @@ class PreConstraint(Component):
 
 @register
 class Stopwords(PreConstraint):
+    """Stopwords are never modified. `case_sensitive`: only their lower-case spelling is one
+    (TextAttack's StopwordModification, which leaves `I` and a sentence's first `So` modifiable)."""
+
     kind = "stopwords"
 
+    def __init__(self, case_sensitive: bool = False) -> None:
+        self.case_sensitive = case_sensitive
+
     def allowed(self, current: AttackedText, original: AttackedText) -> set[int]:
-        return {i for i, w in enumerate(original.words) if w.lower() not in STOPWORDS}
+        return {i for i, w in enumerate(original.words) if (w if self.case_sensitive else w.lower()) not in STOPWORDS}
 
 
 @register

@@ -46,6 +46,9 @@ HOMOGLYPHS = {
 }
 
 
+ONE_WORD_MARKS = str.maketrans("", "", "'-*@")  # what TextAttack's words_from_text keeps inside a word
+
+
 class Transformation(Component):
     role = "transformation"
 
@@ -121,19 +124,27 @@ class WordNetSynonyms(Transformation):
 
         refresh_wordnet_tables()  # built or verified on the driver; actors get them from the object store
 
-    def __init__(self) -> None:
+    def __init__(self, match_case: bool = True, letters_only: bool = True) -> None:
+        """`match_case`: a synonym takes the word's case (`Gang` -> `Crew`), and a lemma that differs
+        from the word only in case (`miss` -> `Miss`) is no synonym; `letters_only`: a lemma of
+        letters only (False: digits and hyphens too, `also-ran`, `I` -> `1`). TextAttack's
+        WordSwapWordNet: `match_case: false, letters_only: false` (lemma names as WordNet spells
+        them, any that differs from the word)."""
         from redline.actors.attack.resources import wordnet_tables
 
         wordnet_tables()  # load once, when the actor starts
+        self.match_case, self.letters_only = match_case, letters_only
 
     @functools.lru_cache(maxsize=100_000)
     def synonyms(self, word: str) -> tuple[str, ...]:
         from redline.actors.attack.resources import wordnet_lemma_names
 
         lower = word.lower()
-        out = [match_case(word, name) for name in wordnet_lemma_names(lower)
-               if "_" not in name and "-" not in name and name.isalpha() and name.lower() != lower]
-        return tuple(self._dedupe(word, out))
+        names = [n for n in wordnet_lemma_names(lower)
+                 if (n.isalpha() if self.letters_only else n.translate(ONE_WORD_MARKS).isalnum())]
+        if not self.match_case:
+            return tuple(self._dedupe(word, names))
+        return tuple(self._dedupe(word, [match_case(word, n) for n in names if n.lower() != lower]))
 
     def swaps(self, text: AttackedText, indices: list[int]) -> dict[int, list[str]]:
         return {i: list(self.synonyms(text.word(i))) for i in indices}
