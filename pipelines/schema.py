@@ -67,3 +67,29 @@ DIALOGUE_SCORED_SCHEMA = pa.schema(
         pa.field("utterance_score", pa.float64()),
     ]
 )
+
+
+# The columns a person reads first in each row table of a run, by the table's name or its folder
+# (`stages/2-grammar`: `stages`): `redline view` shows these at first, in this order, and the rest
+# one click away in its column picker.
+_BENCH = ("id", "goal", "recipes", "seed_text", "text", "judge_verdict", "classifier_toxic", "natural_score",
+          "bench_split")
+FIRST_COLUMNS: dict[str, tuple[str, ...]] = {
+    "attempts": ("id", "recipe", "goal", "victim", "status", "seed_text", "perturbed_text", "score_before",
+                 "score_after", "queries", "words_changed", "reason"),
+    "predictions": ("id", "detector", "text", "label", "toxic_score", "pred_toxic", "det_status", "status", "reason"),
+    "taebench": _BENCH,
+    "taebench_plus": _BENCH,
+    "stages": ("id", "goal", "recipes", "seed_text", "text", "kept", "reject_kind", "reject_reason"),
+    "responses": ("id", "category", "context", "responses", "gen_error"),
+    "scored": ("model", "category", "context", "response", "verdict", "unsafe_category", "utterance_score"),
+    "triggers": ("id", "model", "list", "target", "search", "trigger", "hits", "reached", "objective", "status",
+                 "reason"),
+}
+
+
+def first_columns(table: str, columns: list[str]) -> list[str]:
+    """`columns` a table of that name shows at first (declared order); [] when none is declared."""
+    declared = FIRST_COLUMNS.get(table) or FIRST_COLUMNS.get(table.split("/")[0]) or ()
+    return [c for c in declared if c in columns]
+

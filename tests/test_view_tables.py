@@ -240,7 +240,8 @@ def test_number_ranges_column_picker_and_row_permalinks_in_the_app(tmp_path):
         want = [r["id"] for r in rows if 2 <= r["queries"] <= 3 and r["status"] == "success"]
         assert f"{len(want)} of 100 rows" in page
         header = re.search(r"<thead>(.*?)</thead>", page, re.S).group(1)
-        assert ">score<" in header and ">source<" not in header  # provenance hidden at first
+        # an attempts table shows the attack's own first columns (pipelines/schema.py FIRST_COLUMNS), in order
+        assert re.findall(r">([a-z_]+)</a>", header) == ["id", "status", "queries"] and ">source<" not in header
         assert 'name="col" value="source" >' in page and 'name="min_queries" value="2"' in page
         export = client.get("/export", params={**base, "min_queries": "2", "max_queries": "3", "f_status": "success",
                                                "format": "jsonl"})
@@ -353,3 +354,16 @@ def test_a_score_run_per_text_with_every_detector_side_by_side_and_its_filters(t
                                                                    ("d/test/2", 0.02, False)]
     assert by["d/test/7"]["b"]["pred_toxic"] is None and R.query(source, {"id": "d/test/7"}, None, 1, 1).rows[0]["disagree"] is False
     assert per_text.parts_by_shard(["predictions/part-00003-1.parquet", "x.parquet"]) == {3: {1: "predictions/part-00003-1.parquet"}}
+
+
+def test_each_pipelines_tables_open_on_their_own_first_columns():
+    from redline.pipelines.schema import first_columns
+
+    stage = ["id", "text", "label", "goal", "recipe", "seed_text", "dataset", "recipes", "grammar_errors", "kept",
+             "reject_reason", "reject_kind"]
+    assert first_columns("stages/2-grammar", stage) == ["id", "goal", "recipes", "seed_text", "text", "kept",
+                                                        "reject_kind", "reject_reason"]
+    assert first_columns("scored/tiny-gpt2", ["model", "context_id", "response", "verdict", "context"]) == [
+        "model", "context", "response", "verdict"]
+    assert first_columns("zeta", ["a", "b"]) == [] and first_columns("taebench", ["x"]) == []
+

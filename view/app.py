@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from redline.cluster import access, paths, storage
 from redline.errors import RedlineError, first_line
 from redline.pipelines.registry import entry
+from redline.pipelines.schema import first_columns
 from redline.view import catalog, charts, report, rows
 
 HERE = Path(__file__).parent
@@ -273,7 +274,8 @@ def _rows_context(cache: rows.TableCache, ref: rows.TableRef, params: Any) -> di
     result = cache.query(ref, filters, params.get("sort") or None, page_no, per_page, params.get("q") or None, ranges)
     columns = [c for c in result.columns if not (result.pair and c in result.pair)]
     picked = [c for c in params.getlist("col") if c in columns] if params.get("cols") else []
-    shown = picked or [c for c in columns if c not in rows.HIDDEN_AT_FIRST] or columns
+    shown = (picked or first_columns(ref.name, columns) or [c for c in columns if c not in rows.HIDDEN_AT_FIRST]
+             or columns)
     diffs = [rows.outcome_view(r, result.pair) for r in result.rows] if result.pair else []
     base = list(params.multi_items())
 
