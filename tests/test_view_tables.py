@@ -367,3 +367,47 @@ def test_each_pipelines_tables_open_on_their_own_first_columns():
         "model", "context", "response", "verdict"]
     assert first_columns("zeta", ["a", "b"]) == [] and first_columns("taebench", ["x"]) == []
 
+
+
+def test_the_run_list_is_paged_follows_its_own_rows_and_rereads_only_changed_manifests(tmp_path, monkeypatch):
+    """250 runs: a page of 100, newest first; the live refresh asks for its page's runs only; a
+    finished run's row is kept until its manifest changes, a running run's is read every time."""
+    import json
+    import re
+
+    from starlette.testclient import TestClient
+
+    from redline.view import catalog
+    from redline.view.app import build_app
+
+    root = tmp_path / "runs"
+    for i in range(250):
+        d = root / f"run-{i:03d}"
+        d.mkdir(parents=True)
+        state = "running" if i == 249 else "complete"
+        (d / "manifest.json").write_text(json.dumps({"pipeline": "score", "state": state, "run_name": d.name,
+                                                     "started_at": f"2026-11-26T00:{i // 60:02d}:{i % 60:02d}+00:00"}))
+    reads = []
+    real = catalog.read_run
+    monkeypatch.setattr(catalog, "read_run", lambda r, rel: reads.append(rel) or real(r, rel))
+    with TestClient(build_app(str(root)), base_url="http://127.0.0.1:8765") as client:
+        first = client.get("/").text
+        ids = re.findall(r'data-id="([^"]+)"', first)
+        assert len(ids) == 100 and ids[0] == "run-249" and ids[-1] == "run-150" and "page 1 of 3" in first
+        last = client.get("/", params={"page": "3"}).text
+        assert re.findall(r'data-id="([^"]+)"', last) == [f"run-{i:03d}" for i in range(49, -1, -1)]
+        assert "runs 201–250 of 250" in last and 'rel="prev"' in last and 'rel="next"' not in last
+        assert "page must be a whole number" in client.get("/", params={"page": "x"}).text
+        some = client.get("/api/runs", params=[("id", "run-007"), ("id", "run-249")]).json()["runs"]
+        assert sorted(r["id"] for r in some) == ["run-007", "run-249"]
+        assert len(client.get("/api/runs").json()["runs"]) == 250
+        reads.clear()
+        client.get("/")
+        assert reads == ["run-249"]  # only the running run's manifest is read again
+        changed = root / "run-010" / "manifest.json"
+        changed.write_text(json.dumps({"pipeline": "score", "state": "failed", "run_name": "run-010",
+                                       "started_at": "2026-11-26T00:00:10+00:00", "error": "boom"}))
+        reads.clear()
+        row = [r for r in client.get("/api/runs", params={"id": "run-010"}).json()["runs"]]
+        assert sorted(reads) == ["run-010", "run-249"] and row[0]["state"] == "failed"
+        assert 'aria-label="select run-249"' in first and 'aria-label="select run-150"' in first

@@ -37,6 +37,7 @@ HERE = Path(__file__).parent
 COOKIE = "redline_view_key"
 PUBLIC = ("/healthz", "/static/", "/favicon.ico")
 PER_PAGE = 50
+RUNS_PER_PAGE = 100
 MAX_COMPARED = 12  # runs per compare page: each is a manifest read and a table
 MAX_FILE_BYTES = 50 << 20
 SESSION_S = 12 * 3600.0  # how long a browser's key cookie holds
@@ -94,7 +95,10 @@ TEMPLATES.globals.update(fmt=catalog.format_value, cell=rows.cell, urlencode=url
 def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowed_hosts: tuple[str, ...] = ()) -> Starlette:
     """The viewer of the runs under `root`; `key`: the secret every request must carry (None: none);
     `host`: the address it is bound to, and `allowed_hosts` other names it answers to (the Host rule)."""
-    cache = rows.TableCache()
+    cache, run_rows = rows.TableCache(), catalog.RunCache()
+
+    def find_runs() -> list[catalog.RunInfo]:
+        return catalog.find_runs(root, cache=run_rows)
 
     def page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
         html = TEMPLATES.get_template(name).render(root=root, **context)
@@ -105,20 +109,29 @@ def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowe
 
     async def run_list(request: Request) -> Response:
         try:
-            runs = await to_thread.run_sync(catalog.find_runs, root)
+            runs = await to_thread.run_sync(find_runs)
         except RedlineError as err:
             return error_page(str(err), 502)
         pipeline = request.query_params.get("pipeline") or ""
-        shown = [r for r in runs if not pipeline or r.pipeline == pipeline]
-        return page("runs.html", title="runs", runs=shown, pipelines=sorted({r.pipeline for r in runs if r.pipeline}),
-                    pipeline=pipeline, total=len(runs))
-
-    async def api_runs(_: Request) -> Response:
+        selected = [r for r in runs if not pipeline or r.pipeline == pipeline]
+        pages = max(1, -(-len(selected) // RUNS_PER_PAGE))
         try:
-            runs = await to_thread.run_sync(catalog.find_runs, root)
+            page_no = min(pages, max(1, int(request.query_params.get("page", "1"))))
+        except ValueError:
+            return error_page("page must be a whole number", 400)
+        shown = selected[(page_no - 1) * RUNS_PER_PAGE: page_no * RUNS_PER_PAGE]
+        return page("runs.html", title="runs", runs=shown, selected=len(selected), page_no=page_no, pages=pages,
+                    first=(page_no - 1) * RUNS_PER_PAGE + 1,
+                    pipelines=sorted({r.pipeline for r in runs if r.pipeline}), pipeline=pipeline, total=len(runs))
+
+    async def api_runs(request: Request) -> Response:
+        """Every run, or only those named by `id` (the run list's page follows its own rows)."""
+        try:
+            runs = await to_thread.run_sync(find_runs)
         except RedlineError as err:
             return JSONResponse({"error": str(err)}, status_code=502)
-        return JSONResponse({"root": root, "runs": [r.as_json() for r in runs]})
+        wanted = set(request.query_params.getlist("id")[:RUNS_PER_PAGE])
+        return JSONResponse({"root": root, "runs": [r.as_json() for r in runs if not wanted or r.id in wanted]})
 
     def load_run(run_id: str) -> catalog.RunInfo:
         info = catalog.read_run(root, run_id)

@@ -7,9 +7,13 @@ than hidden, so a half-written or damaged directory shows up where the user look
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
+import stat
+import threading
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -78,14 +82,19 @@ def _children(root: str, rel: str) -> list[str]:
     """Folders directly under root/rel with plain names; locally, symbolic links are not folders of
     the location (a link could lead anywhere the viewer's user can read) and are left out."""
     fs, path = storage.resolve(storage.join(root, rel) if rel else root)
+    if not storage.is_s3(root):
+        try:
+            with os.scandir(path) as entries_:
+                return sorted(e.name for e in entries_ if e.is_dir(follow_symlinks=False) and SEGMENT.match(e.name))
+        except FileNotFoundError:
+            return []
+        except OSError as err:
+            raise RedlineError(f"cannot list {root}: {first_line(err)}") from None
     try:
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
     except OSError as err:
         raise RedlineError(f"cannot list {root}: {first_line(err)}") from None
-    names = [i.base_name for i in infos if i.type == pafs.FileType.Directory and SEGMENT.match(i.base_name)]
-    if not storage.is_s3(root):
-        names = [n for n in names if not os.path.islink(os.path.join(path, n))]
-    return sorted(names)
+    return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory and SEGMENT.match(i.base_name))
 
 
 def run_uri(root: str, run_id: str) -> str:
@@ -96,21 +105,65 @@ def run_uri(root: str, run_id: str) -> str:
     return storage.join(root, *parts)
 
 
-def find_runs(root: str, workers: int | None = None) -> list[RunInfo]:
+class RunCache:
+    """The run-list rows of finished runs, each kept until its manifest's size or modification time
+    changes (local locations), so a list of thousands of runs reads only the manifests that changed and
+    those of running runs. A row is kept without its manifest (the run page reads that afresh)."""
+
+    def __init__(self, size: int = 100_000) -> None:
+        self.size, self._rows, self._lock = size, OrderedDict[str, tuple[tuple[int, int], RunInfo]](), threading.Lock()
+        self._base: dict[str, str | None] = {}  # a location's local directory (None: S3)
+
+    def read(self, root: str, rel: str) -> RunInfo | None:
+        if root not in self._base:
+            self._base[root] = None if storage.is_s3(root) else storage.resolve(root)[1]
+        stamp = _stamp(self._base[root], rel)
+        with self._lock:
+            hit = self._rows.get(rel)
+        if stamp is not None and hit is not None and hit[0] == stamp:
+            return hit[1]
+        info = read_run(root, rel)
+        if stamp is not None and info is not None and info.manifest is not None and info.state != "running":
+            # a row, not the whole manifest (bounded memory); still marked readable
+            kept = dataclasses.replace(info, manifest={"pipeline": info.pipeline, "state": info.state})
+            with self._lock:
+                self._rows[rel] = (stamp, kept)
+                self._rows.move_to_end(rel)
+                while len(self._rows) > self.size:
+                    self._rows.popitem(last=False)
+        return info
+
+
+def _stamp(base: str | None, rel: str) -> tuple[int, int] | None:
+    """A local manifest's (size, mtime in ns) below the location's directory `base`, None on S3
+    (`base` None) or when it is not a regular file."""
+    if base is None:
+        return None
+    try:
+        st = os.lstat(os.path.join(base, *rel.split("/"), "manifest.json"))
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
+
+
+def find_runs(root: str, workers: int | None = None, cache: RunCache | None = None) -> list[RunInfo]:
     """Every run under `root`, newest first. On S3 manifests are read 16 at a time (round trips
-    dominate there); local reads are faster one after another than through threads."""
+    dominate there); local reads are faster one after another than through threads. `cache`: finished
+    runs' rows read before, reused while their manifest is unchanged."""
     workers = workers or (16 if storage.is_s3(root) else 1)
+    read = cache.read if cache is not None else read_run
     candidates = _children(root, "")
     runs: list[RunInfo] = []
     with ThreadPoolExecutor(workers) as pool:
+        mapped = pool.map if workers > 1 else map  # one thread: no futures to pay for (thousands of runs)
         for depth in range(1, MAX_DEPTH + 1):
-            infos = list(pool.map(lambda rel: read_run(root, rel), candidates))
+            infos = list(mapped(lambda rel: read(root, rel), candidates))
             runs += [i for i in infos if i is not None]
             if depth == MAX_DEPTH:
                 break
             # directories without a manifest may hold runs one level down (a folder of outputs)
             missing = [rel for rel, info in zip(candidates, infos) if info is None]
-            candidates = [f"{rel}/{c}" for rels in pool.map(lambda r: [(r, c) for c in _children(root, r)], missing)
+            candidates = [f"{rel}/{c}" for rels in mapped(lambda r: [(r, c) for c in _children(root, r)], missing)
                           for rel, c in rels]
     runs.sort(key=lambda r: (r.started or "", r.id), reverse=True)
     return runs

@@ -8,8 +8,11 @@ document.querySelectorAll("select[data-autosubmit]").forEach(function (select) {
 (function followRunningRuns() {
   var table = document.getElementById("runs");
   if (!table || !table.querySelector("tr[data-state='running']")) return;
+  var ids = Array.prototype.map.call(table.querySelectorAll("tr[data-id]"), function (row) {
+    return "id=" + encodeURIComponent(row.dataset.id);
+  }).join("&");  // this page's runs only
   function refresh() {
-    fetch("/api/runs", {credentials: "same-origin"}).then(function (r) { return r.ok ? r.json() : null; })
+    fetch("/api/runs?" + ids, {credentials: "same-origin"}).then(function (r) { return r.ok ? r.json() : null; })
       .then(function (data) {
         if (!data || !data.runs) return;
         var stillRunning = false;
@@ -38,7 +41,8 @@ document.querySelectorAll("select[data-autosubmit]").forEach(function (select) {
   var state = document.getElementById("state");
   if (!line || !state || state.textContent !== "running") return;
   function refresh() {
-    fetch("/api/runs", {credentials: "same-origin"}).then(function (r) { return r.ok ? r.json() : null; })
+    fetch("/api/runs?id=" + encodeURIComponent(line.dataset.run), {credentials: "same-origin"})
+      .then(function (r) { return r.ok ? r.json() : null; })
       .then(function (data) {
         var run = data && data.runs && data.runs.find(function (r) { return r.id === line.dataset.run; });
         if (!run) { window.setTimeout(refresh, 10000); return; }
