@@ -93,7 +93,18 @@ def _uses(recipes: list[str], holdout: set[str]) -> bool:
 
 
 def prepare_data(config: AdvTrainConfig, run: Run) -> dict[str, str]:
-    """Write the base set, each variant's adversarial rows and the evaluation sets; returns their paths."""
+    """The sweep's data sets, written by a task on a worker (the corpora and TaeBench are read there,
+    never on the driver); returns their paths."""
+    import ray
+
+    paths, counts = ray.get(ray.remote(num_cpus=1, max_retries=2)(write_data).remote(config, run.dir.uri))
+    run.manifest["data"] = counts
+    return paths
+
+
+def write_data(config: AdvTrainConfig, run_uri: str) -> tuple[dict[str, str], dict[str, int]]:
+    """Write the base set, each variant's adversarial rows and the evaluation sets; returns their paths
+    and row counts."""
     from redline.pipelines.taebench import TaebenchConfig, bench_split, load_raw, read_bench
 
     manifest = require_finished(config.taebench, "taebench")
@@ -122,18 +133,18 @@ def prepare_data(config: AdvTrainConfig, run: Run) -> dict[str, str]:
         "bae_test": [r for r in plus if r["goal"] == "bae" and r["bench_split"] == "test"],
         "unseen_tae": [r for r in plus if r["goal"] == "tae" and _uses(r["recipes"].split(","), holdout)],
     }
-    paths = {"base": run.dir.path("data", "base.parquet")}
+    paths = {"base": storage.join(run_uri, "data", "base.parquet")}
     storage.write_parquet(base, paths["base"])
     for name, rows in [*((f"adv_{v}", adversarial[v]) for v in config.variants), *evals.items()]:
-        paths[name] = run.dir.path("data", f"{name}.parquet")
+        paths[name] = storage.join(run_uri, "data", f"{name}.parquet")
         table = pa.table({"text": pa.array([r["text"] for r in rows], pa.string()),
                           "label": pa.array([int(r["label"]) for r in rows], pa.int8())})
         storage.write_parquet(table, paths[name])
-    run.manifest["data"] = {"base_rows": base.num_rows, **{f"adv_{v}": len(adversarial[v]) for v in config.variants},
-                            **{k: len(v) for k, v in evals.items()}}
+    counts = {"base_rows": base.num_rows, **{f"adv_{v}": len(adversarial[v]) for v in config.variants},
+              **{k: len(v) for k, v in evals.items()}}
     if not evals["tae_test"]:
         raise RedlineError("TaeBench has no test-split TAE rows to evaluate on (raise its test_fraction or attack more seeds)")
-    return paths
+    return paths, counts
 
 
 def _rates(y: np.ndarray, p: np.ndarray) -> dict[str, float | None]:
@@ -250,10 +261,10 @@ def execute(config: AdvTrainConfig, run: Run, watch: Stopwatch, verbose: bool) -
 
     from redline.cluster.runtime import check_placeable, ensure_ray
 
+    ensure_ray(verbose=verbose)
     paths = run.manifest.get("data_paths") or prepare_data(config, run)
     run.manifest["data_paths"] = paths
     run.dir.write_manifest(run.manifest)
-    ensure_ray(verbose=verbose)
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     check_placeable("each advtrain trial", config.num_cpus, config.num_gpus)
     trainable = tune.with_resources(tune.with_parameters(trial, config=config, paths=paths),
