@@ -81,7 +81,8 @@ def run_step(run: Run, step: Step, source: str, room: str, n_shards: int, *, sou
                                 step.figures, step.batch_size, input_dir=source, input_pool=source_pool,
                                 errors=step.errors)
     todo = shard_host.pending(run, room, n_shards, 0)
-    pool = shard_host.Pool(work, step.worker, step.kwargs, size.actors, step.num_cpus, step.num_gpus, todo, max_actors=size.max_actors)
+    pool = shard_host.Pool(work, step.worker, step.kwargs, size.actors, step.num_cpus, step.num_gpus, todo,
+                           max_actors=size.max_actors)
     use = shard_host.PoolUse()
     if todo:
         ensure_ray(verbose=verbose)

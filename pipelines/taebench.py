@@ -293,14 +293,20 @@ def _grammar_unavailable(config: TaebenchConfig) -> str | None:
                        f"grammar.skip_if_unavailable: true (or grammar: null) to run without it")
 
 
+def _stage_figure(key: str, sums: A.Sums) -> Any:
+    """One of a stage's figures (`in`, `kept`, `reasons`) from its partial sums."""
+    compute = TAEBENCH_STAGE.figure(key).compute
+    assert compute is not None
+    return compute.value(sums)
+
+
 def _totals(partials: A.Partials) -> A.Sums:
     return A.merge(*({(): sums} for sums in partials.values())).get((), {})
 
 
 def _stage_line(partials: A.Partials) -> dict[str, Any]:
     sums = _totals(partials)
-    n_in, kept = (TAEBENCH_STAGE.figure(k).compute.value(sums) for k in ("in", "kept"))  # type: ignore[union-attr]
-    reasons = TAEBENCH_STAGE.figure("reasons").compute.value(sums)  # type: ignore[union-attr]
+    n_in, kept, reasons = (_stage_figure(k, sums) for k in ("in", "kept", "reasons"))
     return {"in": n_in, "kept": kept, "rejected": n_in - kept,
             "top_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])[:5])}
 
@@ -308,8 +314,6 @@ def _stage_line(partials: A.Partials) -> dict[str, Any]:
 def counts_table(stages: dict[str, A.Partials | None]) -> list[dict[str, Any]]:
     """The paper's Table 2: rows remaining after each stage and % of raw, per goal and seed dataset
     (the dedupe stage's rows, `all` first); a stage that did not run (None) has no column."""
-    kept = TAEBENCH_STAGE.figure("kept").compute
-    assert kept is not None
     rows = []
     for first in sorted(TAEBENCH_STAGE.rows(stages["dedupe"] or {}), key=lambda r: r["goal"] != "tae"):
         goal, dataset = first["goal"], first["dataset"]
@@ -317,7 +321,7 @@ def counts_table(stages: dict[str, A.Partials | None]) -> list[dict[str, Any]]:
         for stage, partials in stages.items():
             if partials is None:
                 continue
-            row[stage] = sum(kept.value(sums) for (g, d), sums in partials.items()
+            row[stage] = sum(_stage_figure("kept", sums) for (g, d), sums in partials.items()
                              if g == goal and dataset in ("all", d))
             row[f"{stage}_pct"] = round(100 * row[stage] / row["raw"], 1) if row["raw"] else 0.0
         rows.append(row)
@@ -333,7 +337,8 @@ def execute(config: TaebenchConfig, run: Run, watch: Stopwatch, verbose: bool) -
     if "dedupe" in manifest.get("counts", {}):  # the dedupe stage's sums, from the task that wrote its parts
         sharded.count_partials(run, {"dedupe": TAEBENCH_STAGE}, 0,
                                {"dedupe": A.from_json(manifest["counts"].pop("dedupe"))})
-    found: dict[str, A.Partials | None] = {"dedupe": sharded.run_partials(run, {"dedupe": TAEBENCH_STAGE}, "", {})["dedupe"]}
+    dedupe = sharded.run_partials(run, {"dedupe": TAEBENCH_STAGE}, DEDUPE_DIR, {})["dedupe"]  # merged in the manifest
+    found: dict[str, A.Partials | None] = {"dedupe": dedupe}
     stage_lines = manifest.setdefault("stages", {})
     stage_lines["dedupe"] = _stage_line(found["dedupe"] or {})
     run.dir.write_manifest(manifest)
@@ -364,10 +369,9 @@ def execute(config: TaebenchConfig, run: Run, watch: Stopwatch, verbose: bool) -
             watch.lap(f"{stage}_s")
         run.dir.write_manifest(manifest)
     _write_bench(run, source, n_shards, config)
-    label = _totals(found["label"] or {})
-    tae = sum(TAEBENCH_STAGE.figure("kept").compute.value(sums)  # type: ignore[union-attr]
-              for (goal, _), sums in (found["label"] or {}).items() if goal == "tae")
-    manifest["counts"].update(taebench=tae, taebench_plus=TAEBENCH_STAGE.figure("kept").compute.value(label))  # type: ignore[union-attr]
+    label = found["label"] or {}
+    tae = sum(_stage_figure("kept", sums) for (goal, _), sums in label.items() if goal == "tae")
+    manifest["counts"].update(taebench=tae, taebench_plus=_stage_figure("kept", _totals(label)))
     return counts_table(found)
 
 

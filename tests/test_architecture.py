@@ -25,7 +25,12 @@ MODULE_NAME = re.compile(r"^redline(\.[A-Za-z_]\w*)+$")
 def sources(root: Path = REPO, bench: bool = False) -> list[Path]:
     """The package's modules (and, with `bench`, the bench scripts that use it)."""
     return sorted([p for pkg in (*PACKAGES, *(("bench",) if bench else ())) for p in (root / pkg).glob("**/*.py")
-                   if ".mutmut" not in str(p) and ".venv" not in str(p)] + [root / "errors.py"])
+                   if not _hidden(p, root)] + [root / "errors.py"])
+
+
+def _hidden(path: Path, root: Path) -> bool:
+    """Under a hidden folder: a virtual environment or a tool's work (.venv, bench/.textattack-venv, .mutmut-*)."""
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
 
 
 def module_of(root: Path, path: Path) -> str:
@@ -149,7 +154,7 @@ def public_faces(root: Path = REPO) -> dict[str, set[str]]:
     """Each package's `__all__` (its modules and names other packages may import)."""
     faces = {}
     for init in root.glob("**/__init__.py"):
-        if ".mutmut" in str(init) or ".venv" in str(init) or "tests" in init.parts:
+        if _hidden(init, root) or "tests" in init.parts:
             continue
         tree = ast.parse(init.read_text())
         names = next((ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
