@@ -50,10 +50,13 @@ VENV_BIN = Path(sys.executable).parent
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """In CI (`CI` set) a skip is a failure: CI is meant to have every tool and data set the suite uses
-    (Chromium, root for the cluster tests, ../shared), so a skip there hides a test that did not run."""
+    (Chromium, root for the cluster tests, ../shared), so a skip there hides a test that did not run.
+    Tests marked `reference_env` run a reference implementation from its own environment (TextAttack,
+    kept out of the project's dependencies), which CI does not build: they may skip there."""
     outcome = yield
     report = outcome.get_result()
-    if os.environ.get("CI") and report.skipped and not hasattr(report, "wasxfail"):
+    if (os.environ.get("CI") and report.skipped and not hasattr(report, "wasxfail")
+            and "reference_env" not in item.keywords):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, where it must run: {reason}"

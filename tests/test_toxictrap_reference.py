@@ -19,6 +19,7 @@ PYTHON = Path(os.environ.get("REDLINE_TEXTATTACK_PYTHON", ROOT / "bench" / ".tex
 
 
 @pytest.mark.slow
+@pytest.mark.reference_env
 @pytest.mark.skipif(not PYTHON.exists(), reason=f"no TextAttack 0.3.11 environment at {PYTHON} "
                                                 "(bench/toxictrap_side_by_side.py says how to make one)")
 def test_toxictrap_step_one_matches_textattack_with_the_reference_settings(tmp_path):
