@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from typing import Any
 from urllib.parse import urlparse
 
 from redline.errors import RedlineError
@@ -122,3 +123,13 @@ def check_placeable(what: str, num_cpus: float, num_gpus: float = 0.0) -> None:
         raise RedlineError(f"{what} asks for {short}, and the cluster has no autoscaler to add one: lower it")
     autoscaling.wait_for_node(what, f"num_cpus {num_cpus:g}, num_gpus {num_gpus:g}",
                               {"CPU": num_cpus, "GPU": num_gpus}, fits, first)
+
+
+def on_a_worker(fn: Any, *args: Any, num_cpus: float = 1, num_gpus: float = 0) -> Any:
+    """`fn(*args)` in a Ray task, waited for: the rows it reads and the models it loads stay on the
+    worker; the driver receives only what it returns."""
+    import ray
+
+    ensure_ray()  # a resumed run may not have started Ray: never let `.remote()` pick a cluster itself
+    return ray.get(ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_retries=2)(fn).remote(*args))
+

@@ -231,6 +231,19 @@ def read_parquet(uri: str, columns: list[str] | None = None, filters: Any = None
     return pq.read_table(io.BytesIO(read_bytes(uri)), columns=columns, filters=filters)
 
 
+def read_parts(parts: list[str], columns: list[str] | None = None, filters: Any = None,
+               limit: int | None = None) -> pa.Table:
+    """Parquet parts as one table, in order (`columns` of the rows `filters` keep); with `limit`, only
+    the first `limit` rows, reading no further part than needed."""
+    tables: list[pa.Table] = []
+    for part in parts:
+        tables.append(read_parquet(part, columns, filters))
+        if limit is not None and sum(t.num_rows for t in tables) >= limit:
+            break
+    table = pa.concat_tables(tables, promote_options="permissive")
+    return table if limit is None else table.slice(0, limit)
+
+
 def list_files(uri: str, suffix: str = "") -> list[str]:
     """Final files directly under a directory (temporary files of interrupted writes are skipped)."""
     fs, path = resolve(uri)

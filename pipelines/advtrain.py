@@ -95,9 +95,9 @@ def _uses(recipes: list[str], holdout: set[str]) -> bool:
 def prepare_data(config: AdvTrainConfig, run: Run) -> dict[str, str]:
     """The sweep's data sets, written by a task on a worker (the corpora and TaeBench are read there,
     never on the driver); returns their paths."""
-    import ray
+    from redline.cluster.runtime import on_a_worker
 
-    paths, counts = ray.get(ray.remote(num_cpus=1, max_retries=2)(write_data).remote(config, run.dir.uri))
+    paths, counts = on_a_worker(write_data, config, run.dir.uri)
     run.manifest["data"] = counts
     return paths
 

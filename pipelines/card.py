@@ -25,6 +25,7 @@ from redline.actors.generators import GeneratorConfig
 from redline.cluster import storage
 from redline.cluster.config import Input, Result, RunConfig, Strict, unique_names, validate_config
 from redline.cluster.runs import Run, RunDir, Stopwatch
+from redline.cluster.runtime import on_a_worker
 from redline.errors import RedlineError
 from redline.pipelines import card_figures as F
 from redline.pipelines.figures import CARD, EGREGIOUS, TRANSFER
@@ -229,7 +230,7 @@ def execute(config: CardConfig, run: Run, watch: Stopwatch, verbose: bool) -> li
             rows += F.clean_rows(results["clean"].summary, d.name, runs["clean"])
     if "diasafety" in results:
         board, categories = results["diasafety"].summary, results["diasafety"].manifest.get("categories", [])
-        per_context = _on_a_worker(_per_context, runs["diasafety"])
+        per_context = on_a_worker(_per_context, runs["diasafety"])
         for m in config.chat_models:
             mine = next((r for r in board if r["model"] == m.name), {"model": m.name})
             intervals = bootstrap_dialogue(per_context.get(m.name, []), seed=config_seed(config))
@@ -265,17 +266,6 @@ def config_seed(config: CardConfig) -> int:
     return int((config.dialogue.diasafety.get("seed") if config.dialogue else 0) or 0)
 
 
-def _on_a_worker(fn: Any, *args: Any, num_cpus: float = 1, num_gpus: float = 0) -> Any:
-    """`fn(*args)` in a Ray task (the rows it reads and the models it loads never reach the driver,
-    only what it returns)."""
-    import ray
-
-    from redline.cluster.runtime import ensure_ray
-
-    ensure_ray()  # every part may have resumed without starting Ray: never let `.remote()` pick a cluster itself
-    return ray.get(ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_retries=2)(fn).remote(*args))
-
-
 def _per_context(diasafety_uri: str) -> dict[str, list[dict[str, Any]]]:
     """Per model, per context: judged responses and their unsafe verdicts (the bootstrap's units; run
     on a worker, which sends back one small row per context)."""
@@ -305,7 +295,7 @@ def _two_step_counts(diasafety: Any, section: DialogueSection) -> dict[str, int]
     from redline.actors.dialogue_safety.two_step import labelled_counts
 
     s = diasafety.scoring
-    return _on_a_worker(labelled_counts, diasafety.utterance_detector, diasafety.classifiers, section.labelled,
+    return on_a_worker(labelled_counts, diasafety.utterance_detector, diasafety.classifiers, section.labelled,
                         section.labelled_limit, diasafety.seed, s.batch_size, num_cpus=s.num_cpus, num_gpus=s.num_gpus)
 
 

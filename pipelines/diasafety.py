@@ -30,7 +30,7 @@ from redline.cluster import storage
 from redline.cluster.config import ActorPoolSize, Execution, Input, Result, RunConfig, Strict, unique_names
 from redline.cluster.devices import PRECISION_HELP, Precision
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
-from redline.cluster.runtime import ensure_ray
+from redline.cluster.runtime import ensure_ray, on_a_worker
 from redline.cluster.tables import conform
 from redline.errors import RedlineError
 from redline.pipelines import aggregates as A
@@ -221,8 +221,6 @@ def execute(config: DiaSafetyEvalConfig, run: Run, watch: Stopwatch, verbose: bo
     """Contexts, responses and verdicts are shards of the run written by workers (`input/`,
     `responses/<model>/`, `scored/<model>/`); the driver merges each scored part's partial sums. A
     rerun redoes only the shards a step had not finished."""
-    import ray
-
     ensure_ray(verbose=verbose)
     context_rows = sharded.prepare_inputs(run, lambda: _contexts_table(config), config.shard_size, _context_counts)
     categories, n_contexts = run.manifest["counts"]["categories"], run.manifest["counts"]["contexts"]
@@ -239,8 +237,7 @@ def execute(config: DiaSafetyEvalConfig, run: Run, watch: Stopwatch, verbose: bo
     for p in config.pregenerated:
         done = written.get(p.name)
         if done is None or len(storage.list_files(run.dir.path("responses", p.name), ".parquet")) != len(done):
-            task = ray.remote(num_cpus=1, max_retries=2)(write_pregenerated)
-            written[p.name] = ray.get(task.remote(run.dir.uri, p.name, p.path, config.shard_size))
+            written[p.name] = on_a_worker(write_pregenerated, run.dir.uri, p.name, p.path, config.shard_size)
             run.dir.write_manifest(run.manifest)
         shards[p.name], expected[p.name] = len(written[p.name]), sum(written[p.name])
     board = leaderboard(categories)
@@ -261,16 +258,7 @@ def read_scored(uri: str, columns: list[str] | None = None, limit: int | None = 
     expression; `limit`: the first rows only); a run written before parts (one file) is read as it is."""
     manifest = storage.read_json(storage.join(uri, "manifest.json"))
     parts = [p for m in manifest.get("models") or [] for p in storage.list_files(storage.join(uri, "scored", m), ".parquet")]
-    if not parts:
-        table = storage.read_parquet(storage.join(uri, "scored.parquet"), columns=columns, filters=where)
-        return table if limit is None else table.slice(0, limit)
-    tables: list[pa.Table] = []
-    for part in parts:
-        tables.append(storage.read_parquet(part, columns=columns, filters=where))
-        if limit is not None and sum(t.num_rows for t in tables) >= limit:
-            break
-    table = pa.concat_tables(tables, promote_options="permissive")
-    return table if limit is None else table.slice(0, limit)
+    return storage.read_parts(parts or [storage.join(uri, "scored.parquet")], columns, where, limit)
 
 
 def safest_first(board: list[dict[str, Any]]) -> list[dict[str, Any]]:

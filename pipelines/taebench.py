@@ -408,16 +408,8 @@ def write_bench_part(run_uri: str, source: str, index: int, test_fraction: float
 def read_bench(uri: str, name: str = "taebench_plus", limit: int | None = None) -> pa.Table:
     """A TaeBench run's `taebench` or `taebench_plus` rows, part by part (the first `limit` rows only
     when given); a run written before parts (one file) is read as it is."""
-    parts = storage.list_files(storage.join(uri, name), ".parquet")
-    if not parts:
-        return storage.read_parquet(storage.join(uri, f"{name}.parquet"))
-    tables: list[pa.Table] = []
-    for part in parts:
-        tables.append(storage.read_parquet(part))
-        if limit is not None and sum(t.num_rows for t in tables) >= limit:
-            break
-    table = pa.concat_tables(tables, promote_options="permissive")
-    return table if limit is None else table.slice(0, limit)
+    parts = storage.list_files(storage.join(uri, name), ".parquet") or [storage.join(uri, f"{name}.parquet")]
+    return storage.read_parts(parts, limit=limit)
 
 
 def bench_split(seed_id: str, test_fraction: float, seed: int) -> str:
