@@ -209,6 +209,7 @@ def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> 
     attack_s = watch.lap("attack_s")
     parts = {(i, 0): shard_host.output_part(i, 0) for i in range(len(shard_rows))}
     summary = sharded.shard_summary(run, figures, OUTPUT_DIR, parts)["summary"]
+    sharded.index_output(run, OUTPUT_DIR)
     attempts = sum(row["attempts"] for row in summary)
     by_status = {s: sum(row[s] for row in summary) for s in ("error", "failed", "skipped", "success")}
     manifest["counts"].update(attempts_out=attempts, by_status={s: n for s, n in by_status.items() if n})

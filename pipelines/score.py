@@ -163,6 +163,7 @@ def score_corpus(run: Run, config: Any, build: Callable[[], pa.Table], watch: St
     watch.lap("score_s")
     parts = {(i, k): shard_host.output_part(i, k) for i in range(len(shard_rows)) for k in range(len(pools))}
     rows = sharded.shard_summary(run, figures, OUTPUT_DIR, parts)
+    sharded.index_output(run, OUTPUT_DIR)
     manifest["counts"].update(output_counts(rows["outcomes"], [d.name for d in config.detectors]))
     spent, used = manifest.get("busy_seconds", {}), manifest.get("actors_used", {})
     for k, det in enumerate(config.detectors):

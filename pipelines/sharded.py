@@ -17,6 +17,7 @@ from redline.cluster.runs import Run
 from redline.errors import RedlineError
 from redline.pipelines import aggregates as A
 from redline.pipelines.figures import Table
+from redline.pipelines.table_index import write_index
 
 INPUT_DIR = "input"
 
@@ -150,3 +151,11 @@ def shard_summary(run: Run, tables: dict[str, Table], output_dir: str,
     output part of the run (its key and file name)."""
     partials = run_partials(run, tables, output_dir, parts)
     return {name: table.rows(partials[name]) for name, table in tables.items()}
+
+
+def index_output(run: Run, output_dir: str) -> int:
+    """Write the index of the run's finished output parts (`pipelines/table_index.py`: what a viewer
+    plans a page from) in a task on a worker, which reads every part once; returns how many parts."""
+    from redline.cluster.runtime import on_a_worker
+
+    return on_a_worker(write_index, run.dir.uri, output_dir, num_cpus=0.5)

@@ -20,6 +20,7 @@ from redline.cluster.config import config_hash, validate_config
 from redline.errors import RedlineError
 from redline.pipelines.schema import PREDICTION_SCHEMA
 from redline.pipelines.score import ScoreConfig, run_score
+from redline.pipelines.table_index import read_index
 
 from conftest import actor_starts, kill_after_parts, status_and_report, write_csv
 
@@ -58,8 +59,13 @@ def test_run_directory_holds_shards_manifest_and_report(davidson_run):
     run = Path(result.run_uri)
     assert run.name.startswith("score-")
     # one part per shard and detector, each written by the detector's actors
-    assert sorted(p.name for p in (run / "predictions").iterdir()) == [
-        f"part-{i:05d}-{k}.parquet" for i in range(4) for k in range(2)]
+    parts = [f"part-{i:05d}-{k}.parquet" for i in range(4) for k in range(2)]
+    assert sorted(p.name for p in (run / "predictions").iterdir()) == parts
+    # and their index (written on a worker once every part is in): what the viewer plans pages from
+    index = read_index(pq.read_table(run / ".index" / "predictions.parquet"))
+    assert index is not None and [p.part for p in index.parts] == parts
+    assert index.num_rows == json.loads((run / "manifest.json").read_text())["counts"]["rows_out"]
+    assert index.facets()["detector"] == sorted(d["name"] for d in cfg.model_dump()["detectors"])
     for name in ("manifest.json", "report.md", "report.html", "metrics.csv", "metrics.json", "plots/roc.png"):
         assert (run / name).is_file(), name
     manifest = json.loads((run / "manifest.json").read_text())
@@ -329,7 +335,8 @@ def test_s3_corpus_and_output_on_a_real_s3_server(s3_env, tmp_path):
     assert "s3://redline-test/runs/s3run" in done.stdout + done.stderr
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket="redline-test", Prefix="runs/s3run/")["Contents"]}
     assert {"runs/s3run/manifest.json", "runs/s3run/report.html", "runs/s3run/predictions/part-00000-0.parquet",
-            "runs/s3run/input/part-00000.parquet", "runs/s3run/plots/roc.png"} <= keys
+            "runs/s3run/input/part-00000.parquet", "runs/s3run/plots/roc.png",
+            "runs/s3run/.index/predictions.parquet"} <= keys
     manifest = json.loads(s3.get_object(Bucket="redline-test", Key="runs/s3run/manifest.json")["Body"].read())
     assert manifest["state"] == "complete" and manifest["counts"]["rows_out"] == 4
     assert_counts_add_up(manifest, 1)

@@ -120,8 +120,13 @@ def _shards(tmp_path, rows: list[dict], size: int):
     return R.tables(str(root), "big")[0]
 
 
-def _reference(rows: list[dict], filters: dict, sort: str | None, search: str | None) -> list[dict]:
-    """What a page should hold, worked out the plain way: filter, search, stable sort with nulls last."""
+def _reference(rows: list[dict], filters: dict, sort: str | None, search: str | None, ranges: dict | None = None
+               ) -> list[dict]:
+    """What a page should hold, worked out the plain way: filter, range, search, stable sort with NaN
+    and then nulls last."""
+    def missing(v):
+        return v is None or v != v
+
     def keep(r):
         for name, value in filters.items():
             v = r.get(name)
@@ -133,38 +138,134 @@ def _reference(rows: list[dict], filters: dict, sort: str | None, search: str | 
                     return False
             elif v is None or str(v) != value:
                 return False
+        for name, (least, greatest) in (ranges or {}).items():
+            v = r.get(name)
+            if missing(v) or (least is not None and v < least) or (greatest is not None and v > greatest):
+                return False
         return not search or any(isinstance(v, str) and search.lower() in v.lower() for v in r.values())
     out = [r for r in rows if keep(r)]
     if sort:
         key, sign = sort.lstrip("-"), -1 if sort.startswith("-") else 1  # numbers: a stable sort either way
-        present = sorted([r for r in out if r.get(key) is not None], key=lambda r: sign * r[key])
-        out = present + [r for r in out if r.get(key) is None]
+        present = sorted([r for r in out if not missing(r.get(key))], key=lambda r: sign * r[key])
+        nan = [r for r in out if missing(r.get(key)) and r.get(key) is not None]
+        out = present + nan + [r for r in out if r.get(key) is None]  # NaN, then nulls (as pyarrow sorts)
     return out
 
 
-@pytest.mark.parametrize(("filters", "sort", "search"), [
-    ({}, None, None), ({}, "-score", None), ({}, "score", None), ({"status": "failed"}, None, None),
-    ({"status": "success", "tags": "b"}, "-score", None), ({"flag": "true"}, "queries", None),
-    ({}, None, "WORD 7"), ({"status": "success"}, "-queries", "word"), ({"status": "nothing"}, "-score", None)])
-def test_pages_read_by_scanning_the_shards_match_the_plain_answer(tmp_path, filters, sort, search):
-    """Filters, the search and the sort scan only their columns shard by shard, the sort keeps only the
-    best rows up to the page; every page (the last one too, and one past it) is what a whole-table
-    filter and stable sort (nulls last) gives."""
-    rows = [{"id": f"r{i}", "status": ["success", "failed", "skipped"][i % 3], "tags": [["a"], ["a", "b"], []][i % 3],
+CASES = [({}, None, None, None), ({}, "-score", None, None), ({}, "score", None, None),
+         ({"status": "failed"}, None, None, None), ({"status": "success", "tags": "b"}, "-score", None, None),
+         ({"flag": "true"}, "queries", None, None), ({}, None, "WORD 7", None),
+         ({"status": "success"}, "-queries", "word", None), ({"status": "nothing"}, "-score", None, None),
+         ({"status": "failed", "flag": "false"}, None, None, None), ({"status": "skipped", "flag": "true"}, "-ratio", None, None),
+         ({}, "ratio", None, {"score": (0.2, 0.6)}), ({"status": "success"}, None, None, {"queries": (3, None)}),
+         ({}, "-score", None, {"ratio": (None, 0.5)}), ({}, "-queries", None, {"score": (2.0, None)})]
+
+
+def _rows(n: int) -> list[dict]:
+    return [{"id": f"r{i}", "status": ["success", "failed", "skipped"][i % 3], "tags": [["a"], ["a", "b"], []][i % 3],
              "flag": i % 4 == 0, "score": None if i % 7 == 0 else round((i * 37 % 101) / 100, 2),
-             "queries": i % 5, "text": f"word {i}", "note": f"n{i}"} for i in range(230)]
+             "ratio": float("nan") if i % 11 == 0 else (i * 13 % 17) / 17 if i < 120 else None,
+             "queries": i % 5, "text": f"word {i}", "note": f"n{i}"} for i in range(n)]
+
+
+@pytest.mark.parametrize("indexed", [False, True], ids=["scanned", "indexed"])
+@pytest.mark.parametrize(("filters", "sort", "search", "ranges"), CASES)
+def test_pages_read_by_scanning_the_shards_match_the_plain_answer(tmp_path, filters, sort, search, ranges, indexed):
+    """Filters, ranges, the search and the sort scan only their columns shard by shard (or, with the
+    table's index, only the shards its figures cannot rule out), the sort keeps only the best rows up
+    to the page; every page (the last one too, and one past it) is what a whole-table filter and
+    stable sort (NaN, then nulls, last) gives."""
+    from redline.pipelines.table_index import write_index
+
+    rows = _rows(230)
     ref = _shards(tmp_path, rows, 40)
+    if indexed:
+        assert write_index(str(tmp_path / "runs" / "big"), "attempts") == 6
+        ref = R.tables(str(tmp_path / "runs"), "big")[0]
     source = R.open_table(ref)
+    assert (source.index is not None) == indexed
     expected = _reference([{**r, "note": r["note"] if (int(r["id"][1:]) // 40) % 2 == 0 else None} for r in rows],
-                          filters, sort, search)
+                          filters, sort, search, ranges)
     per_page = 17
     pages = max(1, -(-len(expected) // per_page))
     for page in (1, 2, pages, pages + 3):
-        got = R.query(source, filters, sort, page, per_page, search)
+        got = R.query(source, filters, sort, page, per_page, search, ranges)
         shown = min(page, pages)
-        assert got.total == len(expected) and got.page == shown and got.pages == pages and got.all_rows == 230
+        assert got.total == len(expected) and got.exact and got.page == shown and got.pages == pages
+        assert got.all_rows == 230
         assert [r["id"] for r in got.rows] == [r["id"] for r in expected[(shown - 1) * per_page:shown * per_page]]
         assert all(r["note"] is None or r["note"] == f"n{r['id'][1:]}" for r in got.rows)
+
+
+def test_an_indexed_table_opens_without_reading_a_shard_and_rules_shards_out(tmp_path, monkeypatch):
+    """With its index, a table opens, offers its filters and pages from the index alone; a filter reads
+    only the shards holding its value, a sort only those that can beat the page; a count past
+    plan.COUNT_ROWS rows is a lower bound, said as such, with the page still right."""
+    from redline.pipelines.table_index import write_index
+    from redline.view import plan, scan
+
+    rows = [{"id": f"r{i}", "batch": f"b{i // 100}", "status": "rejected" if i % 50 == 0 else "ok",
+             "score": i / 3000, "text": f"text {i}"} for i in range(3000)]
+    ref = _shards(tmp_path, [{**r, "note": "n"} for r in rows], 100)
+    write_index(str(tmp_path / "runs" / "big"), "attempts")
+    ref = R.tables(str(tmp_path / "runs"), "big")[0]
+    read: list[str] = []
+    real_batches = scan.FilePiece.batches
+
+    def counted(piece, columns):
+        read.append(piece.parts[-1])
+        return real_batches(piece, columns)
+
+    def no_footer(*_):
+        raise AssertionError("a shard's footer was read to open the table")
+
+    monkeypatch.setattr(scan.FilePiece, "batches", counted)
+    monkeypatch.setattr(scan.FilePiece, "open", no_footer)
+    cache = R.TableCache()
+    assert cache.facets(ref)["batch"] == sorted(f"b{i}" for i in range(30)) and cache.facets(ref)["status"] == ["ok", "rejected"]
+    first = cache.query(ref, {}, None, 1, 10)
+    assert [r["id"] for r in first.rows] == [f"r{i}" for i in range(10)] and read == []
+    one = cache.query(ref, {"batch": "b7"}, None, 1, 10)
+    assert one.total == 100 and [r["id"] for r in one.rows] == [f"r{i}" for i in range(700, 710)]
+    assert read == []  # the other shards cannot hold b7, and every row of this one does
+    both = cache.query(ref, {"batch": "b3", "status": "rejected"}, None, 1, 10)
+    assert both.total == 2 and [r["id"] for r in both.rows] == ["r300", "r350"] and read == ["part-00003.parquet"]
+    read.clear()
+    top = cache.query(ref, {}, "-score", 1, 10)
+    assert [r["id"] for r in top.rows] == [f"r{i}" for i in range(2999, 2989, -1)] and top.total == 3000
+    assert "part-00029.parquet" in read and len(read) <= scan.READ_AHEAD + 1  # best bound first, then stopped
+    monkeypatch.setattr(plan, "COUNT_ROWS", 150)
+    found = cache.query(ref, {}, None, 1, 10, "TEXT 5")  # r5, r50..r59 in the first shard; 111 rows in all
+    assert not found.exact and found.total == 11 and [r["id"] for r in found.rows] == [
+        "r5", *[f"r{i}" for i in range(50, 59)]]
+    from starlette.testclient import TestClient
+
+    from redline.view.app import build_app
+
+    (tmp_path / "runs" / "big" / "manifest.json").write_text('{"pipeline": "attack", "state": "complete"}')
+    with TestClient(build_app(str(tmp_path / "runs")), base_url="http://127.0.0.1") as client:
+        html = client.get("/run", params={"id": "big", "table": "attempts", "q": "text 5"}).text
+    assert "at least" in html.split('id="row-count"')[1].split("</p>")[0]
+
+
+def test_a_stale_index_is_never_used(tmp_path):
+    """A shard added (a resumed run) or rewritten after the index was written: the table is read from
+    its shards, every row counted."""
+    from redline.pipelines.table_index import write_index
+
+    ref = _shards(tmp_path, [{"id": f"r{i}", "status": "ok", "note": "n"} for i in range(60)], 20)
+    folder = tmp_path / "runs" / "big" / "attempts"
+    write_index(str(tmp_path / "runs" / "big"), "attempts")
+    write(folder / "part-00003.parquet", pa.table({"id": ["late"], "status": ["new"], "note": ["n"]}))
+    ref = R.tables(str(tmp_path / "runs"), "big")[0]
+    assert ref.index is not None
+    source = R.open_table(ref)
+    assert source.index is None and source.num_rows == 61
+    assert R.query(source, {"status": "new"}, None, 1, 5).total == 1
+    write_index(str(tmp_path / "runs" / "big"), "attempts")
+    write(folder / "part-00000.parquet", pa.table({"id": ["only"], "status": ["ok"], "note": ["n"]}))
+    ref = R.tables(str(tmp_path / "runs"), "big")[0]
+    assert R.open_table(ref).index is None and R.open_table(ref).num_rows == 42
 
 
 def test_a_column_scanned_once_is_served_from_memory_until_the_table_changes(tmp_path, monkeypatch):
@@ -411,3 +512,19 @@ def test_the_run_list_is_paged_follows_its_own_rows_and_rereads_only_changed_man
         reads.clear()
         row = [r for r in client.get("/api/runs", params={"id": "run-010"}).json()["runs"]]
         assert sorted(reads) == ["run-010", "run-249"] and row[0]["state"] == "failed"
+
+
+def test_an_index_of_the_wrong_shape_is_ignored(tmp_path):
+    """An index is read from wherever the run lives (a bucket): one whose figures are not of the types
+    the planner compares is ignored, and the table is read from its shards."""
+    from redline.pipelines.table_index import write_index
+
+    _shards(tmp_path, [{"id": f"r{i}", "score": float(i), "note": "n"} for i in range(40)], 20)
+    write_index(str(tmp_path / "runs" / "big"), "attempts")
+    good = pq.read_table(tmp_path / "runs" / "big" / ".index" / "attempts.parquet")
+    stats = [s.replace('"low": {"score": 0.0}', '"low": {"score": "0"}') for s in good.column("stats").to_pylist()]
+    assert stats != good.column("stats").to_pylist()
+    bad = good.set_column(3, "stats", pa.array(stats)).replace_schema_metadata(good.schema.metadata)
+    pq.write_table(bad, tmp_path / "runs" / "big" / ".index" / "attempts.parquet")
+    source = R.open_table(R.tables(str(tmp_path / "runs"), "big")[0])
+    assert source.index is None and [r["id"] for r in R.query(source, {}, "score", 1, 2).rows] == ["r0", "r1"]

@@ -27,17 +27,27 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from redline.cluster import storage
 from redline.errors import RedlineError, first_line
-from redline.view import per_text
+from redline.pipelines.table_index import (
+    INDEX_DIR,
+    TableIndex,
+    chosen_facets,
+    facet_candidates,
+    is_text,
+    is_text_list,
+    read_index,
+    too_varied,
+)
+from redline.view import per_text, plan
 from redline.view.scan import Source
 
 PAIRS = (("seed_text", "perturbed_text"), ("seed_text", "text"))  # (before, after) shown as a diff
-FACET_MAX_VALUES = 40
-FACET_MAX_CHARS = 64
 FIRST = ("attempts", "per-text", "predictions", "triggers", "scored", "taebench", "taebench_plus")  # each pipeline's
 # main rows (`scored/<model>`: a DiaSafety run's, one table per model)
+MAX_INDEX_BYTES = 64 * 2**20  # a table's index past this is not read (5,000 parts: ~0.3 MB)
 HIDDEN_LAST = ("input", "work")  # planned work and stages' parts, not results: listed after the results
 
 
@@ -47,6 +57,7 @@ class TableRef:
     root: str  # the runs location
     run_id: str
     files: tuple[tuple[str, int, float], ...]  # (path below the run, size, mtime): the cache key, so new shards show up
+    index: tuple[str, int, float] | None = None  # the parts' index (pipelines/table_index.py), when written
 
 
 def _listing(run_uri: str) -> list[tuple[str, int, float]]:
@@ -74,13 +85,16 @@ def _listing(run_uri: str) -> list[tuple[str, int, float]]:
 def tables(root: str, run_id: str) -> list[TableRef]:
     """The row tables of run `run_id` under `root`, results first."""
     groups: dict[str, list[tuple[str, int, float]]] = {}
+    indexes: dict[str, tuple[str, int, float]] = {}
     for rel, size, mtime in _listing(storage.join(root, *run_id.split("/"))):
+        folder, _, base = rel.rpartition("/")
+        if rel.startswith(f"{INDEX_DIR}/") and rel.endswith(".parquet"):
+            indexes[rel[len(INDEX_DIR) + 1:-len(".parquet")]] = (rel, size, mtime)
         if not rel.endswith(".parquet") or "/." in f"/{rel}":
             continue
-        folder, _, base = rel.rpartition("/")
         name = folder if folder and base.startswith("part-") else rel.removesuffix(".parquet")
         groups.setdefault(name, []).append((rel, size, mtime))
-    refs = [TableRef(n, root, run_id, tuple(sorted(g))) for n, g in groups.items()]
+    refs = [TableRef(n, root, run_id, tuple(sorted(g)), indexes.get(n)) for n, g in groups.items()]
     predictions = groups.get("predictions", [])
     if predictions and per_text.parts_by_shard([rel for rel, _, _ in predictions]):  # a score run's, by shard
         refs.append(TableRef(per_text.NAME, root, run_id, tuple(sorted(predictions))))
@@ -101,7 +115,7 @@ class TableCache:
         """The table's filters, worked out once per version of its files (not on every page)."""
         if ref not in self._facets:
             source = self.get(ref)
-            found = facets(source)
+            found = source.index.facets() if source.index is not None else facets(source)
             with self._lock:
                 self._facets = {k: v for k, v in self._facets.items() if k in self._items}
                 self._facets[ref] = found
@@ -139,33 +153,46 @@ def open_table(ref: TableRef) -> Source:
     """The table's files opened by their footers (rows are read only when a page needs them)."""
     if ref.name == per_text.NAME:
         return per_text.open_per_text(ref.root, ref.run_id, [rel for rel, _, _ in ref.files], key=ref)
+    index = _read_index(ref)
+    if index is not None:
+        return Source.of_index(ref.name, ref.root, [*ref.run_id.split("/"), *ref.name.split("/")], index, key=ref)
     return Source.of_files(ref.name, ref.root, [[*ref.run_id.split("/"), *rel.split("/")] for rel, _, _ in ref.files],
                            key=ref)
 
 
-def _is_text(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t)
+def _read_index(ref: TableRef) -> TableIndex | None:
+    """The table's index when it covers exactly its parts now (a resumed or edited run's is stale)."""
+    if ref.index is None or ref.index[1] > MAX_INDEX_BYTES:
+        return None
+    parts = {rel.rsplit("/", 1)[-1]: size for rel, size, _ in ref.files}
+    if any(not rel.startswith(f"{ref.name}/part-") for rel, _, _ in ref.files):
+        return None
+    handle = storage.open_below(ref.root, [*ref.run_id.split("/"), *ref.index[0].split("/")])
+    try:
+        index = read_index(pq.read_table(handle))
+    except (pa.ArrowInvalid, OSError):
+        return None
+    finally:
+        handle.close()
+    return index if index is not None and index.matches(parts) else None
 
 
-def _is_text_list(t: pa.DataType) -> bool:
-    return (pa.types.is_list(t) or pa.types.is_large_list(t)) and _is_text(t.value_type)
 
 
 def facets(source: Source | pa.Table) -> dict[str, list[str]]:
     """Filterable columns and their values: booleans, and text (or lists of text) with a few short
     values. Each column is scanned alone and left as soon as it has too many or too long values."""
     source = Source.of_table(source) if isinstance(source, pa.Table) else source
-    out: dict[str, list[str]] = {f.name: ["true", "false"] for f in source.schema if pa.types.is_boolean(f.type)}
-    lists = {f.name for f in source.schema if _is_text_list(f.type)}
-    values: dict[str, set[str]] = {f.name: set() for f in source.schema if (f.name in lists or _is_text(f.type))
-                                   and f.name != "id" and not f.name.endswith("_id")}
+    lists = {f.name for f in source.schema if is_text_list(f.type)}
+    values: dict[str, set[str]] = {name: set() for name in facet_candidates(source.schema)
+                                   if not pa.types.is_boolean(source.schema.field(name).type)}
 
     def seen(batch: pa.Table) -> bool:
         """Add the batch's values; drop the columns past the limits. False: none is left."""
         for name in [n for n in values if n in batch.column_names]:
             column = pc.list_flatten(batch.column(name)) if name in lists else batch.column(name)
             values[name].update(pc.unique(column.drop_null()).to_pylist())
-            if len(values[name]) > FACET_MAX_VALUES or any(len(v) > FACET_MAX_CHARS for v in values[name]):
+            if too_varied(values[name]):
                 del values[name]
         return bool(values)
 
@@ -174,12 +201,7 @@ def facets(source: Source | pa.Table) -> dict[str, list[str]]:
         for _, batch in source.scan(list(values)):
             if not seen(batch):
                 break
-    for f in source.schema:
-        found, is_list = values.get(f.name), f.name in lists
-        if not found or len(found) == source.num_rows > 3:  # none, or a key unique per row
-            continue
-        if len(found) > 1 or source.num_rows <= 1 or is_list:
-            out[f.name] = sorted(found)
+    out = chosen_facets(source.schema, values, source.num_rows)
     return {name: out[name] for name in source.column_names if name in out}
 
 
@@ -203,6 +225,7 @@ class Page:
     pair: tuple[str, str] | None
     sortable: frozenset[str] = frozenset()  # columns a sort applies to (not lists, structs or maps)
     schema: pa.Schema | None = None
+    exact: bool = True  # False: `total` is a lower bound (counting stopped after plan.COUNT_ROWS rows)
 
 
 Ranges = dict[str, tuple[float | None, float | None]]  # number column -> (least, greatest), either open
@@ -223,7 +246,7 @@ def _mask(table: pa.Table, filters: dict[str, str], search: str | None, ranges: 
         column = table.column(name)
         if pa.types.is_boolean(column.type):
             cond = pc.equal(column, value == "true")
-        elif _is_text_list(column.type):
+        elif is_text_list(column.type):
             flat = pc.list_flatten(column)
             parents = pc.list_parent_indices(column)
             hit_rows = pc.unique(pc.filter(parents, pc.equal(flat, value)))
@@ -235,7 +258,7 @@ def _mask(table: pa.Table, filters: dict[str, str], search: str | None, ranges: 
     if search:
         needle = None
         for name in table.column_names:
-            if _is_text(table.column(name).type):
+            if is_text(table.column(name).type):
                 found = pc.fill_null(pc.match_substring(table.column(name), search, ignore_case=True), False)
                 needle = found if needle is None else pc.or_(needle, found)
         if needle is not None:
@@ -271,10 +294,23 @@ def query(source: Source | pa.Table, filters: dict[str, str], sort: str | None, 
         raise RedlineError(f"no column '{key}' to sort by")
     if key is not None and not _sortable(source.schema.field(key).type):
         key = None
-    texts = [f.name for f in source.schema if _is_text(f.type)] if search else []
+    texts = [f.name for f in source.schema if is_text(f.type)] if search else []
     needed = list(dict.fromkeys([*filters, *(ranges or {}), *([key] if key else []), *texts]))
     page = max(1, page)
-    if not needed or (not filters and not ranges and not key and not texts):
+    planned = None
+    if source.index is not None and needed and (filters or ranges or key or texts):
+        def mask(batch: pa.Table) -> pa.Array | None:
+            return _mask(batch, filters, search, ranges)
+        if key is None:
+            planned = plan.filtered_page(source, needed, mask, filters, search, ranges or {}, page, per_page)
+        elif key in number_columns(source):
+            planned = plan.sorted_page(source, needed, mask, filters, search, ranges or {}, key,
+                                       bool(sort and sort.startswith("-")), page, per_page)
+    exact = True
+    if planned is not None:
+        total, numbers, exact = planned.total, planned.numbers, planned.exact
+        page = min(page, max(1, math.ceil(total / per_page)))
+    elif not needed or (not filters and not ranges and not key and not texts):
         total = source.num_rows
         page = min(page, max(1, math.ceil(total / per_page)))
         numbers = list(range((page - 1) * per_page, min(page * per_page, total)))
@@ -286,7 +322,7 @@ def query(source: Source | pa.Table, filters: dict[str, str], sort: str | None, 
         page = min(page, max(1, math.ceil(total / per_page)))
     sortable = frozenset(f.name for f in source.schema if _sortable(f.type))
     return Page(source.column_names, source.rows(numbers), total, source.num_rows, page,
-                max(1, math.ceil(total / per_page)), pair_of(source), sortable, source.schema)
+                max(1, math.ceil(total / per_page)), pair_of(source), sortable, source.schema, exact)
 
 
 def _filtered(source: Source, needed: list[str], filters: dict[str, str], search: str | None, ranges: Ranges | None,
@@ -369,7 +405,7 @@ def _flat(table: pa.Table) -> pa.Table:
         if pa.types.is_nested(column.type):
             column = pa.array([None if v is None else json.dumps(v, default=str, ensure_ascii=False)
                                for v in column.to_pylist()], pa.string())
-        if _is_text(column.type):
+        if is_text(column.type):
             risky = pc.fill_null(pc.starts_with(column, FORMULA_START[0]), False)
             for start in FORMULA_START[1:]:
                 risky = pc.or_(risky, pc.fill_null(pc.starts_with(column, start), False))

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from redline.cluster import storage
 from redline.errors import RedlineError, first_line
+from redline.pipelines.table_index import TableIndex
 
 BATCH_ROWS = 65_536
 
@@ -82,6 +83,24 @@ class FilePiece:
         piece.group_starts = starts
         return piece
 
+    @classmethod
+    def described(cls, root: str, parts: list[str], num_rows: int, names: Sequence[str]) -> FilePiece:
+        """A part as its table's index describes it (rows, columns): its footer is read only when
+        rows are fetched from it, so opening a table of thousands of parts reads none of them."""
+        return cls(root, parts, storage.join(root, *parts), num_rows,
+                   pa.schema([(n, pa.null()) for n in names]))
+
+    def _groups(self) -> list[int]:
+        if self.metadata is None:
+            with self._file() as f:
+                meta = f.metadata
+            starts, total = [], 0
+            for i in range(meta.num_row_groups):
+                starts.append(total)
+                total += meta.row_group(i).num_rows
+            return starts
+        return self.group_starts
+
     @contextmanager
     def _file(self) -> Iterator[pq.ParquetFile]:
         handle = storage.open_below(self.root, self.parts)
@@ -111,26 +130,27 @@ class FilePiece:
                 yield pa.Table.from_batches([batch])
 
     def take(self, local: np.ndarray) -> pa.Table:
-        group_of = [bisect.bisect_right(self.group_starts, int(i)) - 1 for i in local]
+        group_starts = self._groups()
+        group_of = [bisect.bisect_right(group_starts, int(i)) - 1 for i in local]
         groups = sorted(set(group_of))
         with self._file() as f:
             table = f.read_row_groups(groups)
         offsets, start = {}, 0
         for g in groups:  # where each group read starts in `table`
             offsets[g] = start
-            end = self.group_starts[g + 1] if g + 1 < len(self.group_starts) else self.num_rows
-            start += end - self.group_starts[g]
-        at = [offsets[g] + int(i) - self.group_starts[g] for g, i in zip(group_of, local)]
+            end = group_starts[g + 1] if g + 1 < len(group_starts) else self.num_rows
+            start += end - group_starts[g]
+        at = [offsets[g] + int(i) - group_starts[g] for g, i in zip(group_of, local)]
         return table.take(pa.array(at, pa.int64()))
 
 
 READ_AHEAD = 8
 
 
-def _read_ahead(reads: list[Callable[[], list[pa.Table]]]) -> Iterator[list[pa.Table]]:
+def _read_ahead(reads: list[Callable[[], Any]]) -> Iterator[Any]:
     """Each read's result in order, up to READ_AHEAD of them running at once on threads."""
     with ThreadPoolExecutor(max_workers=READ_AHEAD) as pool:
-        running: deque[Future[list[pa.Table]]] = deque()
+        running: deque[Future[Any]] = deque()
         for read in reads:
             running.append(pool.submit(read))
             if len(running) >= READ_AHEAD:
@@ -172,8 +192,9 @@ class Source:
     identifies this version of the table (its files with sizes and mtimes), so its scanned columns
     can be kept in COLUMNS."""
 
-    def __init__(self, name: str, pieces: Sequence[Piece], schema: pa.Schema, key: Hashable | None = None) -> None:
-        self.name, self.pieces, self.schema, self.key = name, list(pieces), schema, key
+    def __init__(self, name: str, pieces: Sequence[Piece], schema: pa.Schema, key: Hashable | None = None,
+                 index: TableIndex | None = None) -> None:
+        self.name, self.pieces, self.schema, self.key, self.index = name, list(pieces), schema, key, index
         self.starts = list(np.cumsum([0] + [p.num_rows for p in self.pieces[:-1]])) if self.pieces else []
         self.num_rows = sum(p.num_rows for p in self.pieces)
 
@@ -191,6 +212,22 @@ class Source:
         except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
             raise RedlineError(f"the shards of {name} disagree on their columns ({first_line(err)})") from None
         return cls(name, pieces, schema, key)
+
+    @classmethod
+    def of_index(cls, name: str, root: str, folder: list[str], index: TableIndex, key: Hashable | None = None) -> Source:
+        """The table its index describes (`folder`: the parts' folder below `root`): no part opened."""
+        pieces = [FilePiece.described(root, [*folder, p.part], p.rows, p.names) for p in index.parts]
+        return cls(name, pieces, index.schema, key, index)
+
+    def scan_parts(self, numbers: Sequence[int], columns: list[str]) -> Iterator[tuple[int, int, pa.Table]]:
+        """(piece number, its first row number, its rows) of each of these pieces in the order given,
+        only `columns`, a few read at a time on threads."""
+        def read(piece: Piece) -> pa.Table:
+            batches = [self._conform(b, columns) for b in piece.batches(columns)]
+            return pa.concat_tables(batches) if batches else self._conform(pa.table({}), columns)
+
+        for i, table in zip(numbers, _read_ahead([lambda p=self.pieces[i]: read(p) for i in numbers])):
+            yield i, int(self.starts[i]), table
 
     @property
     def column_names(self) -> list[str]:
