@@ -184,7 +184,7 @@ def train_as_trials(train: list[dict[str, str]], val: list[dict[str, str]], targ
     return {t: chosen[t] for t in targets}, trials
 
 
-def _splits(config: DialogueSafetyTrainConfig) -> tuple[list[str], dict[str, list[dict[str, str]]]]:
+def splits(config: DialogueSafetyTrainConfig) -> tuple[list[str], dict[str, list[dict[str, str]]]]:
     """The chosen categories and the train / val (/ test) rows of them."""
     cats = taxonomy(config.add_categories)
     train = C.load_rows(config.train)
@@ -215,7 +215,7 @@ def _scores(classifiers: C.ContextClassifiers, rows: list[dict[str, str]],
 
 
 def execute(config: DialogueSafetyTrainConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
-    chosen, rows = _splits(config)
+    chosen, rows = splits(config)
     train, val = rows["train"], rows["val"]
     eval_splits = [s for s in ("val", "test") if s in rows]  # the best epoch is chosen on val alone
     settings = TrainSettings(epochs=config.epochs, learning_rate=config.learning_rate, batch_size=config.batch_size,

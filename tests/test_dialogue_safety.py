@@ -499,13 +499,13 @@ def test_a_card_skips_the_trigger_search_on_a_black_box_and_checks_every_part_at
 def test_a_test_split_held_out_of_train_is_fixed_by_the_rows_and_never_trained_on(tmp_path):
     from redline.cluster.config import validate_config
     from redline.errors import RedlineError
-    from redline.pipelines.diasafety_train import DialogueSafetyTrainConfig, _splits, held_out
+    from redline.pipelines.diasafety_train import DialogueSafetyTrainConfig, held_out, splits
 
     train = shared_file(SHARED_DATA / "diasafety" / "train.json")
     base = {"train": str(train), "val": str(SHARED_DATA / "diasafety" / "val.json"), "base_model": "x",
             "output": str(tmp_path), "test_from_train": 0.1}
-    _, rows = _splits(validate_config(DialogueSafetyTrainConfig, base))
-    _, again = _splits(validate_config(DialogueSafetyTrainConfig, {**base, "limit_train": 500, "seed": 7}))
+    _, rows = splits(validate_config(DialogueSafetyTrainConfig, base))
+    _, again = splits(validate_config(DialogueSafetyTrainConfig, {**base, "limit_train": 500, "seed": 7}))
     key = lambda r: (r["context"], r["response"], r["category"])  # noqa: E731
     assert [key(r) for r in rows["test"]] == [key(r) for r in again["test"]]  # not moved by a limit or a seed
     assert not {key(r) for r in rows["test"]} & {key(r) for r in rows["train"] + again["train"]}

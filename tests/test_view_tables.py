@@ -106,6 +106,15 @@ def test_tables_of_a_run_on_s3(s3_env, run):
     assert all(f[1] > 0 and f[2] > 0 for f in refs[0].files)
     page = R.query(source, {}, "-score", 1, 2)
     assert [r["id"] for r in page.rows] == ["c", "b"] and page.total == 3
+    from redline.pipelines.table_index import write_index
+
+    assert write_index(f"s3://viewrows/runs/{run_id}", "predictions") == 2  # as the pipeline's worker does
+    indexed = R.tables("s3://viewrows/runs", run_id)[0]
+    assert indexed.index is not None and indexed.index[0] == ".index/predictions.parquet"
+    source = R.open_table(indexed)
+    assert source.index is not None and source.num_rows == 3
+    page = R.query(source, {}, "-score", 1, 2)
+    assert [r["id"] for r in page.rows] == ["c", "b"] and page.total == 3
 
 
 def _shards(tmp_path, rows: list[dict], size: int):
