@@ -167,7 +167,10 @@ def _read_index(ref: TableRef) -> TableIndex | None:
     parts = {rel.rsplit("/", 1)[-1]: size for rel, size, _ in ref.files}
     if any(not rel.startswith(f"{ref.name}/part-") for rel, _, _ in ref.files):
         return None
-    handle = storage.open_below(ref.root, [*ref.run_id.split("/"), *ref.index[0].split("/")])
+    try:
+        handle = storage.open_below(ref.root, [*ref.run_id.split("/"), *ref.index[0].split("/")])
+    except RedlineError:  # gone since the listing: the parts are still there
+        return None
     try:
         index = read_index(pq.read_table(handle))
     except (pa.ArrowInvalid, OSError):
@@ -175,8 +178,6 @@ def _read_index(ref: TableRef) -> TableIndex | None:
     finally:
         handle.close()
     return index if index is not None and index.matches(parts) else None
-
-
 
 
 def facets(source: Source | pa.Table) -> dict[str, list[str]]:

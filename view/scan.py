@@ -76,11 +76,7 @@ class FilePiece:
         with piece._file() as f:
             meta = piece.metadata = f.metadata
         piece.num_rows, piece.schema = meta.num_rows, meta.schema.to_arrow_schema()
-        starts, total = [], 0
-        for i in range(meta.num_row_groups):
-            starts.append(total)
-            total += meta.row_group(i).num_rows
-        piece.group_starts = starts
+        piece.group_starts = _group_starts(meta)
         return piece
 
     @classmethod
@@ -91,14 +87,9 @@ class FilePiece:
                    pa.schema([(n, pa.null()) for n in names]))
 
     def _groups(self) -> list[int]:
-        if self.metadata is None:
+        if self.metadata is None:  # described: its footer read now, not kept
             with self._file() as f:
-                meta = f.metadata
-            starts, total = [], 0
-            for i in range(meta.num_row_groups):
-                starts.append(total)
-                total += meta.row_group(i).num_rows
-            return starts
+                return _group_starts(f.metadata)
         return self.group_starts
 
     @contextmanager
@@ -142,6 +133,15 @@ class FilePiece:
             start += end - group_starts[g]
         at = [offsets[g] + int(i) - group_starts[g] for g, i in zip(group_of, local)]
         return table.take(pa.array(at, pa.int64()))
+
+
+def _group_starts(meta: pq.FileMetaData) -> list[int]:
+    """The first row of each row group."""
+    starts, total = [], 0
+    for i in range(meta.num_row_groups):
+        starts.append(total)
+        total += meta.row_group(i).num_rows
+    return starts
 
 
 READ_AHEAD = 8
