@@ -1,9 +1,10 @@
 """A sharded table's statistics, one row per part, written in its run when the run finishes
 (`<run>/.index/<table>.parquet`: a hidden folder, so no reader of the parts' folder takes it for a
-part), so a reader of a 10M-row run (`redline view`) plans a page from one
-small file instead of opening every part: each part's rows, each number column's least and greatest
-value and its nulls (NaN counted with them: both sort last), and, for the columns a viewer filters on
-(booleans, and text or lists of text with a few short values), how many of its rows hold each value.
+part), so a reader of a 10M-row run (`redline view`) plans a page from one small file instead of
+opening every part: each part's rows, each number column's least and greatest value and its nulls
+(NaN counted with them: both sort last), and, for the columns a viewer filters on (booleans, and
+text or lists of text with a few short values), how many of its rows hold each value and each
+combination of values.
 
 The index names each part with its size: a reader uses it only while the table's parts are exactly
 those, so a resumed run or a part rewritten by hand is never planned from stale figures.
@@ -28,7 +29,8 @@ from redline.cluster import storage
 INDEX_DIR = ".index"
 FACET_MAX_VALUES = 40  # a column with more distinct values is not a filter
 FACET_MAX_CHARS = 64  # nor one with a longer value
-MAX_COMBINATIONS = 512  # a part's distinct combinations of filter values kept (more: each column alone)
+MAX_COMBINATIONS = 64  # a part's distinct combinations of filter values kept (more: each column alone; a
+# reader holds every part's, so this bounds its memory: 5,000 parts x 64)
 _SCHEMA_KEY = b"redline.table_schema"
 _INDEX_SCHEMA = pa.schema([("part", pa.string()), ("bytes", pa.int64()), ("rows", pa.int64()),
                            ("stats", pa.string())])
