@@ -72,6 +72,12 @@ def test_run_directory_holds_shards_manifest_and_report(davidson_run):
     assert manifest["state"] == "complete" and manifest["config_hash"] == config_hash(cfg)
     assert manifest["versions"]["ray"] and manifest["timings"]["score_s"] > 0
     assert_counts_add_up(manifest, 2)
+    # the report's missed toxic rows were found by a task on a worker, not read by the driver
+    from redline.cluster.runs import RunDir
+    from redline.pipelines.score import example_errors
+
+    assert manifest["example_errors"] == example_errors(RunDir(result.run_uri)) and manifest["example_errors"]
+    assert manifest["example_errors"][0]["text"][:40] in (run / "report.md").read_text()
     html = (run / "report.html").read_text()
     assert "data:image/png;base64," in html and "profanity-check" in html and "tiny" in html
     status_and_report(result.run_uri, "F1 macro")
