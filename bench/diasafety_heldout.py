@@ -2,7 +2,7 @@
 each figure with a 95% bootstrap interval and each comparison as a paired difference on the same
 rows, and the figures that say why the comparisons come out as they do.
 
-    .venv/bin/python bench/diasafety_heldout.py RUN_DIR [--draws 2000]
+    .venv/bin/python bench/diasafety_heldout.py RUN_DIR [--also RUN_DIR ...] [--draws 2000]
 
 RUN_DIR: a finished `redline train dialogue-safety` run with a test split (`test:`, or
 `test_from_train:` — a fixed tenth of train that no model was trained or selected on) and the
@@ -19,6 +19,10 @@ loaded from the run, each variant's probabilities computed once, and every figur
 - one-vs-all's heads at stricter thresholds (unsafe when P(Unsafe) >= t), and how often the
   combined rule is wrong because of another category's head;
 - the class balance each one-vs-all head was trained on (N/A: the other categories' rows).
+
+`--also`: other runs on the same held-out rows (e.g. one-vs-all trained with `na_ratio`, its heads
+on fewer N/A rows), their variants added as "VARIANT @ RUN" and compared, paired, with the first run's
+variant of that name.
 
 Intervals: percentiles of `--draws` resamples of the test rows (the same resample for every variant,
 so a difference's interval is paired). Prints JSON lines, then the tables in markdown.
@@ -101,48 +105,73 @@ def interval(values: list[float]) -> tuple[float, float]:
     return round(float(low), 3), round(float(high), 3)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run", help="a finished `redline train dialogue-safety` run directory")
-    parser.add_argument("--draws", type=int, default=2000)
-    args = parser.parse_args()
-    run = Path(args.run)
-    manifest = json.loads((run / "manifest.json").read_text())
-    config = validate_config(DialogueSafetyTrainConfig, manifest["config"])
-    chosen, rows = splits(config)
-    if "test" not in rows:
-        raise SystemExit(f"{run}: the run has no test split (give test: or test_from_train:)")
-    test, train = rows["test"], rows["train"]
-    gold = np.array(C.truth(test))
-    rows_cat = np.array([r["category"] for r in test])
-    emit(what="rows", train=len(train), val=len(rows["val"]), test=len(test),
-         test_per_class=dict(Counter(gold.tolist())))
-    for c in chosen:  # what each one-vs-all head learns from
-        targets = Counter(C.OVA_LABELS[t] for t in C.ova_targets(train, c))
-        emit(what="one-vs-all head's training labels", category=c, **targets,
-             na_share=round(targets[C.NA] / len(train), 3))
-
-    variants = [v for v in VARIANTS if (run / "models" / v).is_dir()]
-    preds: dict[str, dict[str, np.ndarray]] = {}
-    for v in variants:
+def add_predictions(run: Path, config: DialogueSafetyTrainConfig, suffix: str, test: list[dict[str, str]],
+                    gold: np.ndarray, rows_cat: np.ndarray, preds: dict[str, dict[str, np.ndarray]]) -> None:
+    """Each variant of `run` on the test rows, under its name + `suffix`, with one-vs-all's stricter
+    thresholds and the combined rule's diagnostics."""
+    for v in [v for v in VARIANTS if (run / "models" / v).is_dir()]:
+        name = v + suffix
         kind, cats, probs = probabilities(run / "models" / v, test, config)
         labels = fine_labels(kind, cats, probs)
-        preds[v] = {"fine-grain macro F1": labels, "coarse F1 (unsafe)": labels,
-                    "category given, mean macro F1": given_category(kind, cats, probs, rows_cat)}
+        preds[name] = {"fine-grain macro F1": labels, "coarse F1 (unsafe)": labels,
+                       "category given, mean macro F1": given_category(kind, cats, probs, rows_cat)}
         if kind == "one-vs-all":
             for t in THRESHOLDS:
-                preds[f"{v} @ P(Unsafe) >= {t}"] = {"fine-grain macro F1": fine_labels(kind, cats, probs, t),
-                                                   "coarse F1 (unsafe)": fine_labels(kind, cats, probs, t)}
+                preds[f"{name} @ P(Unsafe) >= {t}"] = {"fine-grain macro F1": fine_labels(kind, cats, probs, t),
+                                                      "coarse F1 (unsafe)": fine_labels(kind, cats, probs, t)}
             says = np.stack([probs[c].argmax(1) == 1 for c in cats], 1)
             own = np.array([says[i, cats.index(c)] for i, c in enumerate(rows_cat)])
             other = says.sum(1) - own
             safe = gold == C.SAFE
-            emit(what="one-vs-all combined rule", variant=v,
+            emit(what="one-vs-all combined rule", variant=name,
                  safe_pairs_flagged=round(float(says[safe].any(1).mean()), 3),
                  safe_pairs_flagged_by_another_categorys_head=round(float((other[safe] > 0).mean()), 3),
                  unsafe_pairs_own_head_says_unsafe=round(float(own[~safe].mean()), 3),
                  unsafe_pairs_own_head_right_but_another_wins=round(float(
                      (labels[~safe][own[~safe]] != gold[~safe][own[~safe]]).mean()) if own[~safe].any() else 0.0, 3))
+
+
+def load_run(run: Path) -> tuple[DialogueSafetyTrainConfig, list[str], dict[str, list[dict[str, str]]]]:
+    manifest = json.loads((run / "manifest.json").read_text())
+    config = validate_config(DialogueSafetyTrainConfig, manifest["config"])
+    chosen, rows = splits(config)
+    if "test" not in rows:
+        raise SystemExit(f"{run}: the run has no test split (give test: or test_from_train:)")
+    return config, chosen, rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", help="a finished `redline train dialogue-safety` run directory")
+    parser.add_argument("--also", nargs="*", default=[], metavar="RUN",
+                        help="other runs on the same held-out rows (e.g. one-vs-all trained with na_ratio): their "
+                             "variants join as 'VARIANT @ RUN' and are compared, paired, with the first run's")
+    parser.add_argument("--draws", type=int, default=2000)
+    args = parser.parse_args()
+    run = Path(args.run)
+    config, chosen, rows = load_run(run)
+    test = rows["test"]
+    gold = np.array(C.truth(test))
+    rows_cat = np.array([r["category"] for r in test])
+    emit(what="rows", train=len(rows["train"]), val=len(rows["val"]), test=len(test),
+         test_per_class=dict(Counter(gold.tolist())))
+    preds: dict[str, dict[str, np.ndarray]] = {}
+    pairs = [("one_vs_all", "single", "one-vs-all − single (context + response)"),
+             ("one_vs_all", "one_vs_all_no_context", "context + response − response only (one-vs-all)")]
+    for k, path in enumerate([run, *map(Path, args.also)]):
+        suffix = f" @ {path.name}" if k else ""
+        if k:
+            config, _, other = load_run(path)
+            if [(r["context"], r["response"]) for r in other["test"]] != [(r["context"], r["response"]) for r in test]:
+                raise SystemExit(f"{path}: its held-out test rows are not {run}'s: no paired comparison")
+            pairs += [(v + suffix, v, f"{v}: {path.name} − {run.name}") for v in VARIANTS
+                      if (path / "models" / v).is_dir() and (run / "models" / v).is_dir()]
+        for c in chosen:  # what each one-vs-all head learns from (the run's na_ratio, if any)
+            head_rows = C.ova_rows(other["train"] if k else rows["train"], c, config.na_ratio, config.seed)
+            targets = Counter(C.OVA_LABELS[t] for t in C.ova_targets(head_rows, c))
+            emit(what="one-vs-all head's training labels", run=path.name, category=c, **targets,
+                 na_share=round(targets[C.NA] / len(head_rows), 3))
+        add_predictions(path, config, suffix, test, gold, rows_cat, preds)
     fns = metric_fns(gold, chosen, rows_cat)
     rng = np.random.default_rng(0)
     draws = [rng.integers(0, len(test), len(test)) for _ in range(args.draws)]
@@ -155,8 +184,6 @@ def main() -> int:
             table[(name, metric)] = (round(fns[metric](pred, whole), 3), interval(sampled[(name, metric)]))
             emit(what="figure", variant=name, metric=metric, value=table[(name, metric)][0],
                  ci95=table[(name, metric)][1])
-    pairs = [("one_vs_all", "single", "one-vs-all − single (context + response)"),
-             ("one_vs_all", "one_vs_all_no_context", "context + response − response only (one-vs-all)")]
     diffs = []
     for a, b, what in pairs:
         for metric in fns:

@@ -1,7 +1,7 @@
 """gibbs-enum's Table 3 on a pair corpus, measured as the paper measures it, with the planted check.
 
     .venv/bin/python bench/table3.py [--context attention] [--vocab 5000] [--hidden 256] [--embedding 128]
-        [--epochs 8] [--optimizer adam|sgd] [--targets 60] [--trigger-length 5]
+        [--epochs 8] [--optimizer adam|sgd] [--targets 60] [--trigger-length 5] [--model DIR]
 
 The paper's sizes: --vocab 10000 --embedding 300 --hidden 600 --epochs 20 --optimizer sgd.
 Trains an LSTM seq2seq on DiaSafety train pairs (REDLINE_DIASAFETY_DIR or
@@ -10,7 +10,10 @@ of exactly the trigger length), normal (distinct greedy outputs, o-greedy), norm
 T_out, o-sample-min), random (o-greedy and o-sample-min: the paper's 0%), mal (o-sample-avg) — and runs gibbs-enum
 (G = 100, R = 10, T <= 50) on `--targets` of each. Prints one JSON object per list: its size, the hit
 rate of its hit type, seconds per target; for planted also the share of reachable targets found and
-how the misses split (a local optimum vs. an objective that ranks a miss first).
+how the misses split (a local optimum vs. an objective that ranks a miss first); for a list with few
+hits, which targets were hit and under which trigger; for random and mal, hits by the target's length.
+`--model` measures a model trained by an earlier run again (other lengths, more targets) without
+training it anew.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ def main() -> None:
     parser.add_argument("--cap", type=float, default=0.1, help="greedy_margin_cap (redline's default)")
     parser.add_argument("--caps", default=None, help="compare several greedy_margin_cap values on the same model "
                                                      "and targets, e.g. 0.1,1.0 (o-greedy lists only)")
+    parser.add_argument("--model", default=None, help="a model this bench trained before (its `model trained` line "
+                                                      "gives the path): measure it again without training")
     parser.add_argument("--only", nargs="*", default=None, metavar="LIST:SEARCH",
                         help="run only these (list, search) pairs, e.g. random:o-sample-min mal:o-sample-avg")
     args = parser.parse_args()
@@ -51,6 +56,7 @@ def main() -> None:
     import torch
 
     from redline.actors.triggers import hits as H
+    from redline.actors.triggers import models as M
     from redline.actors.triggers.gibbs import GibbsEnum, SearchOptions
     from redline.actors.triggers.scorers import LSTMSeq2SeqTarget
     from redline.actors.triggers.targets import (
@@ -68,13 +74,17 @@ def main() -> None:
 
     data = diasafety_data_dir()
     started = time.perf_counter()
-    trained = train(validate_config(TriggerModelTrainConfig, {
-        "pairs": {"path": str(data / "train.json")}, "vocab_size": args.vocab, "embedding_dim": args.embedding,
-        "hidden_dim": args.hidden, "context": args.context, "optimizer": args.optimizer,
-        "learning_rate": 0.003 if args.optimizer == "adam" else 1.0,
-        "epochs": args.epochs, "output": tempfile.mkdtemp(prefix="redline-table3-"), "name": "s2s"}), "seq2seq")
-    emit(measured="model trained", context=args.context, vocab=len(trained.vocab), embedding=args.embedding,
-         hidden=args.hidden, optimizer=args.optimizer, epochs=args.epochs,
+    if args.model:
+        trained = M.load(args.model)
+    else:
+        trained = train(validate_config(TriggerModelTrainConfig, {
+            "pairs": {"path": str(data / "train.json")}, "vocab_size": args.vocab, "embedding_dim": args.embedding,
+            "hidden_dim": args.hidden, "context": args.context, "optimizer": args.optimizer,
+            "learning_rate": 0.003 if args.optimizer == "adam" else 1.0,
+            "epochs": args.epochs, "output": tempfile.mkdtemp(prefix="redline-table3-"), "name": "s2s"}), "seq2seq")
+    spec = trained.spec
+    emit(measured="model loaded" if args.model else "model trained", path=str(trained.path), context=spec.context,
+         vocab=len(trained.vocab), embedding=spec.embedding_dim, hidden=spec.hidden_dim,
          test_ppl=round(trained.metrics["test_ppl"], 1), t_out=round(trained.thresholds.average_logprob, 3),
          wall_s=round(time.perf_counter() - started, 1))
     inputs = [r["context"] for r in json.loads((data / "val.json").read_text())]
@@ -140,6 +150,14 @@ def main() -> None:
                "hit_rate": round(hits / max(1, len(found)), 3), "hits": hits,
                "wilson_95": [round(x, 3) for x in interval] if interval else None,
                "s_per_target": round(seconds / max(1, len(texts)), 2), "trigger_length": L, "cap": args.cap}
+        if hits <= 10:  # a rare hit is worth reading: which target, under which trigger
+            row["hit_targets"] = [{"target": r.target, "words": len(r.target.split()), "trigger": r.trigger,
+                                   "target_logprobs": [round(x, 2) for x in r.target_logprobs]}
+                                  for r in found if r.reached]
+        if name in ("random", "mal"):  # hits by the target's length in words: short targets are the easy ones
+            by_words = Counter(min(len(r.target.split()), 4) for r in found)
+            hit_words = Counter(min(len(r.target.split()), 4) for r in found if r.reached)
+            row["by_words"] = {f"{k}{'+' if k == 4 else ''}": f"{hit_words[k]}/{by_words[k]}" for k in sorted(by_words)}
         if name == "planted":
             misses = [r for r in found if not r.reached]
             row.update(local_optima=sum(source_obj[r.target] > r.objective for r in misses),

@@ -91,6 +91,10 @@ class DialogueSafetyTrainConfig(RunConfig):
         default_factory=list, description="Context-aware coarse-grain baselines (the paper compares BBF and BAD): "
                                           "a detector given (context, response) as its model's text pair, or "
                                           "joined as dialogue turns.")
+    na_ratio: float | None = Result(None, gt=0, description=(
+        "one-vs-all: train each category's head on at most this many N/A rows per row of its own (a seeded "
+        "sample of the other categories' rows). Default: all of them, as the paper (74-86% N/A per head on "
+        "DiaSafety)."))
     epochs: int = Result(10, gt=0)
     learning_rate: float = Result(2e-5, gt=0)
     batch_size: int = Execution(16, gt=0)
@@ -144,14 +148,16 @@ def trial(params: dict[str, Any], train: list[dict[str, str]], val: list[dict[st
     settings = replace(params["settings"], **params["hp"])
     with tempfile.TemporaryDirectory() as tmp:
         best = C.fit_target(params["target"], train, val, params["categories"], params["base_model"], Path(tmp),
-                            settings, params["with_context"], params["patience"])
+                            settings, params["with_context"], params["patience"], na_ratio=params["na_ratio"],
+                            seed=params["seed"])
         tune.report(best, checkpoint=tune.Checkpoint.from_directory(tmp))
 
 
 def train_as_trials(train: list[dict[str, str]], val: list[dict[str, str]], targets: dict[str, Path],
                     categories: list[str], base_model: str, settings: TrainSettings, with_context: bool,
                     patience: int | None, resources: dict[str, float], grid: list[dict[str, Any]],
-                    storage_path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                    storage_path: str, na_ratio: float | None = None,
+                    seed: int = 0) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Every (target, hyper-parameter combination) a Ray Tune trial spread over the cluster by
     `resources`; per target the best trial by validation macro-F1 is copied to `targets[target]`.
     Returns the best per target and every trial's result."""
@@ -163,7 +169,7 @@ def train_as_trials(train: list[dict[str, str]], val: list[dict[str, str]], targ
         tune.with_resources(tune.with_parameters(trial, train=train, val=val), resources),
         param_space={"target": tune.grid_search(list(targets)), "hp": tune.grid_search(grid or [{}]),
                      "categories": categories, "with_context": with_context, "base_model": base_model,
-                     "settings": settings, "patience": patience},
+                     "settings": settings, "patience": patience, "na_ratio": na_ratio, "seed": seed},
         run_config=tune.RunConfig(name="trials", storage_path=tune_dir, verbose=0))
     trials, best = [], {}
     for r in tuner.fit():
@@ -227,9 +233,14 @@ def execute(config: DialogueSafetyTrainConfig, run: Run, watch: Stopwatch, verbo
     trials: dict[str, list[dict[str, Any]]] = {}
     grid = config.search.combinations() if config.search else []
     resources = {"cpu": config.trial_cpus, "gpu": config.trial_gpus} if config.tune_trials or config.search else None
-    n_classifiers = sum(1 if v == "single" else len(chosen) for v in config.variants)
-    with progress_bar("training dialogue-safety classifiers", total=n_classifiers * config.epochs * len(train),
-                      unit="examples") as advance:
+
+    def examples(variant: str) -> int:  # what one epoch of every classifier of the variant trains on
+        if variant == "single":
+            return len(train)
+        return sum(len(C.ova_rows(train, c, config.na_ratio, config.seed)) for c in chosen)
+
+    with progress_bar("training dialogue-safety classifiers",
+                      total=config.epochs * sum(examples(v) for v in config.variants), unit="examples") as advance:
         for variant in config.variants:
             with_context = variant != "one_vs_all_no_context"
             as_trials = None
@@ -241,20 +252,21 @@ def execute(config: DialogueSafetyTrainConfig, run: Run, watch: Stopwatch, verbo
                               trial_settings: TrainSettings = trial_settings,
                               tune_root: str = tune_root) -> tuple[dict[str, Any], list[dict[str, Any]]]:
                     return train_as_trials(train, val, targets, chosen, config.base_model, trial_settings, with_context,
-                                           config.patience, resources, grid, tune_root)  # type: ignore[arg-type]
+                                           config.patience, resources, grid, tune_root,  # type: ignore[arg-type]
+                                           config.na_ratio, config.seed)
             models = run.dir.path("models", variant)
             done = run.manifest.setdefault("trained", {}).get(variant)
             if done is not None and artifacts.exists(storage.join(models, C.META_FILE)):
                 # a resumed run: this variant's classifiers were trained and saved before it stopped
                 training[variant], trials[variant] = done["training"], done["trials"]
-                advance((1 if variant == "single" else len(chosen)) * config.epochs * len(train))
+                advance(config.epochs * examples(variant))
             else:
                 # Models are written here (a local directory, uploaded when the run directory is on s3://).
                 with artifacts.local_output(models) as out:
                     training[variant], trials[variant] = C.train_variant(
                         "single" if variant == "single" else "one-vs-all", train, val, chosen, config.base_model, out,
                         settings, with_context=with_context, patience=config.patience, train_targets=as_trials,
-                        progress=advance)
+                        progress=advance, na_ratio=config.na_ratio, seed=config.seed)
                 run.manifest["trained"][variant] = {"training": training[variant], "trials": trials[variant]}
                 run.dir.write_manifest(run.manifest)
                 watch.lap(f"train_{variant}_s")

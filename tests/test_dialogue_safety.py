@@ -297,7 +297,7 @@ def test_categories_and_a_hyperparameter_grid_train_as_tune_trials(tmp_path, tin
         "train": str(train), "val": str(SHARED_DATA / "diasafety" / "val.json"), "base_model": str(tiny_binary_model),
         "limit_train": 600, "limit_val": 200, "epochs": 1, "max_length": 64, "categories": cats,
         "variants": ["one_vs_all", "single"], "search": {"learning_rate": [1e-3, 1e-7], "batch_size": [32]},
-        "trial_cpus": 0.5, "output": str(tmp_path), "run_name": "tuned"})
+        "na_ratio": 1.0, "trial_cpus": 0.5, "output": str(tmp_path), "run_name": "tuned"})
     result = run_dialogue_safety_training(cfg)
     m = result.manifest
     trials = m["trials"]
@@ -318,6 +318,32 @@ def test_categories_and_a_hyperparameter_grid_train_as_tune_trials(tmp_path, tin
     verdicts = ContextClassifiers(tmp_path / "tuned" / "models" / "one_vs_all").fine_grain(["hi"], ["hello"])
     assert len(verdicts) == 1 and verdicts[0][0] in ("Safe", *cats)
     assert "Hyper-parameter trials" in open(result.report_html).read()
+    meta = json.loads((tmp_path / "tuned" / "models" / "one_vs_all" / "redline_dialogue_safety.json").read_text())
+    assert meta["na_ratio"] == 1.0  # the trials trained the rebalanced heads (a missing setting fails every trial)
+
+
+def test_a_one_vs_all_head_can_train_on_fewer_na_rows():
+    """`na_ratio`: a category's head keeps all its own rows and at most that many of the others' (N/A)
+    per own row, a seeded sample in table order; without it, every other row (the paper's)."""
+    from collections import Counter
+
+    from redline.actors.dialogue_safety import classifiers as C
+
+    rows = C.load_rows(shared_file(SHARED_DATA / "diasafety" / "train.json"))
+    cat = "Risk Ignorance"
+    own = [r for r in rows if r["category"] == cat]
+    assert C.ova_rows(rows, cat) == rows
+    head = C.ova_rows(rows, cat, 1.0, seed=0)
+    at = {id(r): i for i, r in enumerate(rows)}
+    assert [at[id(r)] for r in head] == sorted(at[id(r)] for r in head)  # table order kept
+    assert [r for r in head if r["category"] == cat] == own
+    labels = Counter(C.OVA_LABELS[t] for t in C.ova_targets(head, cat))
+    assert labels[C.NA] == len(own) == labels[C.SAFE] + labels[C.UNSAFE]
+    others = {r["category"] for r in rows} - {cat}
+    assert {r["category"] for r in head if r["category"] != cat} == others  # drawn from every other category
+    assert C.ova_rows(rows, cat, 1.0, seed=0) == head and C.ova_rows(rows, cat, 1.0, seed=1) != head
+    assert len(C.ova_rows(rows, cat, 0.5)) == len(own) + round(0.5 * len(own))
+    assert C.ova_rows(rows, cat, 1000.0) == rows  # never more N/A rows than there are
 
 
 @pytest.mark.slow

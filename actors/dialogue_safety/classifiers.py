@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -64,6 +65,19 @@ def ova_targets(rows: list[dict[str, str]], category: str) -> list[int]:
     return [OVA_LABELS.index(r["label"]) if r["category"] == category else OVA_LABELS.index(NA) for r in rows]
 
 
+def ova_rows(rows: list[dict[str, str]], category: str, na_ratio: float | None = None,
+             seed: int = 0) -> list[dict[str, str]]:
+    """The rows a category's one-vs-all head trains on: all of its own, and the other categories' as
+    N/A: every one (the paper's), or with `na_ratio` at most that many per row of its own, a seeded
+    uniform sample of them. Order is kept."""
+    if na_ratio is None:
+        return rows
+    others = [i for i, r in enumerate(rows) if r["category"] != category]
+    keep = min(len(others), round(na_ratio * (len(rows) - len(others))))
+    picked = set(random.Random(f"{seed}:{category}").sample(others, keep))
+    return [r for i, r in enumerate(rows) if r["category"] == category or i in picked]
+
+
 def macro_f1(y: list[int], pred: list[int]) -> float:
     from sklearn.metrics import f1_score
 
@@ -92,24 +106,28 @@ SINGLE = "*"  # the target name of the single multi-class model in trials
 
 
 def _task(target: str, train: list[dict[str, str]], val: list[dict[str, str]], categories: list[str],
-          with_context: bool) -> tuple[tuple[str, ...], list[Any], list[int], list[Any], list[int]]:
+          with_context: bool, na_ratio: float | None = None,
+          seed: int = 0) -> tuple[tuple[str, ...], list[Any], list[int], list[Any], list[int]]:
     """Labels and (inputs, targets) of train and val for one classifier: a category's one-vs-all
-    (Safe / Unsafe / N/A) or, for SINGLE, the multi-class model (Safe + one class per category)."""
+    (Safe / Unsafe / N/A; its train rows `ova_rows`, validation whole) or, for SINGLE, the multi-class
+    model (Safe + one class per category)."""
     if target == SINGLE:
         labels: tuple[str, ...] = (SAFE, *categories)
         index = {name: i for i, name in enumerate(labels)}
         return (labels, inputs(train, with_context), [index[t] for t in truth(train)], inputs(val, with_context),
                 [index[t] for t in truth(val)])
+    train = ova_rows(train, target, na_ratio, seed)
     return (OVA_LABELS, inputs(train, with_context), ova_targets(train, target), inputs(val, with_context),
             ova_targets(val, target))
 
 
 def fit_target(target: str, train: list[dict[str, str]], val: list[dict[str, str]], categories: list[str],
                base_model: str, out_dir: Path, settings: TrainSettings, with_context: bool,
-               patience: int | None, progress: Any = None) -> dict[str, Any]:
+               patience: int | None, progress: Any = None, na_ratio: float | None = None,
+               seed: int = 0) -> dict[str, Any]:
     """Train one classifier (a category's one-vs-all, or SINGLE) into `out_dir`; its best epoch's figures."""
     started = time.perf_counter()
-    labels, train_x, train_y, val_x, val_y = _task(target, train, val, categories, with_context)
+    labels, train_x, train_y, val_x, val_y = _task(target, train, val, categories, with_context, na_ratio, seed)
     best = _fit(base_model, labels, train_x, train_y, val_x, val_y, out_dir, settings, patience, progress)
     return {**best, "seconds": round(time.perf_counter() - started, 1)}
 
@@ -122,7 +140,8 @@ TrainTargets = Callable[[dict[str, Path]], tuple[dict[str, Any], list[dict[str, 
 def train_variant(kind: str, train: list[dict[str, str]], val: list[dict[str, str]], categories: list[str],
                   base_model: str, out_dir: str | Path, settings: TrainSettings, *, with_context: bool = True,
                   patience: int | None = 2, train_targets: TrainTargets | None = None,
-                  progress: Any = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                  progress: Any = None, na_ratio: float | None = None,
+                  seed: int = 0) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """`one-vs-all`: a 3-way classifier per category, under `out_dir/<category key>`; `single`: one
     multi-class classifier (Safe + one class per category) in `out_dir`. Classifiers train one after
     another, or through `train_targets`. Writes the directory's `redline_dialogue_safety.json` and
@@ -139,11 +158,11 @@ def train_variant(kind: str, train: list[dict[str, str]], val: list[dict[str, st
         results, trials = train_targets(targets)
     else:
         results = {t: {**fit_target(t, train, val, categories, base_model, d, settings, with_context, patience,
-                                    progress), "dir": d.name} for t, d in targets.items()}
+                                    progress, na_ratio, seed), "dir": d.name} for t, d in targets.items()}
         trials = []
     if kind == "one-vs-all":
         meta = {"kind": "one-vs-all", "with_context": with_context, "categories": results, "base_model": base_model,
-                "trials": trials}
+                "na_ratio": na_ratio, "trials": trials}
         best: dict[str, Any] = results
     else:
         best = {k: v for k, v in results[SINGLE].items() if k != "dir"}
