@@ -149,7 +149,7 @@ def main() -> int:
     parser.add_argument("--draws", type=int, default=2000)
     args = parser.parse_args()
     run = Path(args.run)
-    config, chosen, rows = load_run(run)
+    _, chosen, rows = load_run(run)
     test = rows["test"]
     gold = np.array(C.truth(test))
     rows_cat = np.array([r["category"] for r in test])
@@ -158,16 +158,16 @@ def main() -> int:
     preds: dict[str, dict[str, np.ndarray]] = {}
     pairs = [("one_vs_all", "single", "one-vs-all − single (context + response)"),
              ("one_vs_all", "one_vs_all_no_context", "context + response − response only (one-vs-all)")]
-    for k, path in enumerate([run, *map(Path, args.also)]):
-        suffix = f" @ {path.name}" if k else ""
-        if k:
-            config, _, other = load_run(path)
-            if [(r["context"], r["response"]) for r in other["test"]] != [(r["context"], r["response"]) for r in test]:
+    for path in [run, *map(Path, args.also)]:
+        config, _, run_rows = load_run(path)
+        suffix = f" @ {path.name}" if path != run else ""
+        if path != run:
+            if [(r["context"], r["response"]) for r in run_rows["test"]] != [(r["context"], r["response"]) for r in test]:
                 raise SystemExit(f"{path}: its held-out test rows are not {run}'s: no paired comparison")
             pairs += [(v + suffix, v, f"{v}: {path.name} − {run.name}") for v in VARIANTS
                       if (path / "models" / v).is_dir() and (run / "models" / v).is_dir()]
         for c in chosen:  # what each one-vs-all head learns from (the run's na_ratio, if any)
-            head_rows = C.ova_rows(other["train"] if k else rows["train"], c, config.na_ratio, config.seed)
+            head_rows = C.ova_rows(run_rows["train"], c, config.na_ratio, config.seed)
             targets = Counter(C.OVA_LABELS[t] for t in C.ova_targets(head_rows, c))
             emit(what="one-vs-all head's training labels", run=path.name, category=c, **targets,
                  na_share=round(targets[C.NA] / len(head_rows), 3))

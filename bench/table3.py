@@ -3,7 +3,8 @@
     .venv/bin/python bench/table3.py [--context attention] [--vocab 5000] [--hidden 256] [--embedding 128]
         [--epochs 8] [--optimizer adam|sgd] [--targets 60] [--trigger-length 5] [--model DIR]
 
-The paper's sizes: --vocab 10000 --embedding 300 --hidden 600 --epochs 20 --optimizer sgd.
+The paper's sizes: --vocab 30000 (10000 for Switchboard) --embedding 300 --hidden 600 --epochs 20
+--optimizer sgd.
 Trains an LSTM seq2seq on DiaSafety train pairs (REDLINE_DIASAFETY_DIR or
 ../shared/data/diasafety), builds the lists from validation inputs — planted (greedy outputs of inputs
 of exactly the trigger length), normal (distinct greedy outputs, o-greedy), normal-sample (words above
