@@ -8,13 +8,15 @@ The paper's sizes: --vocab 30000 (10000 for Switchboard) --embedding 300 --hidde
 Trains an LSTM seq2seq on DiaSafety train pairs (REDLINE_DIASAFETY_DIR or
 ../shared/data/diasafety), builds the lists from validation inputs — planted (greedy outputs of inputs
 of exactly the trigger length), normal (distinct greedy outputs, o-greedy), normal-sample (words above
-T_out, o-sample-min), random (o-greedy and o-sample-min: the paper's 0%), mal (o-sample-avg) — and runs gibbs-enum
+T_out, o-sample-min), random (o-greedy and o-sample-min: the paper's 0%), mal (o-sample-avg, and io-sample-min
+and io-sample-avg with an LSTM LM over inputs trained alongside: the trigger must also be a likely input, its average
+LM log-likelihood at least T_in) — and runs gibbs-enum
 (G = 100, R = 10, T <= 50) on `--targets` of each. Prints one JSON object per list: its size, the hit
 rate of its hit type, seconds per target; for planted also the share of reachable targets found and
 how the misses split (a local optimum vs. an objective that ranks a miss first); for a list with few
 hits, which targets were hit and under which trigger; for random and mal, hits by the target's length.
-`--model` measures a model trained by an earlier run again (other lengths, more targets) without
-training it anew.
+`--model` (and `--lm` for the io rows) measures models trained by an earlier run again (other lengths, more
+targets) without training them anew.
 """
 
 from __future__ import annotations
@@ -50,8 +52,10 @@ def main() -> None:
                                                      "and targets, e.g. 0.1,1.0 (o-greedy lists only)")
     parser.add_argument("--model", default=None, help="a model this bench trained before (its `model trained` line "
                                                       "gives the path): measure it again without training")
+    parser.add_argument("--lm", default=None, help="the LM an earlier run trained (its `lm trained` line), for the io "
+                                                   "rows; without it one is trained with the seq2seq's settings")
     parser.add_argument("--only", nargs="*", default=None, metavar="LIST:SEARCH",
-                        help="run only these (list, search) pairs, e.g. random:o-sample-min mal:o-sample-avg")
+                        help="run only these (list, search) pairs, e.g. random:o-sample-min mal:io-sample-avg")
     args = parser.parse_args()
 
     import torch
@@ -59,7 +63,7 @@ def main() -> None:
     from redline.actors.triggers import hits as H
     from redline.actors.triggers import models as M
     from redline.actors.triggers.gibbs import GibbsEnum, SearchOptions
-    from redline.actors.triggers.scorers import LSTMSeq2SeqTarget
+    from redline.actors.triggers.scorers import LSTMPrior, LSTMSeq2SeqTarget
     from redline.actors.triggers.targets import (
         Target,
         mal_list,
@@ -75,14 +79,16 @@ def main() -> None:
 
     data = diasafety_data_dir()
     started = time.perf_counter()
-    if args.model:
-        trained = M.load(args.model)
-    else:
-        trained = train(validate_config(TriggerModelTrainConfig, {
+    output = tempfile.mkdtemp(prefix="redline-table3-")
+
+    def trained_model(kind: str, name: str) -> M.TrainedModel:  # the LM shares the seq2seq's vocabulary
+        return train(validate_config(TriggerModelTrainConfig, {
             "pairs": {"path": str(data / "train.json")}, "vocab_size": args.vocab, "embedding_dim": args.embedding,
             "hidden_dim": args.hidden, "context": args.context, "optimizer": args.optimizer,
             "learning_rate": 0.003 if args.optimizer == "adam" else 1.0,
-            "epochs": args.epochs, "output": tempfile.mkdtemp(prefix="redline-table3-"), "name": "s2s"}), "seq2seq")
+            "epochs": args.epochs, "output": output, "name": name}), kind)
+
+    trained = M.load(args.model) if args.model else trained_model("seq2seq", "s2s")
     spec = trained.spec
     emit(measured="model loaded" if args.model else "model trained", path=str(trained.path), context=spec.context,
          vocab=len(trained.vocab), embedding=spec.embedding_dim, hidden=spec.hidden_dim,
@@ -98,19 +104,37 @@ def main() -> None:
              "mal": [Target(t) for t in mal_list()]}
     emit(measured="lists built", sizes={k: len(v) for k, v in lists.items()}, seconds=round(time.perf_counter() - t, 1),
          inputs=len(inputs), replies_left_out={k: dict(v) for k, v in dropped.items()})
-    rng = random.Random(0)
-    th = H.Thresholds(trained.thresholds.average_logprob, None)
+
+    def sample(name: str, items: list[Target]) -> list[str]:  # a list's targets, whichever rows run before it
+        return [x.text for x in random.Random(name).sample(items, min(args.targets, len(items)))]
+
     model = LSTMSeq2SeqTarget(trained, torch.float32)
+    runs = [("planted", "o-greedy"), ("normal", "o-greedy"), ("normal-sample", "o-sample-min"),
+            ("random", "o-greedy"), ("random", "o-sample-min"), ("mal", "o-sample-avg"),
+            ("mal", "io-sample-min"), ("mal", "io-sample-avg")]
+    if args.only or args.caps:
+        runs = [tuple(pair.split(":", 1)) for pair in (args.only or ["normal:o-greedy"])]
+    prior, t_in = None, None
+    if any(H.uses_lm(kind) for _, kind in runs):
+        t = time.perf_counter()
+        lm = M.load(args.lm) if args.lm else trained_model("lm", "lm")
+        if lm.vocab.words != trained.vocab.words:
+            raise SystemExit(f"{lm.path}: not the seq2seq's vocabulary (train both with the same settings)")
+        prior, t_in = LSTMPrior(lm, torch.float32), lm.thresholds.average_logprob
+        emit(measured="lm loaded" if args.lm else "lm trained", path=str(lm.path),
+             test_ppl=round(lm.metrics["test_ppl"], 1), t_in=round(t_in, 3), wall_s=round(time.perf_counter() - t, 1))
+    th = H.Thresholds(trained.thresholds.average_logprob, t_in)
 
     def search(kind: str, cap: float | None = None) -> GibbsEnum:
-        return GibbsEnum(model, None, th, SearchOptions(search=kind, trigger_length=L, top_g=100, restarts=10,
-                                                        max_sweeps=50, greedy_margin_cap=cap or args.cap))
+        return GibbsEnum(model, prior if H.uses_lm(kind) else None, th,
+                         SearchOptions(search=kind, trigger_length=L, top_g=100, restarts=10, max_sweeps=50,
+                                       greedy_margin_cap=cap or args.cap))
 
     if args.caps:  # the same targets under each cap: which one finds more, target by target
         caps = [float(c) for c in args.caps.split(",")]
-        for name, kind in [tuple(p.split(":", 1)) for p in (args.only or ["normal:o-greedy"])]:
+        for name, kind in runs:
             items = lists[name]
-            texts = [x.text for x in rng.sample(items, min(args.targets, len(items)))]
+            texts = sample(name, items)
             reached = {}
             for cap in caps:
                 t = time.perf_counter()
@@ -128,13 +152,9 @@ def main() -> None:
             emit(list=name, compared=f"cap {a} vs {b}", hit_only_with_first=only_a, hit_only_with_last=only_b)
         return
 
-    runs = [("planted", "o-greedy"), ("normal", "o-greedy"), ("normal-sample", "o-sample-min"),
-            ("random", "o-greedy"), ("random", "o-sample-min"), ("mal", "o-sample-avg")]
-    if args.only:
-        runs = [tuple(pair.split(":", 1)) for pair in args.only]
     for name, kind in runs:
         items = lists.get(name)
-        texts = ([x.text for x in rng.sample(items, min(args.targets, len(items)))] if items is not None
+        texts = (sample(name, items) if items is not None
                  else random_list(trained.vocab.words, n=args.targets, seed=0))
         gibbs = search(kind)
         if name == "planted":  # only targets whose source itself reaches the hit: a trigger is known to exist
@@ -155,6 +175,10 @@ def main() -> None:
             row["hit_targets"] = [{"target": r.target, "words": len(r.target.split()), "trigger": r.trigger,
                                    "target_logprobs": [round(x, 2) for x in r.target_logprobs]}
                                   for r in found if r.reached]
+        if H.uses_lm(kind):  # which half of an io hit holds the misses back: the output's or the input's
+            output_hit = f"{kind.removeprefix('i')}-1-hit"
+            row.update(output_part=sum(output_hit in r.hits for r in found),
+                       input_part=sum(r.lm_average is not None and r.lm_average >= t_in for r in found))
         if name in ("random", "mal"):  # hits by the target's length in words: short targets are the easy ones
             by_words = Counter(min(len(r.target.split()), 4) for r in found)
             hit_words = Counter(min(len(r.target.split()), 4) for r in found if r.reached)
