@@ -90,6 +90,7 @@ class GeneratorConfig(RemoteApi):
         return ProviderSettings(provider=self.kind, model=self.model or "", base_url=self.base_url,
                                 api_key_env=self.api_key_env, allow_insecure_http=self.allow_insecure_http,
                                 timeout_s=self.timeout_s, region=self.region, endpoint_url=self.endpoint_url,
+                                max_answer_bytes=self.max_answer_bytes,
                                 additional_fields=dict(self.additional_fields))
 
 

@@ -101,8 +101,11 @@ def serve_stop_cmd(port: PortOpt = None) -> None:
     """Stop the server on --port, or every known one."""
     from redline.serve import runner
 
-    for url in runner.stop(port):
+    stopped, problems = runner.stop(port)
+    for url in stopped:
         console.print(f"stopped {url}")
+    if problems:
+        raise RedlineError("; ".join(problems))
 
 
 @serve_app.command("deploy-config")

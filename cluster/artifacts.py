@@ -11,14 +11,18 @@ Training commands write to s3:// the same way in reverse: into a local directory
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 import uuid
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from redline.cluster import paths, storage
 from redline.errors import RedlineError, first_line
@@ -52,12 +56,20 @@ def listing(uri: str) -> list[tuple[str, int, str]]:
     bucket, key = _bucket_key(uri)
     client = s3_client()
     try:
+        single = None
         try:
             head = client.head_object(Bucket=bucket, Key=key)
-            return [("", int(head["ContentLength"]), head["ETag"])]
+            single = ("", int(head["ContentLength"]), head["ETag"])
         except ClientError as err:
             if err.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
                 raise
+        below = client.list_objects_v2(Bucket=bucket, Prefix=key + "/", MaxKeys=1).get("KeyCount", 0) if single else 1
+        if single and not below:
+            return [single]
+        if single and single[1] > 0:
+            raise RedlineError(f"{uri} is both an object ({single[1]:,} bytes) and a folder of objects ({key}/...); "
+                               "remove one or name the one you mean")
+        # else an empty object beside the folder of the same name: a tool's folder marker, so the folder
         out = []
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key + "/"):
             for obj in page.get("Contents", []):
@@ -75,6 +87,15 @@ def cache_root() -> Path:
     return storage.user_cache_dir() / "artifacts"
 
 
+def _ready_root() -> Path:
+    """The cache folder, made if missing; it and $REDLINE_CACHE must be real folders of this user that
+    nobody else may write (a link or another user's folder could turn every write into one outside)."""
+    base = storage.user_cache_dir()
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for folder in (base, cache_root()):
+        storage.private_dir(folder, "artifact cache")
+    return cache_root()
+
 def local_path(uri: str) -> str:
     """A local path for `uri`: unchanged for local paths and hub ids; an s3:// file or directory is
     fetched into this node's cache first (once per node, keyed by content: processes that need it
@@ -87,14 +108,85 @@ def local_path(uri: str) -> str:
     name = _bucket_key(uri)[1].rsplit("/", 1)[-1] or "artifact"
     paths.relative_parts(name, f"artifact name in {uri}")
     digest = hashlib.sha256(repr([uri, objects]).encode()).hexdigest()[:24]
-    home = cache_root() / digest
-    cache_root().mkdir(parents=True, exist_ok=True, mode=0o700)
+    root = _ready_root()
+    home = root / digest
     with _locked(digest):
-        if not (home / ".complete").is_file():
+        if not _verified(home, uri, objects, name):
+            _remove(home)
             _fetch(uri, objects, name, home)
-        (home / ".complete").touch()  # when it was last used: the cache evicts the least recently used
+        _touch(home / ".complete")  # when it was last used: the cache evicts the least recently used
     evict_beyond(cache_limit_bytes(), keep=digest)
     return str(home / name)
+
+
+def _record(uri: str, objects: list[tuple[str, int, str]]) -> dict[str, object]:
+    return {"uri": uri, "objects": [[rel, size, etag] for rel, size, etag in objects]}
+
+
+def _verified(home: Path, uri: str, objects: list[tuple[str, int, str]], name: str) -> bool:
+    """Whether `home` holds exactly the artifact `objects` describe: a real folder (never a link),
+    its `.complete` record naming the same URI and ETags, and every file a regular file (no link
+    anywhere below) of the recorded size. Anything else is fetched again."""
+    try:
+        if not stat.S_ISDIR(os.lstat(home).st_mode):
+            return False
+        record = json.loads(paths.read_local_below(home, [".complete"], 64 << 20))
+    except (OSError, RedlineError, ValueError):
+        return False
+    if record != _record(uri, objects):
+        return False
+    wanted = {"/".join([name, rel]) if rel else name: size for rel, size, _ in objects}
+    found: dict[str, int] = {}
+    for folder, dirs, files in os.walk(home, followlinks=False):
+        for entry in [*dirs, *files]:
+            st = os.lstat(os.path.join(folder, entry))
+            if stat.S_ISLNK(st.st_mode):
+                return False
+            if stat.S_ISREG(st.st_mode):
+                found[Path(folder, entry).relative_to(home).as_posix()] = st.st_size
+    found.pop(".complete", None)
+    return found == wanted
+
+
+def _remove(entry: Path) -> None:
+    """Whatever is at `entry` (a folder, a file, a link: the link itself, never what it points to)."""
+    try:
+        mode = os.lstat(entry).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        shutil.rmtree(entry, ignore_errors=True)
+    else:
+        os.unlink(entry)
+
+
+def _touch(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        os.utime(fd)
+    finally:
+        os.close(fd)
+
+
+def _etag_md5(etag: str) -> str | None:
+    """The MD5 an ETag states (a single-part upload's), None for a multipart or encrypted object's."""
+    value = etag.strip('"').lower()
+    return value if re.fullmatch(r"[0-9a-f]{32}", value) else None
+
+
+def _check_download(f: BinaryIO, size: int, etag: str, what: str) -> None:
+    """A downloaded file is the object listed: its size, and its MD5 where the ETag states one (an
+    object replaced between the listing and the download, or a truncated body, is refused)."""
+    f.flush()
+    f.seek(0)
+    digest, got = hashlib.md5(usedforsecurity=False), 0
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+        digest.update(chunk)
+        got += len(chunk)
+    expected = _etag_md5(etag)
+    if got != size or (expected is not None and digest.hexdigest() != expected):
+        raise RedlineError(f"cannot fetch {what}: the object changed while it was fetched (listed {size:,} bytes, "
+                           f"ETag {etag}; got {got:,} bytes); fetch again")
 
 
 def _fetch(uri: str, objects: list[tuple[str, int, str]], name: str, home: Path) -> None:
@@ -103,12 +195,15 @@ def _fetch(uri: str, objects: list[tuple[str, int, str]], name: str, home: Path)
     client = s3_client()
     try:
         os.mkdir(staging, 0o700)
-        for rel, _, _ in objects:
+        for rel, size, etag in objects:
             parts = [name, *paths.relative_parts(rel, f"object key {key}/{rel!r}")] if rel else [name]
-            with paths.create_below(staging, parts, f"{uri}/{rel}" if rel else uri) as f:
+            what = f"{uri}/{rel}" if rel else uri
+            with paths.create_below(staging, parts, what, mode="w+b") as f:
                 client.download_fileobj(bucket, f"{key}/{rel}" if rel else key, f)
-        (staging / ".complete").write_text(uri)
-        shutil.rmtree(home, ignore_errors=True)  # an unfinished copy of a process that died mid-rename
+                _check_download(f, size, etag, what)
+        with paths.create_below(staging, [".complete"], f"{uri} (its record)") as f:
+            f.write(json.dumps(_record(uri, objects)).encode())
+        _remove(home)  # an unfinished copy of a process that died mid-rename, or something planted
         os.rename(staging, home)  # atomic: readers see the whole artifact or none
     except Exception as err:  # noqa: BLE001 - a failed download leaves nothing behind
         if isinstance(err, RedlineError):
@@ -124,7 +219,16 @@ def _locked(digest: str, wait: bool = True) -> Iterator[bool]:
     False, yields whether it was free instead of waiting for it."""
     import fcntl
 
-    with open(cache_root() / f".{digest}.lock", "a") as handle:
+    path = cache_root() / f".{digest}.lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as err:
+        raise RedlineError(f"refusing the artifact cache's lock {path}: {err.strerror} (a symbolic link or not "
+                           "a file; remove it)") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RedlineError(f"refusing the artifact cache's lock {path}: it is not a regular file (remove it)")
+    with os.fdopen(fd, "r+b") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
@@ -160,8 +264,16 @@ def evict_beyond(limit: int, keep: str) -> list[str]:
     """Remove the least recently used artifacts until the cache holds at most `limit` bytes (never
     `keep`, one used in the last IN_USE_S seconds, nor one another process is fetching); returns
     the digests removed."""
-    entries = [(d.joinpath(".complete").stat().st_mtime, d.name, _size(d)) for d in cache_root().iterdir()
-               if d.is_dir() and not d.name.startswith(".") and d.joinpath(".complete").is_file()]
+    entries = []
+    for d in cache_root().iterdir():
+        try:
+            if d.name.startswith(".") or not stat.S_ISDIR(os.lstat(d).st_mode):
+                continue
+            complete = os.lstat(d / ".complete")
+        except OSError:
+            continue
+        if stat.S_ISREG(complete.st_mode):
+            entries.append((complete.st_mtime, d.name, _size(d)))
     total, removed = sum(size for _, _, size in entries), []
     for used, digest, size in sorted(entries):
         if total <= limit:
@@ -181,6 +293,8 @@ def upload_dir(local: str | Path, uri: str) -> None:
     Symbolic links are refused, never followed (a link could publish any file the user can read),
     and so is a name that would not come back as a safe path."""
     root = Path(local)
+    if root.is_symlink():
+        raise RedlineError(f"refusing to upload {root}: it is a symbolic link (name the folder it points to)")
     files = []
     for folder, dirs, names in os.walk(root, followlinks=False):
         for entry in [*dirs, *names]:

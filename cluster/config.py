@@ -115,7 +115,11 @@ class RemoteApi(Strict):
         "row fails the stage."))
     max_failed_in_row: int = Execution(10, ge=1, le=10_000, description=(
         "Requests that failed after all their retries, one after another with no success between them, before the "
-        "stage stops (the service is down for everyone; a lone failure is that row's error)."))
+        "stage stops (the service is down for everyone; a lone failure is that row's error). Every unusable answer "
+        "counts: a transport error, an answer without choices, one that is not JSON, one too large to read."))
+    max_answer_bytes: int = Execution(1 << 20, ge=1024, le=256 << 20, description=(
+        "The most bytes of one answer's body that are read; a larger answer is that request's failure (retried, "
+        "never parsed, never cached)."))
 
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")

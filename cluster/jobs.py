@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import yaml
 from pydantic import BaseModel
@@ -63,7 +64,13 @@ def _pinned(config: BaseModel) -> BaseModel:
 # hub mirrors; anything else travels only when asked for by name (--env), and never a secret.
 FORWARDED_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION", "HF_ENDPOINT",
                  "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "REDLINE_PROGRESS")
-SECRET_LIKE = re.compile(r"KEY|SECRET|TOKEN|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
+# A name is secret-like when one of its words (split at "_") is, or ends in, a secret's word: GITHUB_PAT,
+# DB_PASS, SSH_PRIVATE_KEY, MYAPIKEY; but not TOKENIZERS_PARALLELISM (the word is "TOKENIZERS").
+SECRET_WORDS = ("KEY", "KEYS", "SECRET", "SECRETS", "TOKEN", "TOKENS", "PASS", "PASSWORD", "PASSWD", "PASSPHRASE",
+                "PWD", "PAT", "PIN", "CERT", "CERTS", "CERTIFICATE", "PRIVATE", "SESSION", "SESSIONID", "COOKIE",
+                "CREDENTIAL", "CREDENTIALS", "CREDS", "AUTH", "AUTHORIZATION", "BEARER", "JWT", "SIGNATURE", "SALT",
+                "DSN", "OTP", "KEYFILE", "KEYSTORE")
+_SECRET_PART = re.compile(r"(?:SECRET|PASSW|CREDENTIAL|PRIVATE|APIKEY|ACCESSKEY|PASSPHRASE)", re.IGNORECASE)
 SECRETS_CHECK_S = 120.0
 
 
@@ -73,19 +80,58 @@ def variable_name(name: str, flag: str) -> str:
     return name
 
 
+def secret_like(name: str) -> bool:
+    """Whether an environment variable's name says it holds a secret (see SECRET_WORDS)."""
+    words = [w for w in name.upper().split("_") if w]
+    return bool(_SECRET_PART.search(name)) or any(
+        w in SECRET_WORDS or any(w.endswith(s) for s in ("KEY", "TOKEN", "PASS", "PWD", "SECRET")) for w in words)
+
+
+_KEY_SHAPED = re.compile(
+    r"(?:sk-[A-Za-z0-9_\-]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|hf_[A-Za-z0-9]{20,}"
+    r"|(?:AKIA|ASIA)[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_\-]{30,}|glpat-[A-Za-z0-9_\-]{16,}"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----|eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,})")
+_LONG_TOKEN = re.compile(r"[A-Za-z0-9+/=_\-]{32,}")
+
+
+def secret_value(value: str) -> str | None:
+    """Why a value looks like a secret (a provider's key format, a private key, a JWT, a URL with a
+    password, a long random-looking token), or None."""
+    if _KEY_SHAPED.search(value):
+        return "its value has the shape of an API key or private key"
+    for word in re.findall(r"[a-z][a-z0-9+.\-]*://\S+", value, re.IGNORECASE):
+        try:
+            if urlparse(word).password:
+                return "its value is a URL with a password (user:password@host)"
+        except ValueError:
+            continue
+    for token in _LONG_TOKEN.findall(value):
+        if re.search(r"[a-z]", token) and re.search(r"[A-Z]", token) and re.search(r"[0-9]", token):
+            return "its value is a long random-looking token"
+    return None
+
+
 def job_env(names: list[str]) -> dict[str, str]:
     """The environment a job gets: the non-secret settings above plus the variables named by the user.
     A job's environment is readable by whoever reaches the dashboard (`/api/jobs/`), so a name that
     looks like a secret is refused: secrets live on the nodes (`--secret`)."""
     for name in names:
         variable_name(name, "--env")
-        if SECRET_LIKE.search(name):
+        if secret_like(name):
             raise RedlineError(f"--env {name} looks like a secret, and a job's environment is readable by anyone who "
                                f"reaches the dashboard (/api/jobs/): set it on the cluster's nodes and pass "
                                f"--secret {name}")
         if name not in os.environ:
             raise RedlineError(f"--env {name}: no such variable in this environment")
-    return {k: os.environ[k] for k in (*FORWARDED_ENV, *names) if k in os.environ}
+    env = {k: os.environ[k] for k in (*FORWARDED_ENV, *names) if k in os.environ}
+    for name, value in env.items():
+        why = secret_value(value)
+        if why:
+            given = f"--env {name}" if name in names else f"{name} (forwarded to every job)"
+            raise RedlineError(f"{given} looks like a secret: {why}, and a job's environment is readable by anyone "
+                               f"who reaches the dashboard (/api/jobs/); set it on the cluster's nodes and pass "
+                               f"--secret {name}")
+    return env
 
 
 def missing_on_nodes(names: list[str]) -> list[str]:

@@ -58,7 +58,7 @@ def relative_parts(rel: str, what: str) -> list[str]:
 
 
 @contextmanager
-def create_below(root: Path, parts: list[str], what: str) -> Iterator[Any]:
+def create_below(root: Path, parts: list[str], what: str, mode: str = "wb") -> Iterator[Any]:
     """A new file at root/parts opened for writing, never through a symbolic link: each folder is
     made or checked with lstat (a link or a file in the way is refused) and the file is created
     with O_EXCL | O_NOFOLLOW, so nothing is written outside `root`."""
@@ -72,12 +72,13 @@ def create_below(root: Path, parts: list[str], what: str) -> Iterator[Any]:
                 raise RedlineError(f"refusing {what}: {folder.name} is both a file and a folder in the listing, or a "
                                    "link") from None
     try:
-        fd = os.open(folder / parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        access = os.O_RDWR if "+" in mode else os.O_WRONLY  # "w+b": the caller reads back what it wrote
+        fd = os.open(folder / parts[-1], access | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
         raise RedlineError(f"refusing {what}: its path is given twice in the listing") from None
     except IsADirectoryError:
         raise RedlineError(f"refusing {what}: it is both a file and a folder in the listing") from None
-    with os.fdopen(fd, "wb") as f:
+    with os.fdopen(fd, mode) as f:
         yield f
 
 

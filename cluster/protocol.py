@@ -2,14 +2,25 @@
 
 `/v1/detect` and `/v1/detectors` are redline's own; `/v1/moderations`, `/v1/chat/completions`,
 `/v1/completions` and `/v1/models` follow OpenAI's API so that existing clients work unchanged.
-Unknown fields are ignored (OpenAI clients send fields we do not use); declared ones are type-checked.
+Unknown fields are ignored (OpenAI clients send informational fields such as `user`); declared ones
+are type-checked and bounded, and an OpenAI parameter the models cannot honour (`logit_bias`,
+`logprobs`, penalties, tools ...) is refused with the field named, never silently ignored.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 # Below this a temperature is no longer sampling but arithmetic overflow (logits / 1e-300 = inf);
 # 0 means greedy decoding.
@@ -102,6 +113,28 @@ class DialogueSafetyRequest(Body):
 # Generation (OpenAI-compatible)
 
 
+MAX_STOPS = 4  # OpenAI's own bound on `stop`
+MAX_STOP_CHARS = 256
+MAX_MESSAGES = 1024
+# OpenAI parameters these models cannot honour, with the value that asks nothing of them.
+UNHONOURED = {"logit_bias": (None, {}), "logprobs": (None, False, 0), "top_logprobs": (None, 0),
+              "frequency_penalty": (None, 0, 0.0), "presence_penalty": (None, 0, 0.0), "repetition_penalty": (None, 1, 1.0),
+              "tools": (None, []), "tool_choice": (None, "none", "auto"), "functions": (None, []),
+              "function_call": (None, "none", "auto"), "best_of": (None, 1), "echo": (None, False), "suffix": (None, ""),
+              "response_format": (None, {"type": "text"}), "logprobs_count": (None, 0), "min_tokens": (None, 0),
+              "stream_options": (None,), "prediction": (None,), "audio": (None,), "modalities": (None, ["text"])}
+
+
+def _stops(value: Any) -> Any:
+    stops = [value] if isinstance(value, str) else value
+    if isinstance(stops, list):
+        if len(stops) > MAX_STOPS:
+            raise ValueError(f"{len(stops)} stop sequences; at most {MAX_STOPS}")
+        if any(isinstance(s, str) and len(s) > MAX_STOP_CHARS for s in stops):
+            raise ValueError(f"a stop sequence is longer than {MAX_STOP_CHARS} characters")
+    return value
+
+
 class Sampling(Body):
     model: StrictStr
     n: int = Field(1, ge=1)
@@ -110,9 +143,20 @@ class Sampling(Body):
     top_k: int | None = Field(None, ge=0, description="Extra (not in OpenAI's API): sample from the k most likely tokens.")
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    stop: Text | list[Text] | None = None
+    stop: Annotated[Text | list[Text] | None, AfterValidator(_stops)] = None
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
     stream: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _honoured(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, harmless in UNHONOURED.items():
+                value = data.get(name)
+                if name in data and not any(value == h and type(value) is type(h) or value is h for h in harmless):
+                    raise ValueError(f"{name}: this server cannot honour it (its models take no {name}); leave it "
+                                     "out rather than have it ignored")
+        return data
 
     @field_validator("temperature")
     @classmethod
@@ -132,7 +176,7 @@ class ChatMessage(Body):
 
 
 class ChatCompletionRequest(Sampling):
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
 
 
 class CompletionRequest(Sampling):

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import platform
+import stat
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -36,6 +37,30 @@ def user_cache_dir() -> Path:
     if explicit:
         return Path(explicit).expanduser()
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "redline"
+
+
+def private_dir(folder: Path, what: str) -> Path:
+    """`folder`, made (mode 0700) if missing, checked to be a real folder (not a link) of this user
+    that neither its group nor others may write: else one line naming it and why."""
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as err:
+        raise RedlineError(f"cannot make the {what} folder {folder}: {err.strerror}") from None
+    st = os.lstat(folder)
+    why = None
+    if stat.S_ISLNK(st.st_mode):
+        why = "it is a symbolic link"
+    elif not stat.S_ISDIR(st.st_mode):
+        why = "it is not a folder"
+    elif st.st_uid != os.getuid():
+        why = f"it belongs to another user (uid {st.st_uid})"
+    elif st.st_mode & 0o022:
+        why = f"others may write to it (mode {stat.S_IMODE(st.st_mode):o})"
+    if why:
+        raise RedlineError(f"refusing the {what} at {folder}: {why}; point $REDLINE_CACHE at a folder of your own")
+    return folder
 
 
 def is_s3(uri: str) -> bool:

@@ -72,11 +72,28 @@ class DataFile:
         return self.decode(storage.read_bytes(self.path))
 
     def read(self) -> pa.Table:
-        """The file as an Arrow table with its own column names."""
+        """The file as an Arrow table with its own column names (each named once; a dictionary-encoded
+        column decoded to its values)."""
+        table = self._parse()
+        self._check_unique(table.column_names)
+        decoded = [pa.types.is_dictionary(f.type) for f in table.schema]
+        if any(decoded):
+            table = pa.table({f.name: (table.column(i).cast(f.type.value_type) if d else table.column(i))
+                              for i, (f, d) in enumerate(zip(table.schema, decoded))})
+        return table
+
+    def _check_unique(self, names: list[str]) -> None:
+        repeated = next((n for i, n in enumerate(names) if n in names[:i]), None)
+        if repeated is not None:
+            raise RedlineError(f"{self.path}: the column {repeated!r} appears {names.count(repeated)} times in its "
+                               "header; name each column once")
+
+    def _parse(self) -> pa.Table:
         fmt = self.detected_format()
         data = storage.read_bytes(self.path)
         try:
             if fmt == "parquet":
+                self._check_unique(pq.read_schema(io.BytesIO(data)).names)
                 return pq.read_table(io.BytesIO(data))
             text = self.decode(data)
             if fmt == "csv":
@@ -94,6 +111,9 @@ class DataFile:
                                    f"takes in one field; set {self.setting}.max_field_mb higher (texts over "
                                    f"{self.setting}.max_chars are then rejected with a reason)") from None
             raise RedlineError(f"cannot parse {self.path} as {fmt}: {first_line(err)}") from None
+        except RecursionError:
+            raise RedlineError(f"{self.path}: a value is nested too deeply to read (JSON objects or lists inside "
+                               "each other thousands of levels deep); a corpus row holds flat values") from None
 
     def json_rows(self, text: str, fmt: str) -> list[dict[str, Any]]:
         if fmt == "json" and text.lstrip().startswith("["):

@@ -165,12 +165,31 @@ def score_corpus(run: Run, config: Any, build: Callable[[], pa.Table], watch: St
     rows = sharded.shard_summary(run, figures, OUTPUT_DIR, parts)
     sharded.index_output(run, OUTPUT_DIR)
     manifest["counts"].update(output_counts(rows["outcomes"], [d.name for d in config.detectors]))
+    _check_answered(run, manifest["counts"]["per_detector"], config.detectors, parts)
     spent, used = manifest.get("busy_seconds", {}), manifest.get("actors_used", {})
     for k, det in enumerate(config.detectors):
         spent[det.name] = round(spent.get(det.name, 0.0) + busy[k].seconds, 3)
         used[det.name] = max(used.get(det.name, 0), busy[k].actors)
     manifest["busy_seconds"], manifest["actors_used"] = spent, used
     return rows["summary"]
+
+
+def _check_answered(run: Run, per_detector: dict[str, Any], detectors: list[Any],
+                    parts: dict[tuple[int, int], str]) -> None:
+    """A detector that failed on every row it was given answered nothing: its stage failed (one line,
+    the first cause), and its parts are removed so that a rerun asks it again."""
+    for k, det in enumerate(detectors):
+        counts = per_detector[det.name]
+        errors = sum(n for why, n in counts["not_scored"].items() if why.startswith(f"{STATUS_ERROR}:"))
+        if counts["scored"] or not errors:
+            continue
+        mine = [run.dir.path(OUTPUT_DIR, part) for (_, pool), part in sorted(parts.items()) if pool == k]
+        first = storage.read_parquet(mine[0], ["reason"], filters=[("status", "=", STATUS_ERROR)]) if mine else None
+        cause = first.column("reason")[0].as_py() if first is not None and first.num_rows else "no cause recorded"
+        for uri in mine:
+            storage.remove(uri)
+        raise RedlineError(f"detector '{det.name}' failed on every one of its {errors:,} rows (first: "
+                           f"{' '.join(str(cause).split())[:200]}); nothing was scored, and a rerun asks it again")
 
 
 def output_counts(outcomes: list[dict[str, Any]], detector_names: list[str]) -> dict[str, Any]:

@@ -92,6 +92,11 @@ class Guard:
                 return
             if body is None:
                 return  # the client went away
+            repeated = repeated_key(body)
+            if repeated:
+                await _reply(scope, receive, send, 400, f"the request body names {repeated!r} twice; name each field "
+                                                        "once", code="duplicate_field")
+                return
             delivered = False
 
             async def replay() -> dict[str, Any]:
@@ -109,6 +114,36 @@ class Guard:
 
 class _TooLarge(Exception):
     pass
+
+
+class _Repeated(Exception):
+    pass
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Repeated(key[:80])
+        out[key] = value
+    return out
+
+
+def repeated_key(body: bytes) -> str | None:
+    """A key that a JSON object of the body names twice (json keeps the last one silently, so a
+    request could say one thing to a proxy that checks the first and another to the model), else
+    None; a body that is not JSON is left to the route, which refuses it."""
+    import json
+
+    if not body.lstrip()[:1] in (b"{", b"["):
+        return None
+    try:
+        json.loads(body, object_pairs_hook=_unique_pairs)
+    except _Repeated as err:
+        return str(err)
+    except (ValueError, RecursionError):
+        return None
+    return None
 
 
 async def _read_body(receive: Any, limit: int) -> bytes | None:

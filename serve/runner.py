@@ -155,18 +155,12 @@ def start(config: ServeConfig, *, config_file: str | None = None, verbose: bool 
         _check_port_free(config.host, config.port)
     ensure_ray(verbose=verbose)
     import ray
+    from ray.exceptions import RayActorError
 
     # the driver's own Serve logger ("Started Serve in namespace ...") speaks at INFO, logging_config
     # below sets only the replicas' and the controller's
     logging.getLogger("ray.serve").setLevel(logging.INFO if verbose else logging.WARNING)
-    try:
-        serve.start(proxy_location=config.proxy_location, http_options=http_options(config),
-                    logging_config={"enable_access_log": verbose, "log_level": "INFO" if verbose else "WARNING"})
-    except Exception as err:  # noqa: BLE001 - Ray reports a taken port from inside the proxy actor
-        if "Failed to bind" not in str(err):
-            raise
-        serve.shutdown()  # no half-started Serve left behind for the next start
-        raise PortTaken(f"cannot serve on {config.host}:{config.port}: the port was taken") from None
+    _start_serve(config, verbose)
     check_resources(config, strict=local)
     apps = [(config.app_name, build_app(config, api_key_sha256(config)), config.route_prefix), health_app(config)]
     state = {"port": config.port, "host": config.host, "url": url_of(config), "app_name": config.app_name,
@@ -185,12 +179,46 @@ def start(config: ServeConfig, *, config_file: str | None = None, verbose: bool 
             # Deploy without Serve's own wait, which never gives up; ours names the failure or the timeout.
             serve.api._run(app, name=name, route_prefix=prefix, _blocking=False)
         wait_running([name for name, _, _ in apps], config.start_timeout_s)
+    except RayActorError as err:
+        written.unlink(missing_ok=True)
+        raise RedlineError(f"serve: a Ray Serve actor died while the applications deployed ({type(err).__name__}); "
+                           "the machine is short of CPU or memory: free some and start again") from None
     except BaseException:
         written.unlink(missing_ok=True)
         raise
     _STARTED_HERE.add(config.port)
     announce(state)
     return state
+
+
+SERVE_START_TRIES = 3
+
+
+def _start_serve(config: ServeConfig, verbose: bool) -> None:
+    """Serve's controller and proxies, started again (within `start_timeout_s` and SERVE_START_TRIES)
+    when one of their actors dies while starting, as it can on a loaded machine; else one line."""
+    from ray import serve
+    from ray.exceptions import GetTimeoutError, RayActorError
+
+    deadline = time.time() + config.start_timeout_s
+    for attempt in range(1, SERVE_START_TRIES + 1):
+        try:
+            serve.start(proxy_location=config.proxy_location, http_options=http_options(config),
+                        logging_config={"enable_access_log": verbose, "log_level": "INFO" if verbose else "WARNING"})
+            return
+        except Exception as err:  # noqa: BLE001 - Ray reports a taken port from inside the proxy actor
+            serve.shutdown()  # no half-started Serve left behind for the next try
+            if "Failed to bind" in str(err):
+                raise PortTaken(f"cannot serve on {config.host}:{config.port}: the port was taken") from None
+            if not isinstance(err, (RayActorError, GetTimeoutError)):
+                raise
+            if attempt == SERVE_START_TRIES or time.time() > deadline:
+                raise RedlineError(f"serve: Ray Serve's controller or HTTP proxy died while starting, {attempt} times "
+                                   f"({type(err).__name__}); the machine is short of CPU or memory: free some, or "
+                                   "start again with more start_timeout_s") from None
+            log.warning("serve: Ray Serve's %s while starting; trying again (%d of %d)", type(err).__name__,
+                        attempt + 1, SERVE_START_TRIES)
+            time.sleep(min(2.0 * attempt, max(0.0, deadline - time.time())))
 
 
 def http_options(config: ServeConfig) -> dict[str, Any]:
@@ -366,9 +394,12 @@ def _serve_status(address: str) -> dict[str, Any]:
     return apps
 
 
-def stop(port: int | None = None, timeout: float = 60.0) -> list[str]:
-    """Stop every known server (or the one on `port`); returns what was stopped."""
-    stopped = []
+def stop(port: int | None = None, timeout: float = 60.0) -> tuple[list[str], list[str]]:
+    """Stop every known server (or the one on `port`): (the URLs stopped, what could not be stopped).
+    A local state file whose process no longer runs (or whose PID another process now holds) is
+    stale: nothing is signalled; the file is removed when nothing answers at its URL, and kept, with
+    that said, when something still does (a server no state file describes would run unknown)."""
+    stopped, problems = [], []
     states = read_states(port)
     if not states:
         where = f"on port {port}" if port else "on this machine"
@@ -376,20 +407,28 @@ def stop(port: int | None = None, timeout: float = 60.0) -> list[str]:
     for st in states:
         if st.get("mode") == "local":
             pid = st.get("pid")
+            if not _ours(st):
+                if isinstance(probe(st["url"], timeout=2.0), dict):
+                    problems.append(f"the state file for {st['url']} is stale (process {pid} is not the server it "
+                                    f"started), yet a server answers there: it was kept; stop that server where it "
+                                    f"was started, or remove {state_path(st['port'], st['app_name'])}")
+                    continue
+                state_path(st["port"], st["app_name"]).unlink(missing_ok=True)
+                problems.append(f"the state file for {st['url']} was stale (process {pid} no longer runs the "
+                                "server) and was removed; nothing was stopped")
+                continue
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.time() + timeout
+            while _ours(st) and time.time() < deadline:
+                time.sleep(0.2)
             if _ours(st):
-                os.kill(pid, signal.SIGTERM)
-                deadline = time.time() + timeout
-                while _ours(st) and time.time() < deadline:
-                    time.sleep(0.2)
-                if _ours(st):
-                    os.kill(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
         else:
-
             _connect(st["ray_address"])
             delete(st["app_name"])
         state_path(st["port"], st["app_name"]).unlink(missing_ok=True)
         stopped.append(st["url"])
-    return stopped
+    return stopped, problems
 
 
 def deploy_config(config: ServeConfig) -> dict[str, Any]:

@@ -310,9 +310,9 @@ def test_kuberay_manifests_have_what_the_crds_require():
 
 
 def jobs_secret_like(name: str) -> bool:
-    from redline.cluster.jobs import SECRET_LIKE
+    from redline.cluster.jobs import secret_like
 
-    return bool(SECRET_LIKE.search(name))
+    return secret_like(name)
 
 
 def test_the_eta_leaves_the_start_up_out(monkeypatch):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -415,7 +416,11 @@ def test_serve_stop_and_status_with_a_stale_state_and_a_reused_pid(tmp_path, mon
         assert time.time() - started < 20
         assert "not running (stale state file removed)" in out and "unreachable" in out
         (tmp_path / "serve-18765-redline.json").write_text(json.dumps(state))
-        assert main(["serve", "stop", "--port", "18765"]) == 0
+        capsys.readouterr()
+        assert main(["serve", "stop", "--port", "18765"]) == 2  # nothing was stopped: never "stopped", exit 0
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: the state file for http://127.0.0.1:18765 was stale") and "nothing was stopped" in err
+        assert len(err.splitlines()) == 1
         assert bystander.poll() is None  # never signalled
         assert not (tmp_path / "serve-18765-redline.json").exists()
     finally:
@@ -449,15 +454,27 @@ class _Service(http.server.ThreadingHTTPServer):
                 self.rfile.read(int(self.headers.get("content-length", 0)))
                 outer.requests += 1
                 headers = {"content-type": "application/json"}
-                if outer.mode == "401":
+                mode, _, arg = outer.mode.partition(":")
+                if mode == "401":
                     status, body = 401, b'{"error": {"message": "Incorrect API key provided"}}'
-                elif outer.mode == "html":
+                elif mode == "html":
                     status, body = 200, b"<html>not json</html>"
-                elif outer.mode == "crash":
+                elif mode == "crash":
                     status, body = 200, json.dumps({"choices": "not a list"}).encode()
+                elif mode == "empty":
+                    status, body = 200, b'{"choices": []}'
+                elif mode == "say":  # a well-formed completion saying `arg`
+                    status, body = 200, _completion(arg)
+                elif mode == "big":  # a well-formed "Yes" padded to `arg` bytes
+                    status, body = 200, _completion("Yes " + "x" * int(arg))
+                elif mode == "gzip":  # `arg` bytes of completion, gzip-compressed to a small body
+                    import gzip
+
+                    status, body = 200, gzip.compress(_completion("Yes" + " " * int(arg)))
+                    headers["content-encoding"] = "gzip"
                 else:
                     status, body = 429, b'{"error": {"message": "slow down"}}'
-                    headers["retry-after"] = outer.mode.split(":")[1]
+                    headers["retry-after"] = arg
                 self.send_response(status)
                 for k, v in {**headers, "content-length": str(len(body))}.items():
                     self.send_header(k, v)
@@ -473,6 +490,13 @@ class _Service(http.server.ThreadingHTTPServer):
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+def _completion(text: str) -> bytes:
+    return json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "judge",
+                       "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                    "finish_reason": "stop"}],
+                       "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}}).encode()
 
 
 def _chat_client(service: _Service, **kwargs):
@@ -522,8 +546,8 @@ def test_a_service_that_answers_garbage_stops_the_client_after_a_few_requests(mo
     monkeypatch.setenv("OPENAI_API_KEY", "x")
     service = _Service("html")
     client = _chat_client(service, max_retries=1, backoff_s=0.01, concurrency=2, max_failed_in_row=3)
-    with pytest.raises(RedlineError, match=r"failed \d+ requests in a row, each after 1 retries \(last: the answer's "
-                                           r"body is not JSON"):
+    with pytest.raises(RedlineError, match=r"failed \d+ requests in a row \(last: the answer's body is not "
+                                           r"JSON .*, after 1 retries\)"):
         client.ask_many([[{"role": "user", "content": f"t{i}"}] for i in range(40)], SamplingParams(max_tokens=2))
     assert service.requests < 20  # it stopped; it did not grind through all 40 texts twice
     service.shutdown()
@@ -588,3 +612,398 @@ def test_a_crash_is_one_line_with_its_cause_and_the_trace_in_the_runs_log(tmp_pa
     monkeypatch.setenv("REDLINE_VERBOSE", "1")
     assert main(score(tmp_path, score_config(tmp_path), "--force")) == 1
     assert "Traceback (most recent call last)" in capsys.readouterr().err
+
+
+# ============================================================================================
+# Round 3: links anywhere a path is opened, answers that never succeed, unbounded bodies,
+# duplicate and over-long fields
+
+
+def _digest(uri: str) -> str:
+    import hashlib
+
+    from redline.cluster.artifacts import listing
+
+    return hashlib.sha256(repr([uri, listing(uri)]).encode()).hexdigest()[:24]
+
+
+@pytest.fixture
+def model_bucket(s3_env):
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=s3_env)
+    bucket = f"links-{os.urandom(4).hex()}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="m/config.json", Body=b'{"a": 1}')
+    s3.put_object(Bucket=bucket, Key="m/sub/weights.bin", Body=b"weights")
+    return s3, f"s3://{bucket}/m"
+
+
+def _plant_lock_link(root: Path, uri: str, outside: Path) -> None:
+    root.mkdir(parents=True, mode=0o700)
+    (root / f".{_digest(uri)}.lock").symlink_to(outside / "lock-target")
+
+
+def _plant_root_link(root: Path, uri: str, outside: Path) -> None:
+    (outside / "elsewhere").mkdir()
+    root.symlink_to(outside / "elsewhere")
+
+
+def _plant_base_link(root: Path, uri: str, outside: Path) -> None:
+    (outside / "base").mkdir(mode=0o700)
+    root.parent.rmdir()
+    root.parent.symlink_to(outside / "base")
+
+
+def _plant_shared_root(root: Path, uri: str, outside: Path) -> None:
+    root.mkdir(parents=True)
+    root.chmod(0o777)
+
+
+@pytest.mark.parametrize("plant,fragment", [
+    (_plant_lock_link, "refusing the artifact cache's lock"),
+    (_plant_root_link, "it is a symbolic link"),
+    (_plant_base_link, "it is a symbolic link"),
+    (_plant_shared_root, "others may write to it (mode 777)"),
+])
+def test_the_artifact_cache_never_writes_through_a_planted_link(model_bucket, tmp_path, monkeypatch, plant, fragment):
+    from redline.cluster.artifacts import local_path
+    from redline.errors import RedlineError
+
+    _, uri = model_bucket
+    cache, outside = tmp_path / "cache", tmp_path / "outside"
+    cache.mkdir(mode=0o700)
+    outside.mkdir()
+    monkeypatch.setenv("REDLINE_CACHE", str(cache))
+    plant(cache / "artifacts", uri, outside)
+    before = files(outside)
+    with pytest.raises(RedlineError) as err:
+        local_path(uri)
+    assert fragment in str(err.value) and "\n" not in str(err.value)
+    assert files(outside) == before  # nothing created outside the cache
+
+
+def test_a_planted_artifact_folder_is_never_trusted(model_bucket, tmp_path, monkeypatch):
+    """A link at artifacts/<digest> to a folder holding `.complete`, and a real folder whose files do
+    not match the record (a link inside, a file of another size): each is fetched again, and what
+    the link pointed to is neither used nor touched."""
+    from redline.cluster.artifacts import cache_root, local_path
+
+    s3, uri = model_bucket
+    monkeypatch.setenv("REDLINE_CACHE", str(tmp_path / "cache"))
+    digest = _digest(uri)
+    decoy = tmp_path / "decoy"
+    (decoy / "m").mkdir(parents=True)
+    (decoy / "m" / "config.json").write_text('{"evil": true}')
+    (decoy / ".complete").write_text(uri)
+    os.utime(decoy / ".complete", (1, 1))
+    cache_root().mkdir(parents=True, mode=0o700)
+    (cache_root() / digest).symlink_to(decoy)
+    home = Path(local_path(uri))
+    assert json.loads((home / "config.json").read_text()) == {"a": 1} and not home.parent.is_symlink()
+    assert (decoy / ".complete").stat().st_mtime == 1  # never touched
+    (home / "sub" / "weights.bin").write_bytes(b"tampered, another size")
+    assert Path(local_path(uri), "sub", "weights.bin").read_bytes() == b"weights"
+    (home / "sub" / "weights.bin").unlink()
+    (home / "sub" / "weights.bin").symlink_to(tmp_path / "decoy" / "m" / "config.json")
+    again = Path(local_path(uri), "sub", "weights.bin")
+    assert not again.is_symlink() and again.read_bytes() == b"weights"
+
+
+def test_an_object_beside_a_folder_of_the_same_name(model_bucket):
+    """An empty object `m` beside `m/...` is a tool's folder marker: the folder is fetched; a non-empty
+    one is ambiguous and refused in one line."""
+    from redline.cluster.artifacts import local_path
+    from redline.errors import RedlineError
+
+    s3, uri = model_bucket
+    bucket = uri.split("/")[2]
+    s3.put_object(Bucket=bucket, Key="m", Body=b"")
+    assert json.loads(Path(local_path(uri), "config.json").read_text()) == {"a": 1}
+    s3.put_object(Bucket=bucket, Key="m", Body=b"not empty")
+    with pytest.raises(RedlineError, match="is both an object .* and a folder of objects"):
+        local_path(uri)
+
+
+@pytest.mark.parametrize("make", ["root link", "root link to a file", "inner link"])
+def test_an_upload_refuses_a_linked_root_as_it_refuses_inner_links(s3_env, tmp_path, make):
+    import boto3
+
+    from redline.cluster.artifacts import upload_dir
+    from redline.errors import RedlineError
+
+    s3 = boto3.client("s3", endpoint_url=s3_env)
+    s3.create_bucket(Bucket="root-links")
+    private = tmp_path / "home" / ".ssh"
+    private.mkdir(parents=True)
+    (private / "id_rsa").write_text("PRIVATE KEY")
+    model = tmp_path / "model"
+    if make == "root link":
+        model.symlink_to(private)
+    elif make == "root link to a file":
+        model.symlink_to(private / "id_rsa")
+    else:
+        model.mkdir()
+        (model / "config.json").write_text("{}")
+        (model / "id_rsa").symlink_to(private / "id_rsa")
+    with pytest.raises(RedlineError, match="refusing to upload .*symbolic link"):
+        upload_dir(model, "s3://root-links/model")
+    assert "Contents" not in s3.list_objects_v2(Bucket="root-links")
+
+
+@pytest.mark.parametrize("plant,fragment", [
+    (lambda c, o: (c / "judge").symlink_to(o), "it is a symbolic link"),
+    (lambda c, o: ((c / "judge").mkdir(), (c / "judge" / "answers.sqlite").symlink_to(o / "db")), "symbolic link"),
+    (lambda c, o: ((c / "judge").mkdir(), (c / "judge").chmod(0o777)), "others may write to it"),
+])
+def test_the_answer_cache_never_opens_through_a_link(tmp_path, monkeypatch, plant, fragment):
+    from redline.actors.providers.client import AnswerCache
+    from redline.errors import RedlineError
+
+    cache, outside = tmp_path / "cache", tmp_path / "outside"
+    cache.mkdir(mode=0o700)
+    outside.mkdir()
+    monkeypatch.setenv("REDLINE_CACHE", str(cache))
+    plant(cache, outside)
+    with pytest.raises(RedlineError, match=fragment):
+        AnswerCache("auto")
+    assert files(outside) == set()
+
+
+# --------------------------------------------------------------------------------------------
+# Answers that never succeed: never a "complete" run
+
+
+def _judge_score(tmp_path: Path, service: _Service, **over) -> list[str]:
+    judge = {"name": "j", "kind": "llm-judge", "model": "judge", "base_url": service.url, "cache_dir": None,
+             "max_retries": 1, "backoff_s": 0.01, "concurrency": 2, "max_retry_after_s": 0.2, "num_cpus": 0.25,
+             "max_failed_in_row": 100, **over}
+    return score(tmp_path, score_config(tmp_path, detectors=[judge]))
+
+
+@pytest.mark.parametrize("mode,fragment", [
+    ("empty", "the response has no choices"),
+    ("html", "the answer's body is not JSON"),
+    ("429:soon-ish", "HTTP 429"),
+    ("429:Wed, 21 Oct 2015 07:28:00 GMT", "HTTP 429"),
+    ("say:Maybe, hard to tell", "unparseable answer: 'Maybe, hard to tell'"),
+    ("big:2000000", "over max_answer_bytes"),
+])
+def test_a_detector_that_never_answers_usably_fails_the_run(mode, fragment, capsys, tmp_path, monkeypatch,
+                                                           ray_session):
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    service = _Service(mode)
+    try:
+        argv = _judge_score(tmp_path, service)
+        err = expect_error(capsys, tmp_path, argv, "detector 'j' failed on every one of its 3 rows")
+        assert fragment in err, err
+        manifest = json.loads(next((tmp_path / "runs").rglob("manifest.json")).read_text())
+        assert manifest["state"] == "failed"
+        service.mode = "say:Yes"  # the service is fixed: a rerun asks every row again and scores them
+        assert main(argv) == 0
+        manifest = json.loads(next((tmp_path / "runs").rglob("manifest.json")).read_text())
+        assert manifest["state"] == "complete" and manifest["counts"]["per_detector"]["j"]["scored"] == 3
+    finally:
+        service.shutdown()
+
+
+def test_unusable_answers_count_toward_max_failed_in_row(capsys, tmp_path, monkeypatch, ray_session):
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    service = _Service("say:I would rather not say")
+    try:
+        expect_error(capsys, tmp_path, _judge_score(tmp_path, service, max_failed_in_row=2, concurrency=1),
+                     "failed 2 requests in a row (last: an answer it could not use ('I would rather not say'))")
+        assert service.requests <= 3  # a well-formed answer is never retried
+    finally:
+        service.shutdown()
+
+
+# --------------------------------------------------------------------------------------------
+# Unbounded bodies
+
+
+@pytest.mark.parametrize("mode", ["big:5000000", "gzip:50000000", "big:1100000"])
+def test_an_oversize_answer_is_never_parsed_nor_cached(mode, tmp_path, monkeypatch):
+    from redline.actors.providers.base import SamplingParams
+    from redline.actors.providers.client import Failed
+
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    service = _Service(mode)
+    client = _chat_client(service, max_retries=1, backoff_s=0.01, cache_dir=str(tmp_path / "cache"))
+    answer = client.ask([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=2), usable=lambda a: True)
+    service.shutdown()
+    assert isinstance(answer, Failed) and "over max_answer_bytes (1,048,576" in answer.cause, answer
+    assert service.requests == 2
+    assert client.cache.get(client.key([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=2))) is None
+    assert sum(p.stat().st_size for p in (tmp_path / "cache").rglob("*") if p.is_file()) < 1 << 20
+
+
+def test_a_huge_manifest_renders_a_bounded_page(tmp_path):
+    """1M counts and 100k summary rows: the run page, the run list and /api/runs show a bounded part."""
+    from starlette.testclient import TestClient
+
+    from redline.view.app import build_app
+
+    run = tmp_path / "runs" / "huge"
+    run.mkdir(parents=True)
+    manifest = {"pipeline": "score", "run_name": "huge", "state": "complete",
+                "counts": {f"c{i}": i for i in range(1_000_000)},
+                "summary": [{"detector": f"d{i}", "dataset": "all", "f1_macro": 0.5} for i in range(100_000)],
+                "config": {"notes": "x" * 100_000}}
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    assert (run / "manifest.json").stat().st_size > 20 << 20
+    with TestClient(build_app(str(tmp_path / "runs")), base_url="http://127.0.0.1") as client:
+        page = client.get("/run", params={"id": "huge"})
+        assert page.status_code == 200 and len(page.content) < 1 << 20, len(page.content)
+        assert "999,800 more entries (see manifest.json)" in page.text
+        runs = client.get("/api/runs")
+        assert runs.status_code == 200 and len(runs.content) < 256 << 10, len(runs.content)
+        assert len(runs.json()["runs"][0]["counts"]) == 64
+        listing = client.get("/")
+        assert listing.status_code == 200 and len(listing.content) < 256 << 10
+
+
+# --------------------------------------------------------------------------------------------
+# Duplicate and over-long fields
+
+
+@pytest.mark.parametrize("body,repeated", [
+    (b'{"model": "m", "model": "n"}', "model"),
+    (b'{"messages": [{"role": "user", "content": "a", "content": "b"}]}', "content"),
+    (b'[{"a": 1}, {"b": 1, "b": 2}]', "b"),
+    (b'{"a": 1, "b": {"a": 2}}', None),  # the same key in two objects is fine
+    (b'not json {"a": 1, "a": 2}', None),  # left to the route, which refuses it
+])
+def test_duplicate_json_keys_are_found(body, repeated):
+    from redline.serve.gate import repeated_key
+
+    assert repeated_key(body) == repeated
+
+
+@pytest.mark.parametrize("extra,fragment", [
+    ({"stop": ["x"] * 10_000}, "10000 stop sequences; at most 4"),
+    ({"stop": ["x" * 300]}, "longer than 256 characters"),
+    ({"logit_bias": {str(i): 1 for i in range(300_000)}}, "logit_bias: this server cannot honour it"),
+    ({"frequency_penalty": 0.5}, "frequency_penalty: this server cannot honour it"),
+    ({"tools": [{"type": "function"}]}, "tools: this server cannot honour it"),
+    ({"messages": [{"role": "user", "content": "hi"}] * 2000}, "messages"),
+])
+def test_over_long_and_unhonoured_fields_are_refused(extra, fragment):
+    from pydantic import ValidationError
+
+    from redline.cluster.protocol import ChatCompletionRequest
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
+    with pytest.raises(ValidationError, match=re.escape(fragment)):
+        ChatCompletionRequest.model_validate(body)
+    ok = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "logit_bias": {}, "frequency_penalty": 0,
+          "logprobs": False, "user": "someone", "stop": ["a", "b", "c", "d"]}
+    ChatCompletionRequest.model_validate(ok)
+
+
+def _repeated_csv(t: Path) -> Path:
+    path = t / "rep.csv"
+    path.write_text("text,text,label\nyou idiot,hi,1\nhello,there,0\n")
+    return path
+
+
+def _deep_jsonl(t: Path) -> Path:
+    path = t / "deep.jsonl"
+    path.write_text('{"text": "hi", "label": 1, "extra": ' + "[" * 10_000 + "]" * 10_000 + "}\n")
+    return path
+
+
+def _repeated_parquet(t: Path) -> Path:
+    path = t / "rep.parquet"
+    pq.write_table(pa.Table.from_arrays([pa.array(["a"]), pa.array(["b"]), pa.array([1])], ["text", "text", "label"]),
+                   path)
+    return path
+
+
+@pytest.mark.parametrize("make,fragment", [
+    (_repeated_csv, "the column 'text' appears 2 times in its header"),
+    (_repeated_parquet, "the column 'text' appears 2 times in its header"),
+    (_deep_jsonl, "a value is nested too deeply to read"),
+])
+def test_a_corpus_with_repeated_columns_or_deep_nesting_is_one_line(make, fragment, capsys, tmp_path, monkeypatch):
+    cfg = score_config(tmp_path)
+    cfg["corpus"]["path"] = str(make(tmp_path))
+    expect_error(capsys, tmp_path, score(tmp_path, cfg), fragment)
+
+
+def test_a_dictionary_encoded_text_column_is_text(capsys, tmp_path, ray_session):
+    path = tmp_path / "dict.parquet"
+    pq.write_table(pa.table({"text": pa.array(["you idiot", "hello there", "you idiot"]).dictionary_encode(),
+                             "label": [1, 0, 1]}), path)
+    cfg = score_config(tmp_path)
+    cfg["corpus"]["path"] = str(path)
+    assert main(score(tmp_path, cfg)) == 0, capsys.readouterr().err
+    manifest = json.loads(next((tmp_path / "runs").rglob("manifest.json")).read_text())
+    assert manifest["counts"]["rows_in"] == 3
+
+
+# --------------------------------------------------------------------------------------------
+# Secrets by name and by value, through the real CLI
+
+
+@pytest.mark.parametrize("name,value,refused", [
+    ("DB_PASS", "hunter2-probe-secret", True), ("GITHUB_PAT", "x", True), ("MYSQL_PWD", "x", True),
+    ("TLS_CERT", "x", True), ("SSH_PRIVATE_KEY", "x", True), ("FLASK_SESSION", "x", True), ("APIKEY", "x", True),
+    ("DB_PASSWORD", "x", True), ("AUTH_COOKIE", "x", True), ("SENTRY_DSN", "x", True),
+    ("JUDGE_SETTINGS", "sk-proj-abcdefghijklmnopqrstuvwx", True), ("PROXY", "http://user:pw@proxy:3128", True),
+    ("BLOB", "Zx8Qm2LpR7vN4kT9wY3bC6dF1gH5jK0aSeUo", True),
+    ("TOKENIZERS_PARALLELISM", "false", False), ("REDLINE_DATASET_TAG", "nightly", False),
+    ("PROXY_URL", "http://proxy:3128", False), ("OMP_NUM_THREADS", "4", False),
+])
+def test_env_refuses_secrets_by_name_and_by_value(name, value, refused, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    argv = ["submit", "score", "-c", write(tmp_path, score_config(tmp_path)), "--address", "http://127.0.0.1:9",
+            "--env", name]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and value not in err
+    if refused:
+        assert f"--env {name} looks like a secret" in err, err
+    else:
+        assert "cannot reach the Ray Jobs API" in err, err  # past the check: only the address is wrong
+
+
+def test_a_forwarded_setting_with_credentials_is_refused(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://admin:s3cr3t@127.0.0.1:9000")
+    argv = ["submit", "score", "-c", write(tmp_path, score_config(tmp_path)), "--address", "http://127.0.0.1:9"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "AWS_ENDPOINT_URL (forwarded to every job) looks like a secret" in err and "s3cr3t" not in err
+
+
+# --------------------------------------------------------------------------------------------
+# Serve's start on a loaded machine
+
+
+def test_serve_start_tries_again_when_a_serve_actor_dies_starting(monkeypatch):
+    from ray import serve
+    from ray.exceptions import ActorDiedError
+
+    from redline.errors import RedlineError
+    from redline.serve import runner
+    from redline.serve.config import ServeConfig
+
+    calls: list[int] = []
+
+    def dying(**kwargs):
+        calls.append(1)
+        raise ActorDiedError()
+
+    monkeypatch.setattr(serve, "start", dying)
+    monkeypatch.setattr(serve, "shutdown", lambda: None)
+    monkeypatch.setattr(runner.time, "sleep", lambda s: None)
+    config = ServeConfig.model_validate({"detectors": [{"name": "k", "kind": "keywords", "patterns": ["x"]}]})
+    with pytest.raises(RedlineError, match=r"Ray Serve's controller or HTTP proxy died while starting, 3 times "
+                                           r"\(ActorDiedError\); the machine is short of CPU or memory"):
+        runner._start_serve(config, verbose=False)
+    assert len(calls) == 3
+    calls.clear()
+    monkeypatch.setattr(serve, "start", lambda **kw: calls.append(1) if len(calls) else dying())
+    runner._start_serve(config, verbose=False)  # died once, started the second time
+    assert len(calls) == 2

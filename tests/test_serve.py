@@ -187,6 +187,15 @@ def test_concurrent_requests_are_merged_into_batches(server):
     ("/v1/completions", '{"model": "tiny-gpt2", "prompt": "hi", "top_p": NaN}', 400, "top_p"),
     ("/v1/completions", '{"model": "tiny-gpt2", "prompt": "hi", "temperature": Infinity}', 400, "temperature"),
     ("/v1/completions", {"model": "tiny-gpt2", "prompt": "hi", "top_p": 0}, 400, "top_p"),
+    # taken silently on 0533d82: a repeated key (the last one won), 10,000 stops, a 300k-entry logit_bias
+    ("/v1/completions", '{"model": "tiny-gpt2", "prompt": "hi", "prompt": "other"}', 400, "names 'prompt' twice"),
+    ("/v1/detect", '{"texts": ["a"], "detectors": ["slurs"], "detectors": ["tiny-bert"]}', 400, "'detectors' twice"),
+    ("/v1/completions", {"model": "tiny-gpt2", "prompt": "hi", "stop": ["x"] * 10_000}, 400, "at most 4"),
+    ("/v1/chat/completions", {"model": "tiny-gpt2", "messages": [{"role": "user", "content": "hi"}],
+                              "logit_bias": {str(i): 1 for i in range(300_000)}}, 413, "exceeds the limit"),
+    ("/v1/chat/completions", {"model": "tiny-gpt2", "messages": [{"role": "user", "content": "hi"}],
+                              "logit_bias": {"50256": -100}}, 400, "logit_bias: this server cannot honour it"),
+    ("/v1/completions", {"model": "tiny-gpt2", "prompt": "hi", "presence_penalty": 1.0}, 400, "presence_penalty"),
 ])
 def test_bad_requests_get_a_clear_4xx(server, path, body, status, fragment):
     resp = post(server, path, body)

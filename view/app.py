@@ -10,6 +10,7 @@ needs the key (or --insecure).
 
 from __future__ import annotations
 
+import itertools
 import json
 import posixpath
 import re
@@ -245,8 +246,35 @@ def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowe
     return app
 
 
+MAX_JSON_ITEMS = 200  # entries of one object or list shown on a page
+MAX_JSON_CHARS = 256 << 10
+
+
+def _bounded(value: Any, depth: int = 0) -> Any:
+    """`value` with at most MAX_JSON_ITEMS entries per object or list and 16 levels, what is left out
+    said in place (the whole file is one link away)."""
+    if depth >= 16 and isinstance(value, (dict, list)):
+        return "… nested deeper (see manifest.json)"
+    if isinstance(value, dict):
+        out = {str(k): _bounded(v, depth + 1) for k, v in itertools.islice(value.items(), MAX_JSON_ITEMS)}
+        if len(value) > MAX_JSON_ITEMS:
+            out["…"] = f"{len(value) - MAX_JSON_ITEMS:,} more entries (see manifest.json)"
+        return out
+    if isinstance(value, list):
+        out_list = [_bounded(v, depth + 1) for v in value[:MAX_JSON_ITEMS]]
+        if len(value) > MAX_JSON_ITEMS:
+            out_list.append(f"… {len(value) - MAX_JSON_ITEMS:,} more items (see manifest.json)")
+        return out_list
+    if isinstance(value, str) and len(value) > 4096:
+        return value[:4096] + f"… ({len(value):,} characters)"
+    return value
+
+
 def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, default=str) if value is not None else ""
+    if value is None:
+        return ""
+    text = json.dumps(_bounded(value), indent=2, default=str)
+    return text if len(text) <= MAX_JSON_CHARS else text[:MAX_JSON_CHARS] + "\n… (cut here; see manifest.json)"
 
 
 def _file_parts(name: str) -> list[str]:
@@ -317,7 +345,7 @@ def _confusion(info: catalog.RunInfo) -> list[dict[str, Any]]:
     """Each detector's confusion matrix (per dataset) from the run's summary, every cell linking to
     its rows of the predictions table."""
     out = []
-    for row in (info.manifest or {}).get("summary") or []:
+    for row in catalog.summary_rows(info.manifest):
         if not isinstance(row, dict) or not all(isinstance(row.get(k), int) for k in ("tp", "fn", "fp", "tn")):
             continue
         where = [("id", info.id), ("table", "predictions"), ("f_detector", str(row.get("detector", "")))]
@@ -339,7 +367,7 @@ def _compare_context(infos: list[catalog.RunInfo]) -> dict[str, Any]:
     from redline.pipelines.registry import pipeline as load_pipeline
 
     spec = load_pipeline(pipeline)
-    tables = [(i, (i.manifest or {}).get("summary") or [], spec.columns(i.manifest or {})) for i in infos]
+    tables = [(i, catalog.summary_rows(i.manifest), spec.columns(i.manifest or {})) for i in infos]
     chart = None
     if e.headline is not None:
         groups: list[str] = []

@@ -8,6 +8,7 @@ than hidden, so a half-written or damaged directory shows up where the user look
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import re
@@ -31,6 +32,9 @@ from redline.pipelines.report import format_value
 SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 MAX_DEPTH = 2
 MAX_MANIFEST_BYTES = 32 << 20
+# What a page takes from one manifest: a manifest may hold a million counts, a page shows a few.
+MAX_COUNTS = 64
+MAX_SUMMARY_ROWS = 500
 
 
 @dataclass
@@ -198,7 +202,9 @@ def describe(info: RunInfo, manifest: dict[str, Any]) -> RunInfo:
     info.name = str(manifest.get("run_name") or info.name)
     info.state = str(manifest.get("state") or "unknown")
     info.started, info.updated = manifest.get("started_at"), manifest.get("updated_at")
-    info.counts = {k: v for k, v in (manifest.get("counts") or {}).items() if isinstance(v, (int, float))}
+    counts = manifest.get("counts")
+    numbers = ((k, v) for k, v in (counts.items() if isinstance(counts, dict) else ()) if isinstance(v, (int, float)))
+    info.counts = dict(itertools.islice(numbers, MAX_COUNTS))
     info.error = manifest.get("error")
     info.wall_s = wall_seconds(manifest)
     info.progress = progress(manifest)
@@ -206,9 +212,14 @@ def describe(info: RunInfo, manifest: dict[str, Any]) -> RunInfo:
     if entry is None:
         info.error = info.error or f"unknown pipeline '{info.pipeline}' (written by another redline version?)"
     elif entry.headline is not None:
-        summary = manifest.get("summary")
-        info.figures = figures(entry.headline, summary if isinstance(summary, list) else [])
+        info.figures = figures(entry.headline, summary_rows(manifest))
     return info
+
+
+def summary_rows(manifest: dict[str, Any] | None) -> list[Any]:
+    """The first MAX_SUMMARY_ROWS rows of a manifest's summary (what any page shows of it)."""
+    summary = (manifest or {}).get("summary")
+    return summary[:MAX_SUMMARY_ROWS] if isinstance(summary, list) else []
 
 
 def entry_of(pipeline: str) -> Entry | None:

@@ -77,6 +77,7 @@ class ProviderSettings:
     api_key_env: str | None = None
     allow_insecure_http: bool = False
     timeout_s: float = 60.0
+    max_answer_bytes: int = 1 << 20
     region: str | None = None
     endpoint_url: str | None = None
     additional_fields: dict[str, Any] = field(default_factory=dict)

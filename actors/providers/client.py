@@ -24,7 +24,7 @@ from redline.actors.providers.base import (
     Transient,
 )
 from redline.cluster.net import DEFAULT_MAX_RETRY_AFTER_S, Backoff, RateLimiter
-from redline.cluster.storage import user_cache_dir
+from redline.cluster.storage import private_dir, user_cache_dir
 from redline.errors import RedlineError
 
 FAILED_IN_ROW = 10  # requests that failed after all their retries, with no success between them
@@ -51,7 +51,13 @@ class AnswerCache:
         self.path = None if directory is None else resolve_cache_dir(directory) / "answers.sqlite"
         self.local = threading.local()
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            folder = self.path.parent
+            folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if directory == "auto":
+                private_dir(folder.parent, "answer cache")
+            private_dir(folder, "answer cache")
+            if self.path.is_symlink():
+                raise RedlineError(f"refusing the answer cache {self.path}: it is a symbolic link (remove it)")
             with self._conn() as c:
                 c.execute("PRAGMA journal_mode=WAL")
                 c.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, answer TEXT, "
@@ -125,19 +131,26 @@ class ChatClient:
                     # every thread backs off, never longer than the cap at a time
                     self.limiter.pause(self.waits.seconds(max(backoff, err.retry_after or 0.0), asked))
                 continue
-            if key is not None and result.completions and usable(result.completions[0].text):  # type: ignore[misc]
+            text = result.completions[0].text if result.completions else None
+            usable_answer = text is not None and (usable is None or usable(text))
+            if key is not None and usable_answer:
                 first = result.completions[0]
                 self.cache.put(key, first.text, result.prompt_tokens, first.tokens)
-            with self.lock:
-                self.failed_in_row = 0
+            # an answer the caller cannot use counts as a failure: a service that only says nonsense is down
+            self._count(usable_answer, f"an answer it could not use ({' '.join((text or '').split())[:60]!r})")
             return Answer(result, retries=attempt)
+        self._count(False, f"{cause}, after {self.max_retries} retries")
+        return Failed(cause, self.max_retries)
+
+    def _count(self, usable: bool, cause: str) -> None:
+        """One more answer: a usable one resets the count of failures in a row; `max_failed_in_row`
+        unusable ones in a row (whatever made them unusable) stop the caller with one line."""
         with self.lock:
-            self.failed_in_row += 1
+            self.failed_in_row = 0 if usable else self.failed_in_row + 1
             failed = self.failed_in_row
         if failed >= self.max_failed_in_row:  # the service is not answering anyone: stop, do not grind through every row
-            raise RedlineError(f"{self.provider.endpoint} failed {failed} requests in a row, each after {self.max_retries} "
-                               f"retries (last: {cause}); check the service and rerun to resume")
-        return Failed(cause, self.max_retries)
+            raise RedlineError(f"{self.provider.endpoint} failed {failed} requests in a row (last: {cause}); check the "
+                               "service and rerun to resume")
 
     def ask_many(self, conversations: Sequence[Messages], params: SamplingParams,
                  usable: Callable[[str], bool] | None = None) -> list[Answer | Failed]:

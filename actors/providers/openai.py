@@ -3,6 +3,7 @@ LiteLLM, Ollama ... and redline's own Serve app (provider `redline`, key from $R
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -60,12 +61,22 @@ class OpenAIProvider(ChatProvider):
             kwargs["extra_body"] = {"top_k": params.top_k}
         return kwargs
 
-    def call(self, create: Any, **kwargs: Any) -> Any:
-        """One request; Refused or Transient on failure."""
+    def call(self, create: Any, **kwargs: Any) -> dict[str, Any]:
+        """One request, its body read up to `max_answer_bytes` (decoded, so a compressed bomb is cut off
+        too) and parsed as a JSON object; Refused or Transient on failure."""
         import openai
 
+        limit = self.settings.max_answer_bytes
         try:
-            return create(**kwargs)
+            with create(**kwargs) as response:
+                declared = response.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > limit:
+                    raise Transient(f"the answer is {int(declared):,} bytes, over max_answer_bytes ({limit:,})")
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > limit:
+                        raise Transient(f"the answer is over max_answer_bytes ({limit:,} bytes)")
         except openai.APITimeoutError as err:
             raise Transient(f"{type(err).__name__}: {first_line(err)}") from None
         except openai.APIConnectionError as err:
@@ -76,31 +87,61 @@ class OpenAIProvider(ChatProvider):
                               "model settings (model, key, base_url)") from None
             headers = err.response.headers if err.response is not None else None
             raise Transient(f"HTTP {err.status_code}", retry_after_s(headers)) from None
-        except openai.APIError as err:  # a body that is not a completion (HTML, invalid JSON)
+        except openai.APIError as err:
             raise Transient(f"unreadable response ({first_line(err)})") from None
-        except ValueError as err:  # the client's own JSON parse of a 200 whose body is not JSON
-            raise Transient(f"the answer's body is not JSON ({first_line(err)})") from None
+        try:
+            data = json.loads(bytes(body))
+        except (ValueError, RecursionError) as err:
+            raise Transient(f"the answer's body is not JSON ({first_line(err)[:120]})") from None
+        if not isinstance(data, dict):
+            raise Transient("the answer's body is not JSON object")
+        return data
 
     def chat_one(self, messages: Messages, params: SamplingParams) -> PromptResult:
-        resp = self.call(self.client.chat.completions.create, messages=messages, **self.sampling(params))
-        choices = getattr(resp, "choices", None)
+        data = self.call(self.client.chat.completions.with_streaming_response.create, messages=messages,
+                         **self.sampling(params))
+        choices = data.get("choices")
         if not isinstance(choices, list):
-            raise Transient("the response is not a chat completion (not JSON?)")
+            raise Transient("the response is not a chat completion (no list of choices)")
         if not choices:
             raise Transient("the response has no choices")
-        usage = getattr(resp, "usage", None)
-        per = (usage.completion_tokens // len(choices)) if usage else 0
-        return PromptResult(usage.prompt_tokens if usage else 0,
-                            [Completion(c.message.content or "", c.finish_reason or "stop", per) for c in choices])
+        completions = []
+        for c in choices:
+            message = c.get("message") if isinstance(c, dict) else None
+            content = message.get("content") if isinstance(message, dict) else None
+            if not isinstance(content, (str, type(None))):
+                raise Transient("a choice of the response has no text")
+            completions.append(Completion(content or "", _text(c.get("finish_reason")) or "stop", 0))
+        prompt_tokens, completion_tokens = _usage(data)
+        for c in completions:
+            c.tokens = completion_tokens // len(completions)
+        return PromptResult(prompt_tokens, completions)
 
     def complete(self, prompts: list[str], params: SamplingParams) -> list[PromptResult]:
         """The completions API: every prompt in one request."""
-        resp = self.call(self.client.completions.create, prompt=list(prompts), **self.sampling(params))
+        data = self.call(self.client.completions.with_streaming_response.create, prompt=list(prompts),
+                         **self.sampling(params))
         by_prompt: list[list[Completion]] = [[] for _ in prompts]
-        for c in getattr(resp, "choices", None) or []:
-            by_prompt[c.index // params.n].append(Completion(c.text, c.finish_reason or "stop", 0))
-        prompt_tokens = (resp.usage.prompt_tokens // max(len(prompts), 1)) if getattr(resp, "usage", None) else 0
+        choices = data.get("choices")
+        for c in choices if isinstance(choices, list) else []:
+            index = c.get("index") if isinstance(c, dict) else None
+            if not isinstance(index, int) or not 0 <= index // params.n < len(prompts) or not isinstance(c.get("text"), str):
+                raise Transient("a choice of the response has no text or no valid index")
+            by_prompt[index // params.n].append(Completion(c["text"], _text(c.get("finish_reason")) or "stop", 0))
+        prompt_tokens = _usage(data)[0] // max(len(prompts), 1)
         return [PromptResult(prompt_tokens, comps) for comps in by_prompt]
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _usage(data: dict[str, Any]) -> tuple[int, int]:
+    """(prompt tokens, completion tokens) of an answer; 0 where the server gave no whole count."""
+    usage = data.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    counts = [usage.get(k) for k in ("prompt_tokens", "completion_tokens")]
+    return tuple(c if isinstance(c, int) and not isinstance(c, bool) and c >= 0 else 0 for c in counts)  # type: ignore[return-value]
 
 
 class RedlineServeProvider(OpenAIProvider):
