@@ -106,7 +106,7 @@ class Ingress:
     def __init__(self, config: ServeConfig, detectors: dict[str, DeploymentHandle],
                  generators: dict[str, DeploymentHandle], api_key_sha256: str | None = None,
                  dialogue_safety: DeploymentHandle | None = None,
-                 vllm: dict[str, DeploymentHandle] | None = None) -> None:
+                 vllm: dict[str, DeploymentHandle] | None = None, key_from_driver: bool = False) -> None:
         self.config = config
         self.dialogue_safety = dialogue_safety
         self.limits = self.config.limits
@@ -116,7 +116,7 @@ class Ingress:
         self.vllm = vllm or {}
         self.generators = {**generators, **self.vllm}
         self.created = int(time.time())
-        api.state.keys, api.state.hosts = access_rules(self.config, api_key_sha256)
+        api.state.keys, api.state.hosts = access_rules(self.config, api_key_sha256, key_from_driver)
         api.state.limits = self.limits
         self._infos: dict[str, dict[str, Any]] = {}
 
@@ -327,8 +327,12 @@ def deployment_options(settings: DeploymentSettings, num_cpus: float, num_gpus: 
     return opts
 
 
-def build_app(config: ServeConfig | dict[str, Any], api_key_sha256: str | None = None) -> Any:
-    """The Serve application for `config`: one ingress in front of every model (vLLM ones included)."""
+def build_app(config: ServeConfig | dict[str, Any], api_key_sha256: str | None = None,
+              key_from_driver: bool = False) -> Any:
+    """The Serve application for `config`: one ingress in front of every model (vLLM ones included).
+    `key_from_driver`: the driver's key (`api_key_sha256`, None: no key) decides, never the replicas'
+    environment (an embedded Ray's workers inherit whatever the driver's environment held when Ray
+    started, not what it holds now)."""
     cfg = config if isinstance(config, ServeConfig) else ServeConfig.model_validate(config)
     detectors = {
         d.name: DetectorDeployment.options(name=f"detector-{d.name}", **deployment_options(d.serve, d.num_cpus, d.num_gpus))
@@ -350,7 +354,7 @@ def build_app(config: ServeConfig | dict[str, Any], api_key_sha256: str | None =
     # flood is refused at the door, before any request reaches Python in a replica.
     ingress = {**deployment_options(cfg.ingress, 0.1, 0), "max_queued_requests": cfg.limits.max_queued_requests}
     return Ingress.options(name="ingress", **ingress).bind(
-        cfg, detectors, generators, api_key_sha256, dialogue, vllm)
+        cfg, detectors, generators, api_key_sha256, dialogue, vllm, key_from_driver)
 
 
 def vllm_deployment(generator: Any) -> Any:

@@ -172,11 +172,13 @@ async def _busy(scope: dict[str, Any], receive: Any, send: Any, why: str) -> Non
 
 
 
-def access_rules(config: ServeConfig, api_key_sha256: str | None = None) -> tuple[access.KeyCheck, access.HostRule]:
+def access_rules(config: ServeConfig, api_key_sha256: str | None = None,
+                 key_from_driver: bool = False) -> tuple[access.KeyCheck, access.HostRule]:
     """The key and Host rules of an ingress, however the app was started (`redline serve`, a `serve
-    deploy` file, the dashboard): the key from the driver (its SHA-256) or from this replica's
-    environment, and a non-loopback host without one refused unless the config says insecure."""
-    env_key = os.environ.get(config.api_key_env) if config.api_key_env else None
+    deploy` file, the dashboard): the key from the driver (its SHA-256) or, unless the driver's word
+    is final (`key_from_driver`), from this replica's environment; a non-loopback host without one is
+    refused unless the config says insecure."""
+    env_key = os.environ.get(config.api_key_env) if config.api_key_env and not key_from_driver else None
     keys = access.KeyCheck.from_sha256(api_key_sha256) if api_key_sha256 else access.KeyCheck(env_key)
     access.check_exposure(config.host, keys.required, config.insecure,
                           f"${config.api_key_env}" if config.api_key_env else "api_key_env", "serve")

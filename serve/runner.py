@@ -162,7 +162,9 @@ def start(config: ServeConfig, *, config_file: str | None = None, verbose: bool 
     logging.getLogger("ray.serve").setLevel(logging.INFO if verbose else logging.WARNING)
     _start_serve(config, verbose)
     check_resources(config, strict=local)
-    apps = [(config.app_name, build_app(config, api_key_sha256(config)), config.route_prefix), health_app(config)]
+    # Locally, the workers' environment is this process's as it was when Ray started: only ours now counts.
+    apps = [(config.app_name, build_app(config, api_key_sha256(config), key_from_driver=local), config.route_prefix),
+            health_app(config)]
     state = {"port": config.port, "host": config.host, "url": url_of(config), "app_name": config.app_name,
              "pid": os.getpid() if local else None, "process": process_identity(os.getpid()) if local else None,
              "mode": "local" if local else "cluster",
