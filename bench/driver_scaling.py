@@ -49,21 +49,57 @@ def sampled(cmd: list[str], log: Path) -> dict[str, float]:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
                                 env={**os.environ, "REDLINE_PROGRESS": "0", "RAY_AUTH_MODE": "disabled",
                                      "RAY_ADDRESS": "local"})
-        peak, cpu = 0, 0.0
+        peak, cpu, worker_peak, worker, tick = 0, 0.0, 0, "-", 0
         while proc.poll() is None:
             try:
-                status = Path(f"/proc/{proc.pid}/status").read_text()
-                peak = max(peak, int(re.search(r"VmRSS:\s+(\d+)", status).group(1)))
+                peak = max(peak, rss_kb(proc.pid))
                 stat = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
                 cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
             except (OSError, AttributeError):
                 pass
+            if tick % 5 == 0:  # every process below the driver (Ray's workers, actors, reading tasks), once a second
+                for pid in descendants(proc.pid):
+                    if rss_kb(pid) > worker_peak:
+                        worker_peak, worker = rss_kb(pid), command_of(pid)
+            tick += 1
             time.sleep(0.2)
     wall, used = time.time() - started, machine_cpu_s() - machine
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[:4])} failed (rc {proc.returncode}); see {log}")
     return {"wall_s": round(wall, 1), "driver_peak_rss_mb": round(peak / 1024), "driver_cpu_s": round(cpu, 1),
-            "machine_cpu_s": round(used, 1), "driver_share": round(cpu / max(used, 1e-9), 3)}
+            "machine_cpu_s": round(used, 1), "driver_share": round(cpu / max(used, 1e-9), 3),
+            "worker_peak_rss_mb": round(worker_peak / 1024), "worker_peak": worker}
+
+
+def rss_kb(pid: int) -> int:
+    try:
+        return int(re.search(r"VmRSS:\s+(\d+)", Path(f"/proc/{pid}/status").read_text()).group(1))
+    except (OSError, AttributeError):
+        return 0
+
+
+def descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    out, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def command_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()[:80]
+    except OSError:
+        return "?"
 
 
 def repeated_corpus(rows: int, out: Path) -> Path:
@@ -152,12 +188,12 @@ def main() -> int:
         table.append(row)
     print(f"\nbare loop: {bare:,.0f} texts/s; {args.actors} actors x {args.actor_cpus} CPU; {os.cpu_count()} CPUs\n")
     print("| run | wall s | rows/s | share of bare (or of victim-bound) | driver peak RSS MB | driver CPU s | "
-          "driver share of CPU |\n|---|---|---|---|---|---|---|")
+          "driver share of CPU | largest process below it, MB |\n|---|---|---|---|---|---|---|---|")
     for r in table:
         rate = r.get("rows_per_s") or r.get("attempts_per_s")
         share = r.get("share_of_bare", r.get("share_of_bound"))
         print(f"| {r['what']} | {r['wall_s']} | {rate:,} | {share:.0%} | {r['driver_peak_rss_mb']} | "
-              f"{r['driver_cpu_s']} | {r['driver_share']:.0%} |")
+              f"{r['driver_cpu_s']} | {r['driver_share']:.0%} | {r['worker_peak_rss_mb']} ({r['worker_peak'][:40]}) |")
     return 0
 
 

@@ -4,17 +4,21 @@ one-line errors for undecodable bytes and malformed rows."""
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from redline.cluster import storage
+from redline.cluster.paths import NotFound
 from redline.errors import RedlineError, first_line
 
 # Row status shared by every table: `ok` rows were processed; `rejected` rows are kept with a reason.
@@ -68,6 +72,82 @@ class DataFile:
                 f"set {self.setting}.encoding (e.g. latin-1) or {self.setting}.encoding_errors: replace"
             ) from None
 
+    def streamable(self) -> bool:
+        """Whether `stream` reads this file in bounded memory: CSV and Parquet in strict UTF-8 (JSON, other
+        encodings and `encoding_errors: replace` are read whole)."""
+        try:
+            utf8 = codecs.lookup(self.encoding).name == "utf-8"
+        except LookupError:
+            return False
+        return self.detected_format() in ("csv", "parquet") and utf8 and self.encoding_errors == "strict"
+
+    def stream(self, chunk_rows: int = 65_536) -> Iterator[pa.Table]:
+        """The file's rows as tables of at most about `chunk_rows` rows, read as they are needed (a
+        file larger than memory streams through); at least one table, empty for a file with a header
+        and no rows. Errors are `read`'s, one line each (an invalid byte names its line)."""
+        if not self.streamable():
+            yield self.read()
+            return
+        fs, path = storage.resolve(self.path)
+        try:
+            info = fs.get_file_info(path)
+        except OSError as err:
+            raise RedlineError(f"cannot read {self.path}: {first_line(err)}") from None
+        if info.type == pafs.FileType.NotFound:
+            raise NotFound(f"file not found: {self.path}")
+        if info.type == pafs.FileType.Directory:
+            raise RedlineError(f"expected a file but found a directory: {self.path}")
+        fmt, checked = self.detected_format(), None
+        try:
+            if fmt == "parquet":
+                with fs.open_input_file(path) as f:
+                    parquet = pq.ParquetFile(f)
+                    self._check_unique(parquet.schema_arrow.names)
+                    empty = True
+                    for batch in parquet.iter_batches(batch_size=chunk_rows):
+                        empty = False
+                        yield self._decoded(pa.Table.from_batches([batch]))
+                    if empty:
+                        yield self._decoded(parquet.schema_arrow.empty_table())
+                return
+            with fs.open_input_stream(path) as raw:
+                checked = _Utf8Checked(raw, self)
+                reader = pacsv.open_csv(checked, read_options=pacsv.ReadOptions(block_size=self.max_field_mb << 20),
+                                        parse_options=self._csv_parse(), convert_options=self._csv_convert())
+                self._check_unique(reader.schema.names)
+                empty = True
+                for batch in reader:
+                    empty = False
+                    yield pa.Table.from_batches([batch])
+                if empty:
+                    yield reader.schema.empty_table()
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as err:
+            if checked is not None and checked.error is not None:
+                raise checked.error from None
+            raise self._parse_error(err, fmt) from None
+
+    def _csv_parse(self) -> pacsv.ParseOptions:
+        return pacsv.ParseOptions(delimiter="\t" if self.path.endswith(".tsv") else ",", newlines_in_values=True)
+
+    @staticmethod
+    def _csv_convert() -> pacsv.ConvertOptions:
+        return pacsv.ConvertOptions(strings_can_be_null=False, quoted_strings_can_be_null=False)
+
+    def _parse_error(self, err: BaseException, fmt: str) -> RedlineError:
+        if "straddling" in str(err) or "block size" in str(err):
+            return RedlineError(f"{self.path}: a CSV value is longer than {self.max_field_mb} MB, the most the reader "
+                                f"takes in one field; set {self.setting}.max_field_mb higher (texts over "
+                                f"{self.setting}.max_chars are then rejected with a reason)")
+        return RedlineError(f"cannot parse {self.path} as {fmt}: {first_line(err)}")
+
+    def _decoded(self, table: pa.Table) -> pa.Table:
+        """`table` with each dictionary-encoded column decoded to its values."""
+        decoded = [pa.types.is_dictionary(f.type) for f in table.schema]
+        if not any(decoded):
+            return table
+        return pa.table({f.name: (table.column(i).cast(f.type.value_type) if d else table.column(i))
+                         for i, (f, d) in enumerate(zip(table.schema, decoded))})
+
     def read_text(self) -> str:
         return self.decode(storage.read_bytes(self.path))
 
@@ -76,11 +156,7 @@ class DataFile:
         column decoded to its values)."""
         table = self._parse()
         self._check_unique(table.column_names)
-        decoded = [pa.types.is_dictionary(f.type) for f in table.schema]
-        if any(decoded):
-            table = pa.table({f.name: (table.column(i).cast(f.type.value_type) if d else table.column(i))
-                              for i, (f, d) in enumerate(zip(table.schema, decoded))})
-        return table
+        return self._decoded(table)
 
     def _check_unique(self, names: list[str]) -> None:
         repeated = next((n for i, n in enumerate(names) if n in names[:i]), None)
@@ -97,20 +173,12 @@ class DataFile:
                 return pq.read_table(io.BytesIO(data))
             text = self.decode(data)
             if fmt == "csv":
-                delimiter = "\t" if self.path.endswith(".tsv") else ","
-                return pacsv.read_csv(
-                    io.BytesIO(text.encode("utf-8")),
-                    read_options=pacsv.ReadOptions(block_size=self.max_field_mb << 20),
-                    parse_options=pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True),
-                    convert_options=pacsv.ConvertOptions(strings_can_be_null=False, quoted_strings_can_be_null=False),
-                )
+                return pacsv.read_csv(io.BytesIO(text.encode("utf-8")),
+                                      read_options=pacsv.ReadOptions(block_size=self.max_field_mb << 20),
+                                      parse_options=self._csv_parse(), convert_options=self._csv_convert())
             return table_from_rows(self.json_rows(text, fmt))
         except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-            if "straddling" in str(err) or "block size" in str(err):
-                raise RedlineError(f"{self.path}: a CSV value is longer than {self.max_field_mb} MB, the most the reader "
-                                   f"takes in one field; set {self.setting}.max_field_mb higher (texts over "
-                                   f"{self.setting}.max_chars are then rejected with a reason)") from None
-            raise RedlineError(f"cannot parse {self.path} as {fmt}: {first_line(err)}") from None
+            raise self._parse_error(err, fmt) from None
         except RecursionError:
             raise RedlineError(f"{self.path}: a value is nested too deeply to read (JSON objects or lists inside "
                                "each other thousands of levels deep); a corpus row holds flat values") from None
@@ -132,6 +200,41 @@ class DataFile:
         if not all(isinstance(r, dict) for r in rows):
             raise RedlineError(f"{self.path}: expected JSON objects, one per row")
         return rows
+
+
+class _Utf8Checked(io.RawIOBase):
+    """A byte stream passed on as it is read, every byte checked to be `data_file`'s strict UTF-8: an
+    invalid one is kept as the one-line error `DataFile.decode` gives (naming its byte and line), for
+    the reader's caller to raise."""
+
+    def __init__(self, raw: Any, data_file: DataFile) -> None:
+        super().__init__()
+        self.raw, self.data_file, self.error = raw, data_file, None
+        self.decoder, self.lines = codecs.getincrementaldecoder("utf-8")("strict"), 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self.raw.read() if size is None or size < 0 else self.raw.read(size)
+        pending = self.decoder.getstate()[0]
+        try:
+            self.decoder.decode(chunk, final=not chunk)
+        except UnicodeDecodeError as err:
+            data = pending + chunk
+            line = self.lines + data[: err.start].count(b"\n") + 1
+            self.error = RedlineError(
+                f"{self.data_file.path}: byte 0x{data[err.start]:02x} on line {line} is not valid "
+                f"{self.data_file.encoding}; set {self.data_file.setting}.encoding (e.g. latin-1) or "
+                f"{self.data_file.setting}.encoding_errors: replace")
+            raise OSError("invalid UTF-8") from None
+        self.lines += chunk.count(b"\n")
+        return bytes(chunk)
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
 
 
 MIXED_KEY = b"redline.mixed_columns"  # schema metadata: columns whose JSON values differ in type

@@ -7,6 +7,7 @@ comments and DiaSafety. Every row keeps a stable id and its provenance; rows tha
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -212,10 +213,48 @@ def sample_indices(n: int, config: CorpusConfig) -> np.ndarray:
     return np.sort(rng.choice(n, size=config.limit, replace=False))
 
 
+CHUNK_ROWS = 65_536  # rows a corpus is read and normalised in at a time: memory stays flat whatever its size
+
+
 def read_corpus(config: CorpusConfig) -> pa.Table:
-    """Read one corpus and normalise it to CORPUS_SCHEMA."""
+    """Read one corpus and normalise it to CORPUS_SCHEMA (the chunks of `iter_corpus`, together)."""
+    return pa.concat_tables(iter_corpus(config))
+
+
+def iter_corpus(config: CorpusConfig, chunk_rows: int = CHUNK_ROWS) -> Iterator[pa.Table]:
+    """One corpus normalised to CORPUS_SCHEMA, chunk by chunk as the file is read (CSV and Parquet
+    stream in bounded memory; JSON is read whole): the same rows, ids and errors as reading it whole.
+    A random `limit` sample reads the file twice (first to count its rows)."""
     config = effective(config)
-    raw = read_raw(config)
+    source = data_file(config)
+    keep = None
+    if config.limit and config.sample != "first":
+        n = sum(t.num_rows for t in source.stream(chunk_rows)) if source.streamable() else None
+        keep = sample_indices(n, config) if n is not None else None
+    offset, taken = 0, 0
+    for raw in source.stream(chunk_rows):
+        if offset == 0:
+            _check_columns(raw, config)
+        start, offset = offset, offset + raw.num_rows
+        if raw.num_rows == 0:
+            continue
+        check_column_types(raw, config)
+        if keep is None and config.limit and config.sample != "first" and not source.streamable():
+            keep = sample_indices(raw.num_rows, config)  # read whole: the one chunk is the file
+        if keep is not None:
+            rows = keep[(keep >= start) & (keep < offset)]
+        else:
+            rows = np.arange(start, min(offset, start + config.limit - taken) if config.limit else offset)
+        taken += len(rows)
+        if len(rows):
+            yield _normalised(raw.take(pa.array(rows - start)), config, rows)
+        if config.limit and config.sample == "first" and taken >= config.limit:
+            return
+    if offset == 0:
+        raise RedlineError(f"{config.path}: the corpus has no rows")
+
+
+def _check_columns(raw: pa.Table, config: CorpusConfig) -> None:
     if config.text_column is None:
         raise RedlineError(f"{config.path}: set corpus.text_column (or a preset); columns are: {', '.join(raw.column_names)}")
     needed = [config.text_column]
@@ -224,12 +263,15 @@ def read_corpus(config: CorpusConfig) -> pa.Table:
     if config.context_column:
         needed.append(config.context_column)
     _require_columns(raw, config, needed)
-    if raw.num_rows == 0:
-        raise RedlineError(f"{config.path}: the corpus has no rows")
-    check_column_types(raw, config)
 
-    keep = sample_indices(raw.num_rows, config)
-    raw = raw.take(pa.array(keep))
+
+def dataset_name(config: CorpusConfig) -> str:
+    config = effective(config)
+    return config.dataset or config.preset or Path(config.path.rstrip("/")).stem
+
+
+def _normalised(raw: pa.Table, config: CorpusConfig, keep: np.ndarray) -> pa.Table:
+    """The rows of `raw` (the file's rows `keep`) in CORPUS_SCHEMA."""
     n = len(keep)
     labels, label_names = _labels(raw, config)
     texts = raw.column(config.text_column).combine_chunks().cast(pa.string())
@@ -240,7 +282,7 @@ def read_corpus(config: CorpusConfig) -> pa.Table:
         too_long, f"text longer than corpus.max_chars={config.max_chars}", pa.scalar(None, pa.string())))
     contexts = (raw.column(config.context_column).combine_chunks().cast(pa.string()) if config.context_column
                 else pa.nulls(n, pa.string()))
-    dataset = config.dataset or config.preset or Path(config.path.rstrip("/")).stem
+    dataset = dataset_name(config)
     rows = pa.array(keep, pa.int64())
     return pa.table(
         {
@@ -260,9 +302,18 @@ def read_corpus(config: CorpusConfig) -> pa.Table:
     )
 
 
-def read_corpora(configs: list[CorpusConfig]) -> pa.Table:
-    tables = [read_corpus(c) for c in configs]
-    table = pa.concat_tables(tables)
-    if len(tables) > 1 and pc.count_distinct(table.column("id")).as_py() != table.num_rows:
+def _distinct(configs: list[CorpusConfig]) -> None:
+    keys = [(dataset_name(c), c.split) for c in configs]
+    if len(set(keys)) != len(keys):
         raise RedlineError("two corpora share the same dataset and split; give each a distinct `dataset` or `split`")
-    return table
+
+
+def iter_corpora(configs: list[CorpusConfig], chunk_rows: int = CHUNK_ROWS) -> Iterator[pa.Table]:
+    """Every corpus's chunks in turn (`iter_corpus`); ids stay distinct across corpora."""
+    _distinct(configs)
+    for config in configs:
+        yield from iter_corpus(config, chunk_rows)
+
+
+def read_corpora(configs: list[CorpusConfig]) -> pa.Table:
+    return pa.concat_tables(iter_corpora(configs))

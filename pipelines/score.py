@@ -9,6 +9,7 @@ part's partial sums; the driver only merges those. A restarted run skips parts a
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from contextlib import ExitStack
 from functools import partial
 from typing import Any, Callable
@@ -28,7 +29,7 @@ from redline.errors import RedlineError
 from redline.pipelines import aggregates as A
 from redline.pipelines import shard_host, sharded
 from redline.pipelines.actor_pool import ActorPool
-from redline.pipelines.corpora import CorpusConfig, read_corpora
+from redline.pipelines.corpora import CorpusConfig, iter_corpora
 from redline.pipelines.figures import SCORE, Table, outcomes
 from redline.pipelines.report import COUNT_COLUMNS, Report, grouped_bars, png_bytes
 from redline.pipelines.schema import PREDICTION_SCHEMA
@@ -120,7 +121,7 @@ def scorable_rows(shard: pa.Table) -> int:
     return scorable(shard).num_rows
 
 
-def score_corpus(run: Run, config: Any, build: Callable[[], pa.Table], watch: Stopwatch, verbose: bool,
+def score_corpus(run: Run, config: Any, build: Callable[[], pa.Table | Iterator[pa.Table]], watch: Stopwatch, verbose: bool,
                  summary: Table = SCORE) -> list[dict[str, Any]]:
     """Score the corpus `build` returns with `config.detectors` into `run`'s prediction parts (one
     per shard and detector, written by the detector's actors; resuming any already written);
@@ -205,7 +206,7 @@ def output_counts(outcomes: list[dict[str, Any]], detector_names: list[str]) -> 
 
 
 def execute(config: ScoreConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
-    metrics = score_corpus(run, config, lambda: read_corpora(config.corpora), watch, verbose)
+    metrics = score_corpus(run, config, lambda: iter_corpora(config.corpora), watch, verbose)
     storage.write_json(run.dir.path("metrics.json"), metrics)
     run.manifest["example_errors"] = on_a_worker(example_errors_at, run.dir.uri, num_cpus=0.5)  # reads every part
     return metrics

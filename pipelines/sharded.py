@@ -6,7 +6,7 @@ counts a part written before a crash from its file. The actors that write the pa
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +26,13 @@ def part_name(index: int) -> str:
     return f"part-{index:05d}.parquet"
 
 
-def prepare_inputs(run: Run, build: Callable[[], pa.Table], shard_size: int,
+def prepare_inputs(run: Run, build: Callable[[], pa.Table | Iterable[pa.Table]], shard_size: int,
                    counts: Callable[[pa.Table], dict[str, Any]], rows: Callable[[pa.Table], int] = len,
                    on_worker: bool = True, meanwhile: Callable[[float], None] | None = None,
                    directory: str = INPUT_DIR) -> list[int]:
     """Input shards written once per run, and each shard's work (`rows(shard)`: the rows its actors
-    take). `build` (reading the corpus, ...) runs in a Ray task on a worker unless `on_worker` is
+    take). `build` (reading the corpus, ...: one table, or its chunks as they are read, so that no
+    process holds the whole corpus; `counts` of the chunks are added up) runs in a Ray task on a worker unless `on_worker` is
     False, so the driver never reads the corpus: it records the shard count, `counts(table)` and the
     rows per shard that the task returns. Resuming after every shard was written builds nothing.
     `meanwhile(spare_cpus)` runs while that task builds (e.g. starting the actors that will take the
@@ -70,8 +71,8 @@ def prepare_inputs(run: Run, build: Callable[[], pa.Table], shard_size: int,
     return written["rows"]
 
 
-def write_inputs(run_uri: str, n_shards: int | None, build: Callable[[], pa.Table], shard_size: int,
-                 counts: Callable[[pa.Table], dict[str, Any]], rows: Callable[[pa.Table], int],
+def write_inputs(run_uri: str, n_shards: int | None, build: Callable[[], pa.Table | Iterable[pa.Table]],
+                 shard_size: int, counts: Callable[[pa.Table], dict[str, Any]], rows: Callable[[pa.Table], int],
                  unseen: dict[str, dict[str, Any]] | None = None, directory: str = INPUT_DIR) -> dict[str, Any]:
     """The input shards of a run: read back when an earlier attempt wrote all `n_shards`, else built
     and written now (the same rows in the same shard on every attempt, so a retried task rewrites
@@ -87,11 +88,43 @@ def write_inputs(run_uri: str, n_shards: int | None, build: Callable[[], pa.Tabl
     if changed:
         raise RedlineError(f"input {changed[0]} changed since this run read it; pass --force to redo the run "
                            "(or restore the input)")
-    table = build()
-    shards = [table.slice(i, shard_size) for i in range(0, table.num_rows, shard_size)]
-    for i, shard in enumerate(shards):
-        storage.write_parquet(shard, storage.join(run_uri, directory, part_name(i)))
-    return {"rows": [rows(s) for s in shards], "counts": counts(table), "inputs": now}
+    built = build()
+    chunks = [built] if isinstance(built, pa.Table) else built
+    per_shard: list[int] = []
+    total: dict[str, Any] | None = None
+    held: list[pa.Table] = []
+
+    def write(shard: pa.Table) -> None:
+        storage.write_parquet(shard, storage.join(run_uri, directory, part_name(len(per_shard))))
+        per_shard.append(rows(shard))
+
+    for chunk in chunks:  # a chunk at a time: a shard is written as soon as it is full
+        total = add_counts(total, counts(chunk))
+        held.append(chunk)
+        while sum(t.num_rows for t in held) >= shard_size:
+            table = pa.concat_tables(held)
+            write(table.slice(0, shard_size))
+            held = [table.slice(shard_size)]
+    rest = pa.concat_tables(held) if held else None
+    if rest is not None and rest.num_rows:
+        write(rest)
+    return {"rows": per_shard, "counts": total, "inputs": now}
+
+
+def add_counts(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:
+    """Two chunks' counts as one: numbers added, nested counts added key by key."""
+    if a is None:
+        return b
+    out = dict(a)
+    for key, value in b.items():
+        mine = out.get(key)
+        if isinstance(value, dict):
+            out[key] = add_counts(mine if isinstance(mine, dict) else {}, value)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and isinstance(mine, (int, float)):
+            out[key] = mine + value
+        else:
+            out[key] = value if mine is None else mine
+    return out
 
 
 def check_visible(run_uri: str) -> None:
