@@ -1,0 +1,83 @@
+"""Figures a report or card publishes, each against an independent computation on hand-made rows:
+intervals against scipy and the normal approximation, sketches merged across resolutions against
+scikit-learn, and the index's pruning where a range ends exactly on a part's bound."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+
+@pytest.mark.parametrize("successes,n", [(0, 8), (1, 8), (4, 8), (8, 8), (3, 22), (17, 22), (50, 100), (999, 1000),
+                                         (1, 10_000), (4_321, 9_876)])
+def test_wilson_matches_scipy(successes, n):
+    from scipy.stats import binomtest
+
+    from redline.pipelines.uncertainty import wilson
+
+    reference = binomtest(successes, n).proportion_ci(confidence_level=0.95, method="wilson")
+    low, high = wilson(successes, n)
+    assert low == pytest.approx(reference.low, abs=1e-9) and high == pytest.approx(reference.high, abs=1e-9)
+
+
+def test_the_bootstrap_interval_is_a_95_percent_one():
+    """One category, 400 contexts of one judged response each, 200 unsafe: the percentile interval's
+    ends sit where the normal approximation puts a 95% interval (p +- 1.96 SE), not a 90% one
+    (+- 1.645 SE, 0.008 narrower on each side)."""
+    from redline.pipelines.uncertainty import bootstrap_dialogue
+
+    n, unsafe = 400, 200
+    per_context = [{"category": "c", "judged": 1, "context_unsafe": 0, "utterance_unsafe": int(i < unsafe)}
+                   for i in range(n)]
+    low, high = bootstrap_dialogue(per_context, draws=20_000, seed=1)["utterance"]
+    p, se = unsafe / n, math.sqrt(0.25 / n)
+    assert low == pytest.approx(p - 1.96 * se, abs=0.004) and high == pytest.approx(p + 1.96 * se, abs=0.004)
+
+
+def test_sketches_of_two_resolutions_merge_at_the_coarser():
+    """20,000 rows (their sketch coarsened to fit its bins) merged with 3,000 (still at full
+    resolution): the merged ROC-AUC is scikit-learn's on all 23,000 rows, in either order."""
+    from sklearn.metrics import roc_auc_score
+
+    from redline.pipelines import aggregates as A
+
+    rng = np.random.default_rng(7)
+
+    def rows(n: int) -> pa.Table:
+        label = rng.integers(0, 2, n)
+        score = 1 / (1 + np.exp(-(rng.normal(0, 1.5, n) + 1.4 * label)))
+        return pa.table({"score": score, "label": label.astype(np.int64)})
+
+    big, small = rows(20_000), rows(3_000)
+    roc = A.RocAuc("score", "label")
+    first, second = (A.partials(t, (), roc.needs())[()] for t in (big, small))
+    levels = {s["level"] for s in first.values()}, {s["level"] for s in second.values()}
+    assert max(levels[0]) < min(levels[1])  # the big one was coarsened, the small one was not
+    both = pa.concat_tables([big, small])
+    exact = roc_auc_score(both.column("label").to_numpy(), both.column("score").to_numpy())
+    for a, b in ((first, second), (second, first)):
+        assert roc.value(A.add(dict(a), b)) == pytest.approx(exact, abs=0.002)
+
+
+@pytest.mark.parametrize("bounds,expected", [
+    ((0.5, None), 3),     # from the part's greatest value: its rows at 0.5 match
+    ((None, 0.1), 2),     # up to the part's least value
+    ((0.1, 0.5), 5),      # exactly the part's range: every row
+    ((0.5000001, None), 0), ((None, 0.0999999), 0),
+])
+def test_the_index_prunes_a_part_only_when_no_row_can_match(bounds, expected):
+    """A range that ends exactly on a part's bound still reads (or counts) that part's rows."""
+    from redline.pipelines.table_index import known_rows, part_stats
+
+    table = pa.table({"toxic_score": [0.1, 0.1, 0.5, 0.5, 0.5]})
+    stats = part_stats("p", 1, table, [])
+    known = known_rows(stats, {}, {"toxic_score": bounds})
+    truth = sum(1 for v in table.column("toxic_score").to_pylist()
+                if (bounds[0] is None or v >= bounds[0]) and (bounds[1] is None or v <= bounds[1]))
+    assert truth == expected
+    assert known in (None, truth)  # None: the planner reads the part, and counts it exactly
+    if expected == 0 or expected == table.num_rows:
+        assert known == expected
