@@ -257,13 +257,56 @@ def cache_limit_bytes() -> int:
 
 
 def _size(folder: Path) -> int:
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+    """Bytes of the regular files below `folder` (files deleted meanwhile by another process: 0)."""
+    total = 0
+    for parent, _, names in os.walk(folder, followlinks=False):
+        for name in names:
+            try:
+                st = os.lstat(os.path.join(parent, name))
+            except OSError:
+                continue
+            total += st.st_size if stat.S_ISREG(st.st_mode) else 0
+    return total
+
+
+STAGING = re.compile(r"^\.([0-9a-f]{24})\.(\d+)\.[0-9a-f]{8}$")
+STALE_STAGING_S = 24 * 3600.0  # a staging folder this old is left over, whoever's PID it names now
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_staging() -> list[str]:
+    """Remove staging folders a killed download left (its process is gone, or it is a day old)."""
+    removed = []
+    for entry in cache_root().iterdir():
+        m = STAGING.match(entry.name)
+        if not m:
+            continue
+        try:
+            st = os.lstat(entry)
+        except OSError:
+            continue
+        if _alive(int(m.group(2))) and time.time() - st.st_mtime < STALE_STAGING_S:
+            continue
+        _remove(entry)
+        removed.append(entry.name)
+    return removed
 
 
 def evict_beyond(limit: int, keep: str) -> list[str]:
     """Remove the least recently used artifacts until the cache holds at most `limit` bytes (never
-    `keep`, one used in the last IN_USE_S seconds, nor one another process is fetching); returns
-    the digests removed."""
+    `keep`, one used in the last IN_USE_S seconds, nor one another process is fetching or using,
+    each checked again under its lock), and the staging folders of killed downloads; returns the
+    digests removed."""
+    remove_stale_staging()
     entries = []
     for d in cache_root().iterdir():
         try:
@@ -281,10 +324,16 @@ def evict_beyond(limit: int, keep: str) -> list[str]:
         if digest == keep or time.time() - used < IN_USE_S:
             continue
         with _locked(digest, wait=False) as free:
-            if free:
-                shutil.rmtree(cache_root() / digest, ignore_errors=True)
-                total -= size
-                removed.append(digest)
+            if not free:
+                continue
+            try:  # used since it was listed (the listing ran before the lock): keep it
+                if time.time() - os.lstat(cache_root() / digest / ".complete").st_mtime < IN_USE_S:
+                    continue
+            except OSError:
+                pass  # deleted meanwhile: nothing left to keep
+            _remove(cache_root() / digest)
+            total -= size
+            removed.append(digest)
     return removed
 
 

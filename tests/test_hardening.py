@@ -1007,3 +1007,81 @@ def test_serve_start_tries_again_when_a_serve_actor_dies_starting(monkeypatch):
     monkeypatch.setattr(serve, "start", lambda **kw: calls.append(1) if len(calls) else dying())
     runner._start_serve(config, verbose=False)  # died once, started the second time
     assert len(calls) == 2
+
+
+# --------------------------------------------------------------------------------------------
+# The artifact cache after a killed download, a concurrent delete, a replaced object
+
+
+def test_a_killed_download_leaves_nothing_for_long(model_bucket, tmp_path, monkeypatch):
+    """SIGKILL mid-download leaves a staging folder; the next fetch on the node removes it (its process
+    is gone), while a live download's staging folder is kept."""
+    import signal
+
+    from redline.cluster.artifacts import cache_root, local_path
+
+    _, uri = model_bucket
+    monkeypatch.setenv("REDLINE_CACHE", str(tmp_path / "cache"))
+    script = (
+        "import time, redline.cluster.artifacts as a\n"
+        "a.s3_client().download_fileobj = lambda *args, **kw: time.sleep(600)\n"
+        f"a.local_path({uri!r})\n")
+    child = subprocess.Popen([sys.executable, "-c", script], env=dict(os.environ))
+    try:
+        def staging() -> list[Path]:
+            return [p for p in cache_root().iterdir() if p.is_dir() and p.name.startswith(".")] \
+                if cache_root().exists() else []
+
+        deadline = time.time() + 60
+        while time.time() < deadline and not staging():
+            time.sleep(0.1)
+        staged = staging()
+        assert staged, "the child never started its download"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    live = cache_root() / f".{'0' * 24}.{os.getpid()}.deadbeef"  # this process is alive: never removed
+    live.mkdir()
+    assert json.loads(Path(local_path(uri), "config.json").read_text()) == {"a": 1}
+    assert not any(p.exists() for p in staged) and live.exists()
+
+
+def test_eviction_survives_a_concurrent_delete_and_keeps_what_was_used_meanwhile(tmp_path, monkeypatch):
+    from redline.cluster import artifacts
+
+    monkeypatch.setenv("REDLINE_CACHE", str(tmp_path / "cache"))
+    root = artifacts._ready_root()
+    old = time.time() - 3600
+    for digest in ("a" * 24, "b" * 24, "c" * 24):
+        (root / digest / "m").mkdir(parents=True)
+        (root / digest / "m" / "w.bin").write_bytes(b"x" * 1000)
+        (root / digest / ".complete").write_text("{}")
+        os.utime(root / digest / ".complete", (old, old))
+    real_locked = artifacts._locked
+
+    def racing(digest, wait=True):
+        if digest == "a" * 24:
+            import shutil
+
+            shutil.rmtree(root / digest)  # another process removed it after the listing
+        if digest == "b" * 24:
+            os.utime(root / digest / ".complete")  # another process used it after the listing
+        return real_locked(digest, wait)
+
+    monkeypatch.setattr(artifacts, "_locked", racing)
+    removed = artifacts.evict_beyond(0, keep="none")
+    assert removed == ["a" * 24, "c" * 24] and (root / ("b" * 24) / "m" / "w.bin").exists()
+
+
+def test_an_object_replaced_after_its_listing_is_never_cached(model_bucket, tmp_path, monkeypatch):
+    from redline.cluster import artifacts
+    from redline.errors import RedlineError
+
+    s3, uri = model_bucket
+    monkeypatch.setenv("REDLINE_CACHE", str(tmp_path / "cache"))
+    listed = artifacts.listing(uri)
+    s3.put_object(Bucket=uri.split("/")[2], Key="m/config.json", Body=b'{"a": 2, "replaced": true}')
+    monkeypatch.setattr(artifacts, "listing", lambda u: listed)
+    with pytest.raises(RedlineError, match="the object changed while it was fetched"):
+        artifacts.local_path(uri)
+    assert not [p for p in artifacts.cache_root().iterdir() if not p.name.endswith(".lock")]
