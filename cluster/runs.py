@@ -57,6 +57,7 @@ class RunDir:
         return manifest
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
+        leases.check(self.uri)  # a driver that lost the run to another stops before it writes
         manifest["updated_at"] = storage.now_iso()
         storage.write_json(self.manifest_uri, manifest)
 

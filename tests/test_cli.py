@@ -269,6 +269,23 @@ def _check_ray_cluster_spec(spec: dict, accounts: set[str]) -> None:
         assert all(e["secretRef"]["optional"] is True for e in c.get("envFrom", []))
         shm = next(m["name"] for m in c["volumeMounts"] if m["mountPath"] == "/dev/shm")
         assert next(v for v in pod["volumes"] if v["name"] == shm)["emptyDir"]["medium"] == "Memory"
+        _check_restricted(pod, c)
+
+
+def _check_restricted(pod: dict, c: dict) -> None:
+    """Pod Security "restricted": non-root, no privilege escalation, every capability dropped, the
+    runtime's seccomp profile; the root filesystem read-only, with bounded writable emptyDirs for
+    Ray's /tmp and redline's cache, counted in the container's ephemeral-storage request."""
+    pod_sc, sc = pod["securityContext"], c["securityContext"]
+    assert pod_sc["runAsNonRoot"] is True and pod_sc["runAsUser"] != 0
+    assert pod_sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"]
+    assert sc["readOnlyRootFilesystem"] is True and "privileged" not in sc
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for path in ("/tmp", "/home/ray/.cache"):
+        assert volumes[mounts[path]]["emptyDir"]["sizeLimit"], path
+    assert c["resources"]["requests"]["ephemeral-storage"] == c["resources"]["limits"]["ephemeral-storage"]
 
 
 def _groups_fit(spec: dict, asks: list[tuple[float, float]]) -> None:
@@ -292,6 +309,9 @@ def test_kuberay_manifests_have_what_the_crds_require():
     spec = job["spec"]["rayClusterSpec"]
     assert spec["enableInTreeAutoscaling"] is True
     _check_ray_cluster_spec(spec, {account["metadata"]["name"]})
+    for group in spec["workerGroupSpecs"]:  # a CPU group never pulls the CUDA image
+        container = group["template"]["spec"]["containers"][0]
+        assert container["image"].endswith("-gpu") == bool(container["resources"]["limits"].get("nvidia.com/gpu"))
     argv = shlex.split(job["spec"]["entrypoint"])  # a registered pipeline, with a config that validates
     entry = next(e for e in registry.entries() if list(e.command) == argv[1:3])
     mount = next(m for m in spec["headGroupSpec"]["template"]["spec"]["containers"][0]["volumeMounts"]
@@ -302,8 +322,9 @@ def test_kuberay_manifests_have_what_the_crds_require():
     env = yaml.safe_load(job["spec"]["runtimeEnvYAML"])["env_vars"]
     assert env["REDLINE_PROGRESS"] == "lines"  # a job's log gets plain lines, never a live bar that prints nothing
     assert not any(jobs_secret_like(k) for k in env)
-    cluster_docs = {d["kind"]: d for d in yaml.safe_load_all(
-        (REPO / "cluster" / "kubernetes" / "raycluster.yaml").read_text())}
+    cluster_list = list(yaml.safe_load_all((REPO / "cluster" / "kubernetes" / "raycluster.yaml").read_text()))
+    assert [d["kind"] for d in cluster_list] == ["ServiceAccount", "RayCluster"]  # what it needs comes first
+    cluster_docs = {d["kind"]: d for d in cluster_list}
     cluster = cluster_docs["RayCluster"]
     assert cluster["apiVersion"] == "ray.io/v1"
     _check_ray_cluster_spec(cluster["spec"], {cluster_docs["ServiceAccount"]["metadata"]["name"]})

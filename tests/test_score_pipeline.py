@@ -312,7 +312,9 @@ def test_a_lease_held_on_another_host_is_refused_until_it_expires(tmp_path):
     with pytest.raises(RedlineError, match=r"in use by another driver, job raysubmit_1 \(pid 1 on elsewhere\): "
                                            r"wait for it to finish or stop it with `redline stop raysubmit_1`"):
         leases.acquire(str(tmp_path / "run"))
-    lease.write_text(json.dumps({"token": "t", "host": "elsewhere", "pid": 1, "expires": time.time() - 1}))
+    # its last renewal 31 s ago by the store's clock (the file's time), whatever its own clock wrote
+    lease.write_text(json.dumps({"token": "t", "host": "elsewhere", "pid": 1, "expires": time.time() + 3600}))
+    os.utime(lease, (time.time() - 31, time.time() - 31))
     mine = leases.acquire(str(tmp_path / "run"))
     assert json.loads(lease.read_text())["token"] == mine.token
     mine.release()
