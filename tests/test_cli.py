@@ -272,7 +272,7 @@ def _check_ray_cluster_spec(spec: dict, accounts: set[str]) -> None:
         _check_restricted(pod, c)
 
 
-def _check_restricted(pod: dict, c: dict) -> None:
+def _check_restricted(pod: dict, c: dict, cache: bool = True) -> None:
     """Pod Security "restricted": non-root, no privilege escalation, every capability dropped, the
     runtime's seccomp profile; the root filesystem read-only, with bounded writable emptyDirs for
     Ray's /tmp and redline's cache, counted in the container's ephemeral-storage request."""
@@ -283,9 +283,25 @@ def _check_restricted(pod: dict, c: dict) -> None:
     assert sc["readOnlyRootFilesystem"] is True and "privileged" not in sc
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
-    for path in ("/tmp", "/home/ray/.cache"):
+    for path in ("/tmp", "/home/ray/.cache") if cache else ("/tmp",):
         assert volumes[mounts[path]]["emptyDir"]["sizeLimit"], path
     assert c["resources"]["requests"]["ephemeral-storage"] == c["resources"]["limits"]["ephemeral-storage"]
+
+
+def _check_closed(cluster_spec: dict, docs: list[dict]) -> None:
+    """The Jobs API and dashboard need Ray's token (KubeRay's authOptions), and a NetworkPolicy lets
+    only redline's own pods (and the KubeRay operator, on the dashboard and Serve ports) reach them."""
+    assert cluster_spec["authOptions"] == {"mode": "token"}
+    policy = next(d for d in docs if d["kind"] == "NetworkPolicy")
+    label = policy["spec"]["podSelector"]["matchLabels"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    pods = [cluster_spec["headGroupSpec"]["template"]] + [g["template"] for g in cluster_spec["workerGroupSpecs"]]
+    for pod in pods:
+        assert label.items() <= pod["metadata"]["labels"].items()
+    own, operator = policy["spec"]["ingress"]
+    assert own == {"from": [{"podSelector": {"matchLabels": label}}]}  # any port, but only from redline's pods
+    assert operator["from"][0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "kuberay-operator"}
+    assert sorted(p["port"] for p in operator["ports"]) == [8000, 8265]
 
 
 def _groups_fit(spec: dict, asks: list[tuple[float, float]]) -> None:
@@ -309,6 +325,12 @@ def test_kuberay_manifests_have_what_the_crds_require():
     spec = job["spec"]["rayClusterSpec"]
     assert spec["enableInTreeAutoscaling"] is True
     _check_ray_cluster_spec(spec, {account["metadata"]["name"]})
+    job_docs = list(yaml.safe_load_all((REPO / "cluster" / "kubernetes" / "rayjob.yaml").read_text()))
+    _check_closed(spec, job_docs)
+    submitter = job["spec"]["submitterPodTemplate"]  # the submitting pod passes the policy and "restricted" too
+    assert next(d for d in job_docs if d["kind"] == "NetworkPolicy")["spec"]["podSelector"]["matchLabels"].items() \
+        <= submitter["metadata"]["labels"].items()
+    _check_restricted(submitter["spec"], submitter["spec"]["containers"][0], cache=False)
     for group in spec["workerGroupSpecs"]:  # a CPU group never pulls the CUDA image
         container = group["template"]["spec"]["containers"][0]
         assert container["image"].endswith("-gpu") == bool(container["resources"]["limits"].get("nvidia.com/gpu"))
@@ -323,8 +345,9 @@ def test_kuberay_manifests_have_what_the_crds_require():
     assert env["REDLINE_PROGRESS"] == "lines"  # a job's log gets plain lines, never a live bar that prints nothing
     assert not any(jobs_secret_like(k) for k in env)
     cluster_list = list(yaml.safe_load_all((REPO / "cluster" / "kubernetes" / "raycluster.yaml").read_text()))
-    assert [d["kind"] for d in cluster_list] == ["ServiceAccount", "RayCluster"]  # what it needs comes first
+    assert [d["kind"] for d in cluster_list][:2] == ["ServiceAccount", "RayCluster"]  # what it needs comes first
     cluster_docs = {d["kind"]: d for d in cluster_list}
+    _check_closed(cluster_docs["RayCluster"]["spec"], cluster_list)
     cluster = cluster_docs["RayCluster"]
     assert cluster["apiVersion"] == "ray.io/v1"
     _check_ray_cluster_spec(cluster["spec"], {cluster_docs["ServiceAccount"]["metadata"]["name"]})

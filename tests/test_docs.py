@@ -104,6 +104,10 @@ HOW: dict[str, tuple[str, str]] = {
         "tests/test_cli.py::test_kuberay_manifests_have_what_the_crds_require", "no Kubernetes cluster here"),
     "kubectl apply -f cluster/kubernetes/raycluster.yaml": (
         "tests/test_cli.py::test_kuberay_manifests_have_what_the_crds_require", "no Kubernetes cluster here"),
+    "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=$(kubectl get secret redline -o jsonpath='{.data.auth_token}' | base64 -d)": (
+        "tests/test_cli.py::test_kuberay_manifests_have_what_the_crds_require", "no Kubernetes cluster here"),
+    "redline submit score --config examples/score_davidson.yaml --address http://127.0.0.1:8265": (
+        "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "the token-guarded Jobs API of KubeRay"),
     "kubectl port-forward service/redline-head-svc 8265:8265 &": (
         "tests/test_cli.py::test_kuberay_manifests_have_what_the_crds_require", "no Kubernetes cluster here"),
     "redline submit attack --config examples/attack_quick.yaml --address http://127.0.0.1:8265 --wait": (
