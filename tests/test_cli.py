@@ -298,7 +298,7 @@ def _check_closed(cluster_spec: dict, docs: list[dict]) -> None:
     pods = [cluster_spec["headGroupSpec"]["template"]] + [g["template"] for g in cluster_spec["workerGroupSpecs"]]
     for pod in pods:
         assert label.items() <= pod["metadata"]["labels"].items()
-    own, operator = policy["spec"]["ingress"]
+    own, operator = policy["spec"]["ingress"][:2]
     assert own == {"from": [{"podSelector": {"matchLabels": label}}]}  # any port, but only from redline's pods
     assert operator["from"][0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "kuberay-operator"}
     assert sorted(p["port"] for p in operator["ports"]) == [8000, 8265]
@@ -453,3 +453,69 @@ def test_a_stop_signals_stack_dump_is_filtered_and_everything_else_passes():
     os.close(write_out)
     assert os.read(read_out, 1 << 16).decode() == (
         "scoring: 10/20 rows\nstopped by SIGTERM; rerun the same command to resume\n" + crash)
+
+def test_the_rayservice_serves_the_example_config_behind_its_key():
+    """cluster/kubernetes/rayservice.yaml: its serveConfigV2 is `redline serve deploy-config` of
+    examples/serve_kubernetes.yaml (so it is never stale) and passes Serve's schema; its pods pass
+    "restricted", need Ray's token and the API key (a required secret), and sit behind a
+    NetworkPolicy that opens only Serve's port to other pods."""
+    from ray.serve.schema import ServeDeploySchema
+
+    from redline.cluster.config import load_config
+    from redline.serve.config import ServeConfig
+    from redline.serve.runner import deploy_config
+
+    docs = list(yaml.safe_load_all((REPO / "cluster" / "kubernetes" / "rayservice.yaml").read_text()))
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "RayService", "NetworkPolicy"]
+    service = docs[1]
+    assert service["apiVersion"] == "ray.io/v1" and service["spec"]["upgradeStrategy"] == {"type": "NewCluster"}
+    rendered = yaml.safe_load(service["spec"]["serveConfigV2"])
+    example = load_config(ServeConfig, REPO / "examples" / "serve_kubernetes.yaml")
+    assert rendered == deploy_config(example)
+    ServeDeploySchema.model_validate(rendered)
+    spec = service["spec"]["rayClusterConfig"]
+    _check_closed(spec, docs)
+    for pod, c in _containers(spec):
+        _check_restricted(pod, c)
+        assert pod["serviceAccountName"] == docs[0]["metadata"]["name"]
+        key = next(e for e in c["env"] if e["name"] == example.api_key_env)
+        assert key["valueFrom"]["secretKeyRef"]["optional"] is False  # no key, no service
+    _groups_fit(spec, [(d.num_cpus, d.num_gpus) for d in example.detectors])
+    open_to_all = docs[2]["spec"]["ingress"][-1]
+    assert open_to_all == {"ports": [{"port": 8000}]}  # the rest only for redline's pods and the operator
+
+def test_the_kustomization_is_the_one_place_to_edit():
+    """cluster/kubernetes/kustomization.yaml takes the image, namespace, S3 role and the job's config
+    (the bucket) and nothing else; rendered by `kubectl kustomize` (where kubectl is installed, as
+    on this project's machines), its RayJob passes every check the shipped one does, with no EDIT
+    placeholder left but the config's bucket."""
+    import shutil
+    import subprocess
+
+    from redline.cluster.config import validate_config
+    from redline.pipelines import registry
+
+    folder = REPO / "cluster" / "kubernetes"
+    kust = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    assert set(kust) == {"apiVersion", "kind", "namespace", "resources", "images", "patches", "configMapGenerator",
+                         "generatorOptions"}
+    config = yaml.safe_load((folder / "score-config.yaml").read_text())
+    validate_config(registry.pipeline("score").config, config)
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:  # the inputs are checked above; rendering needs kubectl's kustomize
+        return
+    out = subprocess.run([kubectl, "kustomize", str(folder)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    docs = list(yaml.safe_load_all(out.stdout))
+    assert all(d["metadata"]["namespace"] == kust["namespace"] for d in docs)
+    by_kind = {d["kind"]: d for d in docs}
+    role = kust["patches"][0]["patch"].split("value: ")[1].split()[0]
+    assert by_kind["ServiceAccount"]["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == role
+    assert yaml.safe_load(by_kind["ConfigMap"]["data"]["config.yaml"]) == config
+    spec = by_kind["RayJob"]["spec"]["rayClusterSpec"]
+    _check_ray_cluster_spec(spec, {by_kind["ServiceAccount"]["metadata"]["name"]})
+    _check_closed(spec, docs)
+    images = [c["image"] for _, c in _containers(spec)] + \
+        [by_kind["RayJob"]["spec"]["submitterPodTemplate"]["spec"]["containers"][0]["image"]]
+    assert all(i.startswith(kust["images"][0]["newName"] + ":0.1.0-") for i in images), images
+    assert "EDIT-registry" not in out.stdout

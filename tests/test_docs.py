@@ -108,6 +108,18 @@ HOW: dict[str, tuple[str, str]] = {
         "tests/test_cli.py::test_kuberay_manifests_have_what_the_crds_require", "no Kubernetes cluster here"),
     "redline submit score --config examples/score_davidson.yaml --address http://127.0.0.1:8265": (
         "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "the token-guarded Jobs API of KubeRay"),
+    "redline serve deploy-config --config examples/serve_kubernetes.yaml": (
+        "tests/test_cli.py::test_the_rayservice_serves_the_example_config_behind_its_key", "rendered, compared"),
+    "kubectl port-forward service/redline-serve-svc 8000:8000 &": (
+        "tests/test_cli.py::test_the_rayservice_serves_the_example_config_behind_its_key", "no Kubernetes cluster here"),
+    'curl -s http://127.0.0.1:8000/v1/moderations -H "Authorization: Bearer $KEY" -d \'{"input": "you idiot"}\'': (
+        "tests/test_serve.py::test_moderations_work_with_the_openai_client", "no Kubernetes cluster here"),
+    "kubectl kustomize cluster/kubernetes | kubectl apply -f -": (
+        "tests/test_cli.py::test_the_kustomization_is_the_one_place_to_edit", "no Kubernetes cluster here"),
+    "kubectl create secret generic redline-api-keys --from-literal=REDLINE_API_KEY=$(openssl rand -hex 24)": (
+        "tests/test_cli.py::test_the_rayservice_serves_the_example_config_behind_its_key", "no Kubernetes cluster here"),
+    "kubectl apply -f cluster/kubernetes/rayservice.yaml": (
+        "tests/test_cli.py::test_the_rayservice_serves_the_example_config_behind_its_key", "no Kubernetes cluster here"),
     "kubectl port-forward service/redline-head-svc 8265:8265 &": (
         "tests/test_cli.py::test_kuberay_manifests_have_what_the_crds_require", "no Kubernetes cluster here"),
     "redline submit attack --config examples/attack_quick.yaml --address http://127.0.0.1:8265 --wait": (
