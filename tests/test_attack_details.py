@@ -335,6 +335,24 @@ def test_wordnet_antonyms_are_barred_from_word_swaps():
     assert bar.check(hated, [hated.replace(1, "loved")], [1]).tolist() == [False]  # base forms: hated/loved
 
 
+@pytest.mark.parametrize("text,at,new", [
+    ("she hates you", 1, "loves"),          # a verb's inflection: loves -> love
+    ("you are so stupid", 3, "smarter"),    # a comparative: smarter -> smart
+    ("the stupidest idea", 1, "smartest"),  # a superlative, on both sides
+    ("he loves it", 1, "hates"),
+])
+def test_an_inflected_antonym_is_barred_through_its_base_form(text, at, new):
+    """Only the base forms tie these pairs (WordNet lists love/hate and smart/stupid, not their
+    inflections), so the bar must reduce the new word as it does the old one."""
+    from redline.actors.attack.resources import base_forms, wordnet_antonyms
+
+    t = AttackedText.from_text(text)
+    old = t.word(at).lower()
+    assert not ({new} & wordnet_antonyms(old))  # not barred by the inflected form itself
+    assert base_forms(new) & wordnet_antonyms(old)
+    assert C.NotAntonym().check(t, [t.replace(at, new)], [at]).tolist() == [False]
+
+
 def test_part_of_speech_counts_proper_nouns_as_nouns_and_tags_the_replaced_word():
     t = AttackedText.from_text("you are a stupid idiot")
     pos = C.PartOfSpeech()

@@ -81,3 +81,35 @@ def test_the_index_prunes_a_part_only_when_no_row_can_match(bounds, expected):
     assert known in (None, truth)  # None: the planner reads the part, and counts it exactly
     if expected == 0 or expected == table.num_rows:
         assert known == expected
+
+
+def _expected_direction(key: str) -> str:
+    """Which way is better for the guard or the chatbot a card describes, from what the key measures
+    (written here from the definitions, not read from any declaration)."""
+    last = key.rsplit(".", 1)[-1]
+    if last in ("precision", "recall", "f1", "auprc", "mean_queries"):  # more work for an attacker is better
+        return "higher"
+    if last.startswith("asr_") or last in ("fpr", "no_answer", "hit_rate") or key.startswith("dialogue.unsafe."):
+        return "lower"
+    raise AssertionError(f"no expectation written for {key}")
+
+
+def test_every_card_figure_points_the_way_its_meaning_does():
+    """A flipped direction inverts every card's ranks; each card figure is checked against an
+    expectation written from its meaning, and against the pipeline figure it restates (the attack
+    table speaks for the attacker, so its directions are the card's inverted)."""
+    from redline.pipelines import card_figures as C
+    from redline.pipelines import figures as F
+
+    for figure in C.FIGURES:
+        assert figure.better == _expected_direction(figure.key), figure.key
+    score = {v.key: v.better for v in F.SCORE.values}
+    attack = {v.key: v.better for v in F.ATTACK.values}
+    flip = {"higher": "lower", "lower": "higher"}
+    same = {"guard.clean.precision": score["precision_toxic"], "guard.clean.recall": score["recall_toxic"],
+            "guard.clean.f1": score["f1_toxic"], "guard.clean.fpr": score["fpr"], "guard.clean.auprc": score["auprc"],
+            "guard.white_box.asr_tae": flip[attack["asr"]], "guard.white_box.asr_bae": flip[attack["asr"]],
+            "guard.white_box.mean_queries": flip[attack["mean_queries"]],
+            "guard.transfer.asr_tae": score["fnr"], "guard.transfer.asr_bae": score["fpr"]}
+    for key, better in same.items():
+        assert C.BY_KEY[key].better == better, key
