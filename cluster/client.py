@@ -83,12 +83,6 @@ class RedlineClient:
             body["detectors"] = list(detectors)
         return DetectResponse.model_validate(self._request("POST", DETECT_PATH, json=body))
 
-    def moderate(self, texts: str | list[str], model: str | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {"input": texts}
-        if model:
-            body["model"] = model
-        return self._request("POST", "/v1/moderations", json=body)
-
 
 def _message(resp: httpx.Response) -> str:
     try:

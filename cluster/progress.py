@@ -32,10 +32,6 @@ def progress_mode() -> str:
     return "lines"
 
 
-def progress_enabled() -> bool:
-    return progress_mode() != "off"
-
-
 def _eta(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"

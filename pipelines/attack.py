@@ -86,7 +86,7 @@ def preflight(config: AttackConfig) -> None:
                            "set num_gpus on the attack instead")
     preflight_detector(config.victim, gpus_from="the attack's num_gpus")
     for opts in config.recipes:
-        recipe_preflight(opts, config.resources, white_box_victim=config.victim.kind == "hf")
+        recipe_preflight(opts, config.resources, white_box_victim=detector_class(config.victim.kind).has_gradients)
     if config.num_gpus > 0 and not (detector_class(config.victim.kind).uses_gpu
                                     or config.similarity == "always" or any(recipe_uses_gpu(o) for o in config.recipes)):
         raise RedlineError(f"num_gpus {config.num_gpus:g} reserves a GPU that nothing would use: the victim "

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from redline.actors.detectors import DetectorConfig, build_detector
+from redline.actors.detectors import DetectorConfig, build_detector, detector_class
 from redline.actors.dialogue_safety import classifiers as C
 from redline.actors.dialogue_safety.taxonomy import category, taxonomy
 from redline.actors.trainer import TrainSettings
@@ -62,9 +62,9 @@ class ContextBaseline(Strict):
 
     @model_validator(mode="after")
     def _pair_needs_hf(self) -> "ContextBaseline":
-        if self.join == "pair" and self.detector.kind != "hf":
-            raise ValueError(f"context baseline '{self.detector.name}': join: pair needs an hf detector "
-                             f"(a model that takes text pairs), not {self.detector.kind}")
+        if self.join == "pair" and not detector_class(self.detector.kind).takes_text_pairs:
+            raise ValueError(f"context baseline '{self.detector.name}': join: pair needs a detector that takes "
+                             f"text pairs (a model's own pair input, as hf does), not {self.detector.kind}")
         return self
 
 

@@ -24,7 +24,7 @@ from redline.actors.triggers.settings import TriggerSearchSettings
 from redline.actors.triggers.worker import RESULT_SCHEMA, EgregiousModelConfig, TriggerWorker
 from redline.cluster import storage
 from redline.cluster.artifacts import local_path
-from redline.cluster.config import ActorPoolSize, Execution, Input, Result, RunConfig, unique_names
+from redline.cluster.config import ActorPoolSize, Execution, Input, Result, RunConfig, Strict, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.errors import RedlineError
 from redline.pipelines import shard_host, sharded
@@ -41,7 +41,7 @@ Search = Literal["o-greedy", "o-sample-avg", "o-sample-min", "io-sample-avg", "i
 LIST_SEARCHES = {"normal": ["o-greedy"], "normal-sample": ["o-sample-min"], "planted": ["o-greedy"]}
 
 
-class TargetListConfig(RunConfig):
+class TargetListConfig(Strict):
     name: str = Result(pattern=r"^[A-Za-z0-9_.\-]+$", description="normal, normal-sample, planted, mal and random are "
                                                                  "built in; any other name needs path.")
     path: str | None = Input(None, description="One target per line (replaces the built-in list of that name).")

@@ -145,7 +145,7 @@ def test_toxictrap_composite_with_the_genetic_search_fools_profanity_check(ray_s
 
 def test_recipes_needing_missing_resources_fail_up_front(tmp_path):
     corpus = {"path": str(tmp_path / "x.csv"), "text_column": "t", "label_column": "l", "toxic_values": [1]}
-    with pytest.raises(RedlineError, match="white-box `hf` victim"):
+    with pytest.raises(RedlineError, match="it needs a white-box victim \\(a detector kind with gradients"):
         run_attack(attack_config(corpus, str(tmp_path), recipes=["a2t"]))
     with pytest.raises(RedlineError, match="needs a fill-mask model: set resources.mlm_model"):
         run_attack(attack_config(corpus, str(tmp_path), recipes=["toxictrap-mlm-unk"],

@@ -114,7 +114,7 @@ def test_a_context_aware_baseline_reads_the_pair_as_its_models_text_pair(tiny_bi
         enc = tok([c for c, _ in pairs], [r for _, r in pairs], padding=True, truncation=True, return_tensors="pt")
         expected = model(**enc).logits.double().softmax(-1).numpy()
     assert np.allclose(det.detect_pairs(pairs)[0], expected, atol=1e-5)
-    with pytest.raises(ValueError, match="join: pair needs an hf detector"):
+    with pytest.raises(ValueError, match="join: pair needs a detector that takes text pairs"):
         ContextBaseline.model_validate({"detector": {"name": "p", "kind": "profanity-check"}, "join": "pair"})
 
 

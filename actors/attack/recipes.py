@@ -254,7 +254,8 @@ def preflight(options: RecipeOptions, resources: AttackResources, white_box_vict
     before any actor starts."""
     r = options.recipe()
     if r.white_box and not white_box_victim:
-        raise RedlineError(f"recipe {r.name} ranks words by gradient: it needs a white-box `hf` victim")
+        raise RedlineError(f"recipe {r.name} ranks words by gradient: it needs a white-box victim (a detector kind with "
+                           "gradients, such as `hf`)")
     ctx = BuildContext(resources, options)
     specs = ([("transformation", k, a) for k, a in r.transformation] + [("pre", k, a) for k, a in r.pre]
              + [("post", k, a) for k, a in post_specs(r, options)] + [("search", *r.search)])

@@ -82,6 +82,8 @@ class Detector(ABC):
     # the requests against a service that may just have said 429); its answers can fail per text.
     remote: ClassVar[bool] = False
     uses_gpu: ClassVar[bool] = False  # runs a model on the actor's GPU when it has one
+    has_gradients: ClassVar[bool] = False  # exposes its input embeddings' gradients (white-box attacks)
+    takes_text_pairs: ClassVar[bool] = False  # scores (context, response) as the model's own text pair
 
     def __init__(self, config: DetectorConfig) -> None:
         self.config = config

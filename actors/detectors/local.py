@@ -177,6 +177,8 @@ class HFDetector(Detector):
     description = "Hugging Face sequence classifier (hub id or local dir): binary, multi-label or multi-class"
     Options = HFOptions
     uses_gpu = True
+    has_gradients = True
+    takes_text_pairs = True
 
     def __init__(self, config: DetectorConfig) -> None:
         super().__init__(config)
