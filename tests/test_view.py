@@ -272,6 +272,7 @@ def viewer(runs_root):
 def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as EC
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
     driver = browser()
@@ -281,7 +282,9 @@ def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
         driver.save_screenshot(str(tmp_path / f"{name}.png"))
         errors.extend(f"{name}: {e['message']}" for e in driver.get_log("browser") if e["level"] == "SEVERE")
 
-    wait = WebDriverWait(driver, 20)
+    # a page that reloads between finding an element and reading it: look again, never fail on it
+    stale = [StaleElementReferenceException]
+    wait = WebDriverWait(driver, 20, ignored_exceptions=stale)
     try:
         # the run list: every run, its state, its figures, the damaged one with its error
         driver.get(viewer + "/")
@@ -396,16 +399,16 @@ def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
         manifest["partials"]["summary"]["shards"] = shards[:2]
         (live / "manifest.json").write_text(json.dumps(manifest))
         two = sum(manifest["input_rows"][:2])
-        WebDriverWait(driver, 30).until(lambda d: d.find_element(*progress).text.startswith(f"{two:,} of {total:,}"))
+        WebDriverWait(driver, 30, ignored_exceptions=stale).until(lambda d: d.find_element(*progress).text.startswith(f"{two:,} of {total:,}"))
         driver.get(viewer + "/run?id=attack-in-flight")
         assert driver.find_element(By.ID, "progress").text.startswith(f"{two:,} of {total:,} rows")
         manifest["partials"]["summary"]["shards"] = shards
         (live / "manifest.json").write_text(json.dumps(manifest))
-        WebDriverWait(driver, 30).until(lambda d: d.find_element(By.ID, "progress").text.startswith(f"{total:,} of"))
+        WebDriverWait(driver, 30, ignored_exceptions=stale).until(lambda d: d.find_element(By.ID, "progress").text.startswith(f"{total:,} of"))
         driver.get(viewer + "/")
         manifest["state"] = "complete"
         (live / "manifest.json").write_text(json.dumps(manifest))
-        WebDriverWait(driver, 30).until(lambda d: d.find_element(*badge).text == "complete")
+        WebDriverWait(driver, 30, ignored_exceptions=stale).until(lambda d: d.find_element(*badge).text == "complete")
         shot("live")
     finally:
         driver.quit()
