@@ -219,8 +219,10 @@ ATTACK = Table(
         _name("victim"),
         _count("attempts", "attempts", "seeds attacked with this recipe and goal", A.Count()),
         _count("success", "success", "attempts that changed the victim's decision", A.Count(SUCCESS)),
-        _count("failed", "failed", "attempts that ran out of candidates, queries or time",
+        _count("failed", "failed", "attempts that ran out of candidates, queries or (with time_limit_s) time",
                A.Count(A.eq("status", "failed"))),
+        _count("timed_out", "cut by time", "failed attempts the opt-in time_limit_s cut: they depend on the machine's "
+               "speed, unlike every other count", A.Count(A.eq("reason", "time limit reached"))),
         _count("skipped", "skipped", "seeds the victim already misjudged, or with no word to modify",
                A.Count(A.eq("status", "skipped"))),
         _count("error", "error", "attempts that failed with an error", A.Count(A.eq("status", "error"))),

@@ -214,3 +214,21 @@ def test_killed_attack_resumes_without_losing_or_duplicating_rows(ray_session, t
                                 "attempts")
     ids = rows.column("id").to_pylist()
     assert len(ids) == len(set(ids)) == 1500 and manifest["counts"]["attempts_out"] == 1500
+
+
+def test_the_same_config_gives_the_same_attempts_on_one_cpu_or_two(ray_session, davidson, wordnet_ready, tmp_path):
+    """Query budgets decide, not the clock: one attacker on one CPU and two attackers on two give the
+    same attempts (status, reason, text, queries), and none is cut by time."""
+    runs = []
+    for name, actors, cpus in (("one-cpu", 1, 1.0), ("two-cpus", 2, 1.0)):
+        cfg = attack_config({"path": str(davidson), "preset": "davidson"}, str(tmp_path), goals=["tae"], max_seeds=12,
+                            actors=actors, num_cpus=cpus, batch_size=4, shard_size=6, run_name=name)
+        result = run_attack(cfg)
+        rows = read_outputs(RunDir(result.run_uri), "attempts").select(
+            ["id", "status", "reason", "perturbed_text", "queries", "words_changed"]).sort_by("id").to_pylist()
+        runs.append(rows)
+        assert result.manifest["counts"]["attempts_out"] == len(rows) == 24
+        assert all(r["reason"] != "time limit reached" for r in rows)
+        summary = {(r["recipe"], r["goal"]): r for r in result.summary}
+        assert all(r["timed_out"] == 0 for r in summary.values())
+    assert runs[0] == runs[1]

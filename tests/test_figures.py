@@ -19,7 +19,7 @@ SUMMARIES = {
         "detector": ["a", "a", "a"], "dataset": ["d1", "d1", "d2"], "status": ["ok"] * 3, "label": [1, 0, 1],
         "pred_toxic": [True, False, False], "toxic_score": [.9, .1, .2], "seconds": [1.0] * 3})),
     "attack": lambda: F.ATTACK.summarize(pa.table({
-        "recipe": ["r"], "goal": ["tae"], "victim": ["v"], "status": ["success"], "queries": [10],
+        "recipe": ["r"], "goal": ["tae"], "victim": ["v"], "status": ["success"], "reason": [None], "queries": [10],
         "perturbed_pct": [10.0], "similarity": [.9], "seconds": [1.0], "more_examples": [["x"]]})),
     "transfer": lambda: F.TRANSFER.summarize(pa.table({
         "victim": ["v", "v", "v"], "status": ["ok"] * 3, "dataset": ["x"] * 3, "split": ["seed", "tae", "bae"],
@@ -70,6 +70,7 @@ def _attempts(n: int, seed: int = 0) -> pa.Table:
         status = rng.choice(["success", "failed", "skipped", "error"])
         rows.append({"recipe": rng.choice(["pwws", "deepwordbug", "textbugger"]), "goal": rng.choice(["tae", "bae"]),
                      "victim": "v", "status": status, "queries": rng.choice([None, 3, 11, 40]),
+                     "reason": rng.choice(["query budget spent", "time limit reached"]) if status == "failed" else None,
                      "perturbed_pct": rng.random() * 40 if status == "success" else None,
                      "similarity": rng.choice([None, rng.random()]), "seconds": rng.choice([None, rng.random()]),
                      "more_examples": rng.choice([None, [], ["x"], ["x", "y"]])})

@@ -10,6 +10,7 @@ loaded once per worker.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -169,7 +170,8 @@ class Attacker:
                 g = get_goal(a.goal)
                 opts = comps.options
                 ctx = SearchContext(AttackedText.from_text(a.text), g, comps.transformation, comps.pre, comps.post,
-                                    opts.query_budget, time.monotonic() + opts.time_limit_s,
+                                    opts.query_budget,
+                                    time.monotonic() + opts.time_limit_s if opts.time_limit_s else math.inf,
                                     gradient=(lambda text, spans, g=g: self.victim.word_importance_by_gradient(text, spans, g))
                                     if comps.search.needs_gradient else None, wanted=opts.examples_per_seed)
                 advance(k, self._attempt(ctx, comps), g, None)

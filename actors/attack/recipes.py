@@ -51,7 +51,10 @@ class RecipeOptions(BaseModel):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
     query_budget: int = Field(2000, gt=0, description="Victim queries per example.")
-    time_limit_s: float = Field(60.0, gt=0, description="Wall seconds per example.")
+    time_limit_s: float | None = Field(None, gt=0, description=(
+        "Opt-in wall seconds per example. By default the query budget alone ends an attempt, so the same config "
+        "and seed give the same attempts on any machine; attempts a time limit cuts depend on the machine's speed "
+        "and are counted apart (`timed_out`)."))
     examples_per_seed: int = Field(1, ge=1, le=100, description="Distinct adversarial examples to find per seed: "
                                                                 "after the first, the search goes on editing other "
                                                                 "words (within the same budgets).")
