@@ -22,11 +22,12 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from redline.cluster import storage
 from redline.errors import RedlineError, first_line
@@ -60,7 +61,7 @@ def _holds(holder: dict[str, Any], age_s: float | None) -> bool:
     TTL_S old by the store's clock."""
     if holder.get("host") == socket.gethostname() and holder.get("started") is not None:
         return _process_start(holder.get("pid", 0)) == holder["started"]
-    return age_s is not None and age_s < TTL_S
+    return age_s is None or age_s < TTL_S  # an age the store did not say: held, never taken over
 
 
 def describe(holder: dict[str, Any]) -> str:
