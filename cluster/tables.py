@@ -82,9 +82,10 @@ class DataFile:
         return self.detected_format() in ("csv", "parquet") and utf8 and self.encoding_errors == "strict"
 
     def stream(self, chunk_rows: int = 65_536) -> Iterator[pa.Table]:
-        """The file's rows as tables of at most about `chunk_rows` rows, read as they are needed (a
-        file larger than memory streams through); at least one table, empty for a file with a header
-        and no rows. Errors are `read`'s, one line each (an invalid byte names its line)."""
+        """The file's rows as tables read as they are needed (a file larger than memory streams
+        through): Parquet `chunk_rows` rows at a time, CSV one reader block (`max_field_mb`) at a time;
+        at least one table, empty for a file with a header and no rows. Errors are `read`'s, one line
+        each (an invalid byte names its line)."""
         if not self.streamable():
             yield self.read()
             return
