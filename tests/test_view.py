@@ -416,3 +416,13 @@ def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
     assert not errors, errors
     assert sorted(p.name for p in tmp_path.glob("*.png")) == ["compare.png", "confusion.png", "live.png", "per-text.png",
                                                                "ranges.png", "rows.png", "run.png", "runs.png"]
+
+
+def test_an_unknown_table_is_said_never_swapped_for_another(client):
+    page = client.get("/run", params={"id": "score-two-detectors", "table": "nope<script>"})
+    assert page.status_code == 200
+    said = page.text.split('id="rows-error">')[1].split("</p>")[0]
+    assert said.startswith("no table &#39;nope&lt;script&gt;&#39; in this run (its tables: ") and "predictions" in said
+    assert 'id="row-table"' not in page.text  # no rows of another table in its place
+    shown = client.get("/run", params={"id": "score-two-detectors", "table": "predictions"})
+    assert 'id="row-table"' in shown.text

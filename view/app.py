@@ -166,7 +166,12 @@ def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowe
             context["tables"] = [r.name for r in refs]
             if any(r.name == "predictions" for r in refs):
                 context["confusion"] = _confusion(info)
-            chosen = next((r for r in refs if r.name == params.get("table")), refs[0] if refs else None)
+            asked = params.get("table")
+            chosen = next((r for r in refs if r.name == asked), None) if asked else (refs[0] if refs else None)
+            if asked and chosen is None:  # never another table in its place: the rows would be mistaken for it
+                shown = asked if len(asked) <= 80 else asked[:77] + "..."
+                raise RedlineError(f"no table {shown!r} in this run (its tables: "
+                                   f"{', '.join(r.name for r in refs) or 'none yet'})")
             if chosen is not None:
                 context.update(await to_thread.run_sync(lambda: _rows_context(cache, chosen, params)))
         except RedlineError as err:
