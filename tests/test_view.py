@@ -426,3 +426,18 @@ def test_an_unknown_table_is_said_never_swapped_for_another(client):
     assert 'id="row-table"' not in page.text  # no rows of another table in its place
     shown = client.get("/run", params={"id": "score-two-detectors", "table": "predictions"})
     assert 'id="row-table"' in shown.text
+
+
+def test_a_report_link_appears_only_once_there_is_a_report(client, runs_root, tmp_path):
+    from starlette.testclient import TestClient
+
+    from redline.view.app import build_app
+
+    assert "report.html</a>" in client.get("/run", params={"id": "score-two-detectors"}).text
+    running = tmp_path / "runs" / "in-flight"
+    running.mkdir(parents=True)
+    manifest = json.loads((runs_root / "score-two-detectors" / "manifest.json").read_text())
+    (running / "manifest.json").write_text(json.dumps({**manifest, "state": "running", "run_name": "in-flight"}))
+    with TestClient(build_app(str(tmp_path / "runs")), base_url="http://127.0.0.1:8765") as fresh:
+        page = fresh.get("/run", params={"id": "in-flight"}).text
+    assert "no report yet" in page and "report.html</a>" not in page
