@@ -255,7 +255,7 @@ def build_generator(config: GeneratorConfig) -> HFGenerator | RemoteGenerator:
 
 
 class GenerationWorker:
-    """One generator loaded once. As a Ray Data actor: each context of a batch gets `n` responses (a
+    """One generator loaded once. As a batch worker (an actor of the pipelines' pools): each context of a batch gets `n` responses (a
     context given as a single user turn); failures become an `error` per row, never a lost batch. As
     a Serve replica's model: `generate` / `chat` with per-request sampling settings."""
 

@@ -218,7 +218,8 @@ JUDGE_SCHEMA = pa.schema([
 
 
 class JudgeWorker:
-    """Ray Data actor: one judge (client, rate limiter, cache) per actor; a batch in, verdicts out."""
+    """A batch worker (an actor of the pipelines' pools): one judge (client, rate limiter, cache) per
+    actor; a batch in, verdicts out."""
 
     input_columns: ClassVar[list[str]] = ["id", "text"]
     output_schema: ClassVar[pa.Schema] = JUDGE_SCHEMA

@@ -252,7 +252,8 @@ class Attacker:
 
 
 class AttackWorker:
-    """Ray Data actor: loads the victim and recipe components once, attacks batches of attempts."""
+    """A batch worker (an actor of the pipelines' pools): loads the victim and recipe components once,
+    attacks batches of attempts."""
 
     output_schema: ClassVar[pa.Schema] = ATTACK_RESULT_SCHEMA
 

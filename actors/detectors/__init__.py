@@ -15,4 +15,4 @@ from redline.actors.detectors.registry import (
 )
 
 __all__ = ["DecisionRule", "Detector", "DetectorConfig", "build_detector", "detector_class", "detector_kinds",
-           "preflight_detector", "local", "worker"]  # and two modules: the HF detector, the Ray Data worker
+           "preflight_detector", "local", "worker"]  # and two modules: the HF detector, the batch worker

@@ -1,4 +1,4 @@
-"""The batch worker: what a Ray Data actor pool runs, and what a Serve deployment wraps."""
+"""The batch worker: what the pipelines' actor pools run, and what a Serve deployment wraps."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ class TwoStepDetector:
 
 
 class TwoStepWorker:
-    """The two-step detector loaded once (on the actor's GPU when it has one). As a Ray Data actor,
+    """The two-step detector loaded once (on the actor's GPU when it has one). As a batch worker,
     each row (context, response, category) gets its verdict from its own category's classifier; as
     a Serve replica's model, `detect` judges pairs with or without a category."""
 

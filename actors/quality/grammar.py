@@ -65,7 +65,8 @@ GRAMMAR_SCHEMA = pa.schema([pa.field("id", pa.string()), pa.field("grammar_error
 
 
 class GrammarWorker:
-    """Ray Data actor: counts grammar errors of each text and of its seed (each distinct text once)."""
+    """A batch worker (an actor of the pipelines' pools): counts grammar errors of each text and of
+    its seed (each distinct text once)."""
 
     input_columns: ClassVar[list[str]] = ["id", "text", "seed_text"]
     output_schema: ClassVar[pa.Schema] = GRAMMAR_SCHEMA

@@ -1,4 +1,4 @@
-"""The trigger-search worker: what `redline run egregious` hosts on Ray Data actors."""
+"""The trigger-search worker: what `redline run egregious` hosts on its actors."""
 
 from __future__ import annotations
 
@@ -44,8 +44,8 @@ class EgregiousModelConfig(Strict):
 
 
 class TriggerWorker:
-    """Ray Data actor: loads each model (and LM) once, on the actor's GPU when it has one; searches a
-    batch's targets together per (model, search)."""
+    """A batch worker (an actor of the pipelines' pools): loads each model (and LM) once, on the
+    actor's GPU when it has one; searches a batch's targets together per (model, search)."""
 
     input_columns: ClassVar[list[str]] = ["id", "model", "list", "target", "search", "source", "sources"]
     output_schema: ClassVar[pa.Schema] = RESULT_SCHEMA
