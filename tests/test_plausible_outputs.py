@@ -100,6 +100,8 @@ def test_attack_asr_counts_only_decided_attempts():
     statuses = ["success", "success", "failed", "skipped", "error", "success", "failed", "failed"]
     table = pa.table({"recipe": ["r"] * 5 + ["q"] * 3, "goal": ["tae"] * 8, "victim": ["v"] * 8,
                       "status": statuses, "queries": [10, 20, 30, 0, 0, 5, 7, 9],
+                      "reason": [None, None, "query budget spent", "no modifiable words", "boom", None,
+                                 "time limit reached", "search exhausted"],
                       "perturbed_pct": [10.0, 30.0, None, None, None, 50.0, None, None],
                       "similarity": [.9, .7, None, None, None, None, None, None],
                       "seconds": [1.0] * 8, "more_examples": [["x", "y"], None, None, None, None, [], None, None]})
@@ -109,6 +111,7 @@ def test_attack_asr_counts_only_decided_attempts():
     assert r["mean_queries"] == pytest.approx(20.0) and r["mean_pct_perturbed"] == pytest.approx(20.0)
     assert r["mean_similarity"] == pytest.approx(0.8) and r["examples"] == 4
     assert q["asr"] == pytest.approx(1 / 3) and q["mean_similarity"] is None and q["examples"] == 1
+    assert (r["timed_out"], q["timed_out"]) == (0, 1)  # the cut attempt is counted apart, still among the failed
     nothing = ATTACK.summarize(pa.table({k: table.column(k).slice(3, 2) for k in table.column_names}))[0]
     assert nothing["asr"] is None and nothing["mean_queries"] is None
 
@@ -641,8 +644,9 @@ def test_fingerprints_keep_the_form_older_manifests_recorded(tmp_path):
 
 def test_attack_figures_of_a_group_without_successes_are_absent_not_zero():
     table = pa.table({"recipe": ["r", "r"], "goal": ["tae", "tae"], "victim": ["v", "v"],
-                      "status": ["failed", "failed"], "queries": [5, 7], "perturbed_pct": [None, None],
-                      "similarity": [None, None], "seconds": [None, None], "more_examples": [None, None]})
+                      "status": ["failed", "failed"], "reason": ["query budget spent"] * 2, "queries": [5, 7],
+                      "perturbed_pct": [None, None], "similarity": [None, None], "seconds": [None, None],
+                      "more_examples": [None, None]})
     (row,) = ATTACK.summarize(table)
     assert (row["asr"], row["examples"]) == (0.0, 0)
     assert row["mean_pct_perturbed"] is None and row["mean_seconds"] is None and row["mean_queries"] == 6.0
