@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from contextlib import ExitStack
 from functools import partial
 from typing import Any, Literal
 
@@ -31,7 +30,6 @@ from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.cluster.tables import STATUS_OK, conform
 from redline.errors import RedlineError
 from redline.pipelines import shard_host, sharded
-from redline.pipelines.actor_pool import ActorPool
 from redline.pipelines.corpora import CorpusConfig, read_corpora
 from redline.pipelines.figures import ATTACK
 from redline.pipelines.report import COUNT_COLUMNS, Report, png_bytes
@@ -184,26 +182,12 @@ def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> 
                 "only_correct": config.only_correct, "similarity": config.similarity, "num_gpus": config.num_gpus,
                 "wordnet": _shared_wordnet(config)}
 
-    with ExitStack() as early:
-        started: list[ActorPool] = []
-
-        def start_actors(spare_cpus: float) -> None:
-            """While the attempts are built (a fresh run: every shard is pending), the attackers load
-            their victims, if the cluster has room for both."""
-            if spare_cpus + 1e-9 >= config.actors * config.num_cpus:
-                started.append(early.enter_context(shard_host.start_plain_actors(
-                    work, AttackWorker, worker_kwargs(), config.actors, num_cpus=config.num_cpus,
-                    num_gpus=config.num_gpus)))
-
-        shard_rows = sharded.prepare_inputs(run, partial(build_attempts, config), config.shard_size, attempt_counts,
-                                            meanwhile=start_actors)
-        watch.lap("build_attempts_s")
-        pending = shard_host.pending(run, OUTPUT_DIR, len(shard_rows), 0)
-        manifest["resumed_shards"] = len(shard_rows) - len(pending)
-        early.pop_all()  # the pool shuts the started actors down from here
-        pool = shard_host.Pool(work, AttackWorker, worker_kwargs() if pending and not started else {}, config.actors,
-                               config.num_cpus, config.num_gpus, pending,
-                               max_actors=config.max_actors, started=started[0] if started else None)
+    shard_rows = sharded.prepare_inputs(run, partial(build_attempts, config), config.shard_size, attempt_counts)
+    watch.lap("build_attempts_s")
+    pending = shard_host.pending(run, OUTPUT_DIR, len(shard_rows), 0)
+    manifest["resumed_shards"] = len(shard_rows) - len(pending)
+    pool = shard_host.Pool(work, AttackWorker, worker_kwargs() if pending else {}, config.actors,
+                           config.num_cpus, config.num_gpus, pending, max_actors=config.max_actors)
     shard_host.run_pools(run, [pool], shard_rows, label=f"attacking {config.victim.name}", verbose=verbose,
                          unit="attempts")
     attack_s = watch.lap("attack_s")

@@ -282,12 +282,9 @@ def execute(config: EgregiousConfig, run: Run, watch: Stopwatch, verbose: bool) 
     pool = shard_host.Pool(shard_host.ShardWork(run.dir.uri, OUTPUT_DIR, 0, _every_row, assemble, FIGURES,
                                                 config.batch_size),
                            TriggerWorker, kwargs, config.actors, config.num_cpus, config.num_gpus,
-                           shard_host.pending(run, OUTPUT_DIR, len(shard_rows), 0), max_actors=config.max_actors)
+                           shard_host.pending(run, OUTPUT_DIR, len(shard_rows), 0), max_actors=config.max_actors,
+                           what="each trigger-search actor")
     manifest["resumed_shards"] = len(shard_rows) - len(pool.pending)
-    if pool.pending:
-        from redline.cluster.runtime import check_placeable
-
-        check_placeable("each trigger-search actor", config.num_cpus, config.num_gpus)
 
     def hits_so_far(run: Run) -> str:
         partials = sharded.run_partials(run, {"effort": EGREGIOUS_EFFORT}, OUTPUT_DIR, {})

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from contextlib import ExitStack
 from functools import partial
 from typing import Any, Callable
 
@@ -23,12 +22,11 @@ from redline.actors.detectors.worker import DetectionWorker
 from redline.cluster import storage
 from redline.cluster.config import Result, RunConfig, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
-from redline.cluster.runtime import check_placeable, on_a_worker
+from redline.cluster.runtime import on_a_worker
 from redline.cluster.tables import STATUS_ERROR, STATUS_OK, conform
 from redline.errors import RedlineError
 from redline.pipelines import aggregates as A
 from redline.pipelines import shard_host, sharded
-from redline.pipelines.actor_pool import ActorPool
 from redline.pipelines.corpora import CorpusConfig, iter_corpora
 from redline.pipelines.figures import SCORE, Table, outcomes
 from redline.pipelines.report import COUNT_COLUMNS, Report, grouped_bars, png_bytes
@@ -131,34 +129,15 @@ def score_corpus(run: Run, config: Any, build: Callable[[], pa.Table | Iterator[
     works = [shard_host.ShardWork(run.dir.uri, OUTPUT_DIR, k, scorable,
                                   partial(assemble_shard, detector_names=[det.name]), figures, det.batch_size)
              for k, det in enumerate(config.detectors)]
-    with ExitStack() as early:
-        started: dict[int, ActorPool] = {}
-
-        def start_actors(spare_cpus: float) -> None:
-            """While the corpus is read (a fresh run: every shard is pending), the detectors load, if
-            the cluster has room for all of them beside the reading task."""
-            if spare_cpus + 1e-9 >= sum(det.actors * det.num_cpus for det in config.detectors):
-                for det in config.detectors:
-                    check_placeable(f"detector '{det.name}' (each actor)", det.num_cpus, det.num_gpus)
-                for k, det in enumerate(config.detectors):
-                    started[k] = early.enter_context(shard_host.start_plain_actors(
-                        works[k], DetectionWorker, {"config": det}, det.actors, num_cpus=det.num_cpus,
-                        num_gpus=det.num_gpus))
-
-        shard_rows = sharded.prepare_inputs(run, build, config.shard_size, corpus_counts, rows=scorable_rows,
-                                            meanwhile=start_actors)
-        if manifest["counts"]["rows_in"] == 0:
-            raise RedlineError("the corpus has no rows")
-        early.pop_all()  # the pools shut the started actors down from here
+    shard_rows = sharded.prepare_inputs(run, build, config.shard_size, corpus_counts, rows=scorable_rows)
+    if manifest["counts"]["rows_in"] == 0:
+        raise RedlineError("the corpus has no rows")
     watch.lap("read_corpus_s")
     pools = [shard_host.Pool(works[k], DetectionWorker, {"config": det}, det.actors, det.num_cpus, det.num_gpus,
                              shard_host.pending(run, OUTPUT_DIR, len(shard_rows), k),
-                             max_actors=det.max_actors, started=started.get(k))
+                             max_actors=det.max_actors, what=f"detector '{det.name}' (each actor)")
              for k, det in enumerate(config.detectors)]
     manifest["resumed_shards"] = len(shard_rows) - len({i for p in pools for i in p.pending})
-    if any(p.pending for p in pools):
-        for det in config.detectors:
-            check_placeable(f"detector '{det.name}' (each actor)", det.num_cpus, det.num_gpus)
     busy = shard_host.run_pools(run, pools, shard_rows,
                                 label=f"scoring with {len(pools)} detector(s)", verbose=verbose)
     watch.lap("score_s")

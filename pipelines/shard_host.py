@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,11 +26,10 @@ import pyarrow as pa
 from redline.cluster import storage
 from redline.cluster.progress import progress_bar
 from redline.cluster.runs import Run
-from redline.cluster.runtime import ensure_ray
+from redline.cluster.runtime import check_placeable, ensure_ray
 from redline.errors import RedlineError
 from redline.pipelines import aggregates as A
 from redline.pipelines import sharded
-from redline.pipelines.actor_pool import ActorPool
 from redline.pipelines.figures import Table
 
 SUMMARY_SCHEMA = pa.schema([("shard", pa.int64()), ("pool", pa.int64()), ("rows", pa.int64()),
@@ -77,8 +73,7 @@ class Pool:
     """One actor pool: its row worker (a class with `output_schema`, called with numpy batches) and
     its resources; `pending`: the shards it has yet to write. `actors` start at once; the pool grows
     up to `max_actors` (None: as many as the cluster has room for) while shards wait, never beyond
-    the shards pending. `started`: its actors, started earlier by `start_plain_actors` (shut down
-    with the pool)."""
+    the shards pending. `what`: its actors as an error names them (default: by the worker class)."""
 
     work: ShardWork
     worker: type
@@ -88,7 +83,7 @@ class Pool:
     num_gpus: float
     pending: list[int]
     max_actors: int | None = None
-    started: ActorPool | None = None
+    what: str | None = None
 
     @property
     def sizes(self) -> tuple[int, int]:
@@ -183,8 +178,8 @@ def run_pools(run: Run, pools: list[Pool], shard_rows: list[int], *, label: str,
     if total is None:
         total = sum(shard_rows[i] for p in pools for i in p.pending)
     saved = time.monotonic()
-    with progress_bar(label, total=total, unit=unit) as advance, ExitStack() as hosts:
-        for batch in _summaries(pools, hosts):
+    with progress_bar(label, total=total, unit=unit) as advance:
+        for batch in _summaries(pools):
             for row in batch.to_pylist():
                 use = busy[row["pool"]]
                 use.seconds, use.rows = use.seconds + row["seconds"], use.rows + row["rows"]
@@ -205,51 +200,27 @@ def run_pools(run: Run, pools: list[Pool], shard_rows: list[int], *, label: str,
     return busy
 
 
-def start_plain_actors(work: ShardWork, worker: type, worker_kwargs: dict[str, Any], size: int, *,
-                       num_cpus: float, num_gpus: float, max_size: int | None = None) -> ActorPool:
-    """`size` plain actors hosting `worker` for `work`, starting now (their constructors run while
-    the caller goes on): a `Pool(started=...)` takes them."""
-    return ActorPool(ShardHost, {"work": work, "worker": worker, "worker_kwargs": worker_kwargs}, size,
-                     max_size=max_size, num_cpus=num_cpus, num_gpus=num_gpus, batch_size=1,
-                     what=f"each {worker.__name__} actor")
+def plan(pools: list[Pool]) -> Any:
+    """One Ray Data plan for the pools side by side: per pool, its pending shard numbers (one block
+    each) through `map_batches(ShardHost)` on an autoscaling actor pool (`ActorPoolStrategy`: its
+    `actors` at least, up to `max_actors` while shards wait and the cluster has room), the pools'
+    branches unioned into one stream of summary rows. One executor schedules every pool, so a pool
+    whose actors cannot start yet holds no work, and one that is done gives its resources back."""
+    import ray.data
 
-
-def _summaries(pools: list[Pool], hosts: ExitStack) -> Iterator[pa.Table]:
-    """The pools' summary rows as their shards finish, the pools side by side."""
-    streams = []
+    branches = []
     for p in pools:
         least, most = p.sizes
-        if p.started is not None:
-            actors = hosts.enter_context(p.started)
-            actors.limit(most)
-        else:
-            actors = hosts.enter_context(start_plain_actors(p.work, p.worker, p.worker_kwargs, least, max_size=most,
-                                                            num_cpus=p.num_cpus, num_gpus=p.num_gpus))
-        streams.append(actors.map_unordered([pa.table({"shard": pa.array(p.pending, pa.int64())})]))
-    return streams[0] if len(streams) == 1 else _merged(streams)
+        shards = ray.data.from_arrow([pa.table({"shard": pa.array([i], pa.int64())}) for i in p.pending])
+        branches.append(shards.map_batches(
+            ShardHost, fn_constructor_kwargs={"work": p.work, "worker": p.worker, "worker_kwargs": p.worker_kwargs},
+            compute=ray.data.ActorPoolStrategy(min_size=least, max_size=most), batch_size=1, batch_format="numpy",
+            num_cpus=p.num_cpus, num_gpus=p.num_gpus or None))
+    return branches[0] if len(branches) == 1 else branches[0].union(*branches[1:])
 
 
-def _merged(streams: list[Iterator[pa.Table]]) -> Iterator[pa.Table]:
-    """Several pools' summaries as each arrives: one thread drains each pool (they wait on Ray, not
-    on Python), the first error ends the whole."""
-    results: queue.Queue[tuple[str, Any]] = queue.Queue()
-
-    def drain(stream: Iterator[pa.Table]) -> None:
-        try:
-            for batch in stream:
-                results.put(("batch", batch))
-            results.put(("done", None))
-        except BaseException as err:  # noqa: BLE001 - handed to the consumer, raised there
-            results.put(("error", err))
-
-    for stream in streams:
-        threading.Thread(target=drain, args=(stream,), daemon=True).start()
-    left = len(streams)
-    while left:
-        kind, value = results.get()
-        if kind == "error":
-            raise value
-        if kind == "done":
-            left -= 1
-        else:
-            yield value
+def _summaries(pools: list[Pool]) -> Iterator[pa.Table]:
+    """The pools' summary rows as their shards finish (placement checked once, before anything starts)."""
+    for p in pools:
+        check_placeable(p.what or f"each {p.worker.__name__} actor", p.num_cpus, p.num_gpus)
+    return plan(pools).iter_batches(batch_size=None, batch_format="pyarrow")

@@ -21,7 +21,6 @@ import pyarrow.compute as pc
 from redline.cluster import storage
 from redline.cluster.config import ActorPoolSize
 from redline.cluster.runs import Run
-from redline.cluster.runtime import check_placeable, ensure_ray
 from redline.pipelines import aggregates as A
 from redline.pipelines import shard_host, sharded
 from redline.pipelines.figures import Table
@@ -85,8 +84,6 @@ def run_step(run: Run, step: Step, source: str, room: str, n_shards: int, *, sou
                            max_actors=size.max_actors)
     use = shard_host.PoolUse()
     if todo:
-        ensure_ray(verbose=verbose)
-        check_placeable(f"each {step.worker.__name__} actor", step.num_cpus, step.num_gpus)
         use = shard_host.run_pools(run, [pool], [0] * n_shards, label=step.label, verbose=verbose,
                                    total=total)[0]
     written = set(storage.list_files(run.dir.path(room), ".parquet"))

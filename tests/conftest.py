@@ -227,26 +227,6 @@ def wordnet_ready():
         pytest.fail("WordNet missing: apt-get install wordnet-base wordnet-sense-index (setup.sh --test does this)")
 
 
-def actor_starts(monkeypatch) -> list[bool]:
-    """Each plain actor pool started by a pipeline, as whether the inputs were still being built then
-    (True: its start-up overlapped the corpus read)."""
-    from redline.pipelines import shard_host, sharded
-
-    reading, started = [False], []
-    real_prepare, real_start = sharded.prepare_inputs, shard_host.start_plain_actors
-
-    def prepare(*args, **kwargs):
-        reading[0] = True
-        try:
-            return real_prepare(*args, **kwargs)
-        finally:
-            reading[0] = False
-
-    monkeypatch.setattr(sharded, "prepare_inputs", prepare)
-    monkeypatch.setattr(shard_host, "start_plain_actors", lambda *a, **k: started.append(reading[0]) or real_start(*a, **k))
-    return started
-
-
 def kill_after_parts(cmd: list[str], env: dict[str, str], parts: Path, n: int, timeout: float = 240) -> int:
     """Run `cmd`, kill -9 it once `n` output shards exist in `parts`; returns how many were written."""
     import signal

@@ -1,5 +1,8 @@
-"""The attack's actor pool: every batch comes back once, killed actors are replaced, and a
-user error raised in a worker's constructor reaches the caller as that error."""
+"""The runner every pipeline's workers run on (`pipelines/shard_host.py`: one Ray Data plan, each
+shard one call of an autoscaling actor pool): every shard comes back once, the pool grows while
+shards wait, a killed actor is replaced and its shard redone, pools side by side take turns on a
+cluster too small for all, and a user error raised in a worker's constructor reaches the caller as
+that error."""
 
 from __future__ import annotations
 
@@ -13,7 +16,6 @@ import pyarrow.compute as pc
 import pytest
 
 from redline.errors import RedlineError, unwrap_user_error
-from redline.pipelines.actor_pool import ActorPool
 
 pytestmark = pytest.mark.usefixtures("by_value")
 
@@ -29,15 +31,28 @@ def by_value(ray_session):
 
 
 class Doubler:
-    def __init__(self, delay: float = 0.0) -> None:
-        self.delay = delay
+    """Doubles `x`; sleeps `delay` per batch; with `die`, the first call of the run kills its process
+    (a lost worker) once, marked by that file."""
+
+    input_columns = ["id", "x"]
+    output_schema = pa.schema([("id", pa.string()), ("y", pa.int64()), ("pid", pa.int64())])
+
+    def __init__(self, delay: float = 0.0, die: str | None = None) -> None:
+        self.delay, self.die = delay, die
 
     def __call__(self, batch: dict[str, np.ndarray]) -> pa.Table:
+        if self.die and not os.path.exists(self.die):
+            open(self.die, "w").close()
+            os._exit(1)
         time.sleep(self.delay)
-        return pa.table({"x": batch["x"] * 2, "pid": np.full(len(batch["x"]), os.getpid())})
+        return pa.table({"id": [str(i) for i in batch["id"]], "y": batch["x"] * 2,
+                         "pid": np.full(len(batch["x"]), os.getpid())}, schema=self.output_schema)
 
 
 class Refuses:
+    input_columns = ["id"]
+    output_schema = pa.schema([("id", pa.string())])
+
     def __init__(self) -> None:
         raise RedlineError("victim model 'nope' not found")
 
@@ -45,40 +60,59 @@ class Refuses:
         raise AssertionError("never called")
 
 
-def test_pool_returns_every_row_once_in_batches(ray_session):
-    blocks = [pa.table({"x": np.arange(j, j + 50)}) for j in range(0, 300, 50)]
-    with ActorPool(Doubler, {}, 2, num_cpus=0.5, batch_size=20) as pool:
-        out = list(pool.map_unordered(blocks))
-    assert all(t.num_rows <= 20 for t in out)
-    assert sorted(pa.concat_tables(out).column("x").to_pylist()) == list(range(0, 600, 2))
-    assert len(set(pa.concat_tables(out).column("pid").to_pylist())) == 2  # both actors worked
+def _doubled(tmp_path, worker_kwargs=None, *, shards: int = 12, actors: int = 1, max_actors: int | None = None,
+             num_cpus: float = 0.5, pools: int = 1):
+    """`shards` shards of 10 rows through `pools` Doubler pools; returns the run, each pool's use and its rows."""
+    from redline.cluster import storage
+    from redline.pipelines import shard_host
+
+    run = _run(tmp_path, "doubled")
+    n = _shards(run, pa.table({"id": [f"r{i}" for i in range(shards * 10)], "x": list(range(shards * 10))}), 10)
+
+    def joined(shard, results):
+        return shard.append_column("y", results.column("y")).append_column("pid", results.column("pid"))
+
+    work = [shard_host.ShardWork(run.dir.uri, "out", k, lambda s: s.select(["id", "x"]), joined, {}, 5)
+            for k in range(pools)]
+    use = shard_host.run_pools(run, [shard_host.Pool(w, Doubler, worker_kwargs or {}, actors, num_cpus, 0.0,
+                                                     list(range(n)), max_actors=max_actors) for w in work],
+                               [10] * n, label="doubling")
+    rows = [pa.concat_tables([storage.read_parquet(run.dir.path("out", shard_host.output_part(i, k)))
+                              for i in range(n)]) for k in range(pools)]
+    return run, use, rows
 
 
-def test_pool_grows_while_batches_wait_and_the_cluster_has_room(ray_session):
-    blocks = [pa.table({"x": np.arange(j, j + 10)}) for j in range(0, 400, 10)]
-    with ActorPool(Doubler, {"delay": 0.1}, 1, num_cpus=0.5, batch_size=10, max_size=3) as pool:
-        out = pa.concat_tables(list(pool.map_unordered(blocks)))
-    started = pool.started
-    assert sorted(out.column("x").to_pylist()) == list(range(0, 800, 2))
-    assert started == 3 and len(set(out.column("pid").to_pylist())) >= 2
+def test_every_shard_comes_back_once_through_the_plan(ray_session, tmp_path):
+    _, use, [rows] = _doubled(tmp_path, actors=2, max_actors=2)
+    assert rows.column("y").to_pylist() == [2 * x for x in range(120)]
+    assert use[0].rows == 120 and use[0].failed == 0
 
 
-def test_pool_survives_a_killed_actor(ray_session):
-    import ray
-
-    blocks = [pa.table({"x": np.arange(j, j + 10)}) for j in range(0, 200, 10)]
-    with ActorPool(Doubler, {"delay": 0.05}, 2, num_cpus=0.5, batch_size=10) as pool:
-        results = []
-        for k, table in enumerate(pool.map_unordered(blocks)):
-            results.append(table)
-            if k == 3:
-                ray.kill(pool._actors[0], no_restart=False)
-    assert sorted(pa.concat_tables(results).column("x").to_pylist()) == list(range(0, 400, 2))
+def test_the_pool_grows_while_shards_wait_and_the_cluster_has_room(ray_session, tmp_path):
+    _, use, [rows] = _doubled(tmp_path, {"delay": 0.3}, actors=1, max_actors=3, shards=16)
+    assert rows.column("y").to_pylist() == [2 * x for x in range(160)]
+    assert use[0].actors >= 2, use[0].hosts  # started with one, grew
 
 
-def test_constructor_user_error_reaches_the_caller(ray_session):
-    with ActorPool(Refuses, {}, 1, num_cpus=0.5) as pool, pytest.raises(Exception) as err:
-        list(pool.map_unordered([pa.table({"x": [1]})]))
+def test_a_killed_actor_is_replaced_and_its_shard_redone(ray_session, tmp_path):
+    _, use, [rows] = _doubled(tmp_path, {"die": str(tmp_path / "died")}, actors=2, max_actors=2)
+    assert (tmp_path / "died").exists()
+    assert rows.column("y").to_pylist() == [2 * x for x in range(120)]  # every row once, none lost
+
+
+def test_pools_asking_more_than_the_cluster_has_take_turns(ray_session, tmp_path):
+    """Three pools of 1-CPU actors on 2 CPUs: every pool finishes (one waits for another's CPUs)."""
+    _, use, rows = _doubled(tmp_path, {"delay": 0.05}, actors=1, max_actors=1, num_cpus=1.0, pools=3, shards=4)
+    assert [r.column("y").to_pylist() for r in rows] == [[2 * x for x in range(40)]] * 3
+
+
+def test_constructor_user_error_reaches_the_caller(ray_session, tmp_path):
+    from redline.pipelines.stages import run_step
+
+    run = _run(tmp_path, "refused")
+    n = _shards(run, pa.table({"id": ["a", "b"]}), 2)
+    with pytest.raises(Exception) as err:
+        run_step(run, _step(Refuses, {}), "input", "work/refused", n)
     user = unwrap_user_error(err.value)
     assert user is not None and "victim model 'nope' not found" in str(user)
 
