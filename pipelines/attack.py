@@ -188,8 +188,9 @@ def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> 
     manifest["resumed_shards"] = len(shard_rows) - len(pending)
     pool = shard_host.Pool(work, AttackWorker, worker_kwargs() if pending else {}, config.actors,
                            config.num_cpus, config.num_gpus, pending, max_actors=config.max_actors)
-    shard_host.run_pools(run, [pool], shard_rows, label=f"attacking {config.victim.name}", verbose=verbose,
-                         unit="attempts")
+    busy = shard_host.run_pools(run, [pool], shard_rows, label=f"attacking {config.victim.name}", verbose=verbose,
+                                unit="attempts")[0]
+    manifest["busy_seconds"] = round(manifest.get("busy_seconds", 0.0) + busy.seconds, 3)
     attack_s = watch.lap("attack_s")
     parts = {(i, 0): shard_host.output_part(i, 0) for i in range(len(shard_rows))}
     summary = sharded.shard_summary(run, figures, OUTPUT_DIR, parts)["summary"]

@@ -214,7 +214,8 @@ def plan(pools: list[Pool]) -> Any:
         shards = ray.data.from_arrow([pa.table({"shard": pa.array([i], pa.int64())}) for i in p.pending])
         branches.append(shards.map_batches(
             ShardHost, fn_constructor_kwargs={"work": p.work, "worker": p.worker, "worker_kwargs": p.worker_kwargs},
-            compute=ray.data.ActorPoolStrategy(min_size=least, max_size=most), batch_size=1, batch_format="numpy",
+            compute=ray.data.ActorPoolStrategy(min_size=least, max_size=most, max_tasks_in_flight_per_actor=1),
+            batch_size=1, batch_format="numpy",
             num_cpus=p.num_cpus, num_gpus=p.num_gpus or None))
     return branches[0] if len(branches) == 1 else branches[0].union(*branches[1:])
 
