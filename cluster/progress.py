@@ -17,7 +17,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 stderr_console = Console(stderr=True)
 
-Advance = Callable[..., None]  # advance(n, note=None): n more done; `note` (e.g. "hits 12") joins the line
+Advance = Callable[..., None]  # advance(n, note=None, more=0): n more done; `note` (e.g. "hits 12") joins the
+# line; `more`: the total grows (work found as it runs, e.g. shards as the corpus is read)
 
 
 def progress_mode() -> str:
@@ -67,8 +68,8 @@ class PlainProgress:
         return (f"{self.description}: {self.done:,}/{self.total:,}{pct} {self.unit}, {rate:,.1f} {self.unit}/s{eta}{note}"
                 f"{notice}")
 
-    def advance(self, n: int = 1, note: str | None = None) -> None:
-        self.done += n
+    def advance(self, n: int = 1, note: str | None = None, more: int = 0) -> None:
+        self.done, self.total = self.done + n, self.total + more
         if self.first is None and n:
             self.first = (time.monotonic(), self.done)
         if note is not None:
@@ -117,7 +118,7 @@ def progress_bar(description: str, total: int, unit: str = "rows") -> Iterator[A
     """Yields `advance(n, note=None)`; a no-op when progress is off (tests set REDLINE_PROGRESS=0)."""
     mode = progress_mode()
     if mode == "off":
-        yield lambda n=1, note=None: None
+        yield lambda n=1, note=None, more=0: None
         return
     if mode == "lines":
         interval = float(os.environ.get("REDLINE_PROGRESS_INTERVAL", "10"))
@@ -140,7 +141,9 @@ def progress_bar(description: str, total: int, unit: str = "rows") -> Iterator[A
             notes["notice"] = notice
             show()
 
-        def advance(n: int = 1, note: str | None = None) -> None:
+        def advance(n: int = 1, note: str | None = None, more: int = 0) -> None:
+            if more:
+                progress.update(task, total=(progress.tasks[task].total or 0) + more)
             progress.advance(task, n)
             elapsed = progress.tasks[task].elapsed or 0
             if elapsed > 0:

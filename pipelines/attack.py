@@ -182,14 +182,17 @@ def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> 
                 "only_correct": config.only_correct, "similarity": config.similarity, "num_gpus": config.num_gpus,
                 "wordnet": _shared_wordnet(config)}
 
-    shard_rows = sharded.prepare_inputs(run, partial(build_attempts, config), config.shard_size, attempt_counts)
-    watch.lap("build_attempts_s")
-    pending = shard_host.pending(run, OUTPUT_DIR, len(shard_rows), 0)
-    manifest["resumed_shards"] = len(shard_rows) - len(pending)
-    pool = shard_host.Pool(work, AttackWorker, worker_kwargs() if pending else {}, config.actors,
+    shard_rows = sharded.inputs_written(run)  # a resume: every shard of attempts is written already
+    before = shard_host.done_parts(run, OUTPUT_DIR, 0)
+    pending = None if shard_rows is None else [i for i in range(len(shard_rows)) if i not in before]
+    pool = shard_host.Pool(work, AttackWorker, worker_kwargs() if pending is None or pending else {}, config.actors,
                            config.num_cpus, config.num_gpus, pending, max_actors=config.max_actors)
+    # the attempts are built by the same plan (each shard attacked as it is written), unless written before
     busy = shard_host.run_pools(run, [pool], shard_rows, label=f"attacking {config.victim.name}", verbose=verbose,
-                                unit="attempts")[0]
+                                unit="attempts", inputs=None if shard_rows is not None else sharded.Inputs(
+                                    partial(build_attempts, config), config.shard_size, attempt_counts))[0]
+    shard_rows = manifest["input_rows"]
+    manifest["resumed_shards"] = len(before.intersection(range(len(shard_rows))))
     manifest["busy_seconds"] = round(manifest.get("busy_seconds", 0.0) + busy.seconds, 3)
     attack_s = watch.lap("attack_s")
     parts = {(i, 0): shard_host.output_part(i, 0) for i in range(len(shard_rows))}
@@ -198,7 +201,7 @@ def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> 
     attempts = sum(row["attempts"] for row in summary)
     by_status = {s: sum(row[s] for row in summary) for s in ("error", "failed", "skipped", "success")}
     manifest["counts"].update(attempts_out=attempts, by_status={s: n for s, n in by_status.items() if n})
-    manifest["attempts_per_s"] = round(attempts / attack_s, 2) if attack_s and pending else None
+    manifest["attempts_per_s"] = round(attempts / attack_s, 2) if attack_s and pending != [] else None
     return summary
 
 

@@ -129,17 +129,20 @@ def score_corpus(run: Run, config: Any, build: Callable[[], pa.Table | Iterator[
     works = [shard_host.ShardWork(run.dir.uri, OUTPUT_DIR, k, scorable,
                                   partial(assemble_shard, detector_names=[det.name]), figures, det.batch_size)
              for k, det in enumerate(config.detectors)]
-    shard_rows = sharded.prepare_inputs(run, build, config.shard_size, corpus_counts, rows=scorable_rows)
-    if manifest["counts"]["rows_in"] == 0:
-        raise RedlineError("the corpus has no rows")
-    watch.lap("read_corpus_s")
+    shard_rows = sharded.inputs_written(run)  # a resume: every input shard is written already
+    before = [shard_host.done_parts(run, OUTPUT_DIR, k) for k in range(len(config.detectors))]
     pools = [shard_host.Pool(works[k], DetectionWorker, {"config": det}, det.actors, det.num_cpus, det.num_gpus,
-                             shard_host.pending(run, OUTPUT_DIR, len(shard_rows), k),
+                             None if shard_rows is None else [i for i in range(len(shard_rows)) if i not in before[k]],
                              max_actors=det.max_actors, what=f"detector '{det.name}' (each actor)")
              for k, det in enumerate(config.detectors)]
-    manifest["resumed_shards"] = len(shard_rows) - len({i for p in pools for i in p.pending})
-    busy = shard_host.run_pools(run, pools, shard_rows,
-                                label=f"scoring with {len(pools)} detector(s)", verbose=verbose)
+    # the corpus is read by the same plan (its shards taken as they are written), unless written before
+    busy = shard_host.run_pools(run, pools, shard_rows, label=f"scoring with {len(pools)} detector(s)",
+                                verbose=verbose, inputs=None if shard_rows is not None else sharded.Inputs(
+                                    build, config.shard_size, corpus_counts, rows=scorable_rows))
+    shard_rows = manifest["input_rows"]
+    if manifest["counts"]["rows_in"] == 0:
+        raise RedlineError("the corpus has no rows")
+    manifest["resumed_shards"] = len(set(range(len(shard_rows))).intersection(*before))
     watch.lap("score_s")
     parts = {(i, k): shard_host.output_part(i, k) for i in range(len(shard_rows)) for k in range(len(pools))}
     rows = sharded.shard_summary(run, figures, OUTPUT_DIR, parts)

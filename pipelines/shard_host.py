@@ -11,6 +11,7 @@ counted once (by part), so resume neither loses nor duplicates rows.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -30,7 +31,9 @@ from redline.cluster.runtime import check_placeable, ensure_ray
 from redline.errors import RedlineError
 from redline.pipelines import aggregates as A
 from redline.pipelines import sharded
+from redline.pipelines.sharded import Inputs
 from redline.pipelines.figures import Table
+
 
 SUMMARY_SCHEMA = pa.schema([("shard", pa.int64()), ("pool", pa.int64()), ("rows", pa.int64()),
                             ("seconds", pa.float64()), ("host", pa.string()), ("partials", pa.string()),
@@ -38,6 +41,7 @@ SUMMARY_SCHEMA = pa.schema([("shard", pa.int64()), ("pool", pa.int64()), ("rows"
 
 
 MANIFEST_EVERY_S = 5.0
+READ, END = -1, -1  # markers from the input source (`pipelines/input_source.py`): its pool; its last row's shard
 
 
 def output_part(index: int, pool: int) -> str:
@@ -81,7 +85,7 @@ class Pool:
     actors: int
     num_cpus: float
     num_gpus: float
-    pending: list[int]
+    pending: list[int] | None
     max_actors: int | None = None
     what: str | None = None
 
@@ -113,8 +117,9 @@ class ShardHost:
     raised by the first call, so it reaches the driver as itself (Ray reports a failed actor
     constructor only as a message)."""
 
-    def __init__(self, work: ShardWork, worker: type, worker_kwargs: dict[str, Any]) -> None:
-        self.work, self.empty, self.error = work, worker.output_schema.empty_table(), None
+    def __init__(self, work: ShardWork, worker: type, worker_kwargs: dict[str, Any],
+                 done: frozenset[int] = frozenset()) -> None:
+        self.work, self.empty, self.error, self.done = work, worker.output_schema.empty_table(), None, done
         self.host = f"{socket.gethostname()}:{os.getpid()}"
         try:
             sharded.check_visible(work.run_uri)
@@ -123,9 +128,16 @@ class ShardHost:
             self.error = err
 
     def __call__(self, batch: dict[str, np.ndarray]) -> pa.Table:
+        """Shard numbers in, their summary rows out; or, behind the input source or another pool,
+        rows of the summary schema: each shard-written marker (`pool = -1`) not `done` is this pool's
+        work, and every row passes on (the pools after this one, and the driver, read them)."""
         if self.error is not None:
             raise self.error
-        return pa.Table.from_pylist([self.shard(int(i)) for i in batch["shard"]], schema=SUMMARY_SCHEMA)
+        if "pool" not in batch:
+            return pa.Table.from_pylist([self.shard(int(i)) for i in batch["shard"]], schema=SUMMARY_SCHEMA)
+        passed = pa.table({name: batch[name] for name in SUMMARY_SCHEMA.names}).cast(SUMMARY_SCHEMA)
+        mine = [int(i) for i, p in zip(batch["shard"], batch["pool"]) if p == READ and i >= 0 and int(i) not in self.done]
+        return pa.concat_tables([passed, pa.Table.from_pylist([self.shard(i) for i in mine], schema=SUMMARY_SCHEMA)])
 
     def shard(self, index: int) -> dict[str, Any]:
         w = self.work
@@ -149,38 +161,86 @@ class ShardHost:
 
 def pending(run: Run, output_dir: str, n_shards: int, pool: int) -> list[int]:
     """The shards whose part from `pool` is not written yet."""
-    done = set(storage.list_files(run.dir.path(output_dir), ".parquet"))
-    older = [uri for uri in done if re.fullmatch(r"part-\d{5}\.parquet", uri.rsplit("/", 1)[-1])]
-    if older:  # one part per shard, written by the driver: resuming on top would hold some rows twice
+    done = done_parts(run, output_dir, pool)
+    return [i for i in range(n_shards) if i not in done]
+
+
+def done_parts(run: Run, output_dir: str, pool: int) -> frozenset[int]:
+    """The shards `pool` has written a part for."""
+    names = [uri.rsplit("/", 1)[-1] for uri in storage.list_files(run.dir.path(output_dir), ".parquet")]
+    if any(re.fullmatch(r"part-\d{5}\.parquet", name) for name in names):
+        # one part per shard, written by the driver: resuming on top would hold some rows twice
         raise RedlineError(f"{run.dir.path(output_dir)} holds parts written by an earlier redline (one per shard); "
                            "rerun with --force to redo the run")
-    return [i for i in range(n_shards) if run.dir.path(output_dir, output_part(i, pool)) not in done]
+    mine = re.compile(rf"part-(\d+)-{pool}\.parquet")
+    return frozenset(int(m.group(1)) for m in map(mine.fullmatch, names) if m)
 
 
-def run_pools(run: Run, pools: list[Pool], shard_rows: list[int], *, label: str, verbose: bool = False,
-              unit: str = "rows", note: Callable[[Run], str] | None = None,
-              total: int | None = None) -> dict[int, PoolUse]:
+def run_pools(run: Run, pools: list[Pool], shard_rows: list[int] | None, *, label: str, verbose: bool = False,
+              unit: str = "rows", note: Callable[[Run], str] | None = None, total: int | None = None,
+              inputs: Inputs | None = None) -> dict[int, PoolUse]:
     """Every pool's pending shards through its actors, the pools side by side; each part's partial
     sums are added to the run's manifest as its summary arrives (`note(run)`: running figures for the
     progress line; `total`: the rows the bar counts to, when `shard_rows` is not known). Returns what
-    each pool spent."""
+    each pool spent.
+
+    With `inputs` (the input shards are not all written yet; `shard_rows` None, each pool's `pending`
+    None: every shard but those it has a part for), the same plan reads them: the read task writes
+    each shard and the pools take it at once, chained (each shard through every pool in turn), when
+    the cluster holds the read and every pool's least actors at once; else the read runs to its end
+    first and the pools take turns as above. The manifest records the shards when the read ends."""
     busy = {p.work.pool: PoolUse() for p in pools}
+    ensure_ray(verbose=verbose)
+    if inputs is not None:
+        done = {p.work.pool: done_parts(run, p.work.output_dir, p.work.pool) for p in pools}
+        chained = [dataclasses.replace(p, pending=None) for p in pools] if _fits(pools) else []
+        source = _read(run, inputs)
+        _drive(run, source, chained, done, busy, label=label if chained else "reading the inputs", unit=unit,
+               note=note, total=total or 0, streaming=True)
+        if chained:
+            return busy
+        shard_rows = run.manifest["input_rows"]
+        pools = [p if p.pending is not None else dataclasses.replace(
+            p, pending=[i for i in range(len(shard_rows)) if i not in done[p.work.pool]]) for p in pools]
+    assert shard_rows is not None
     pools = [p for p in pools if p.pending]
     if not pools:
         return busy
     counted = run.manifest.get("partials", {})
-    if any([i, p.work.pool] in counted.get(name, {}).get("shards", []) for p in pools for i in p.pending
+    if any([i, p.work.pool] in counted.get(name, {}).get("shards", []) for p in pools for i in p.pending or []
            for name in p.work.figures):  # a counted part is gone (deleted by hand): recount every part from its file
         for name in {name for p in pools for name in p.work.figures}:
             counted.pop(name, None)
-    ensure_ray(verbose=verbose)
-    figures = {p.work.pool: p.work.figures for p in pools}
     if total is None:
-        total = sum(shard_rows[i] for p in pools for i in p.pending)
+        total = sum(shard_rows[i] for p in pools for i in p.pending or [])
+    _drive(run, plan(pools), pools, {}, busy, label=label, unit=unit, note=note, total=total, streaming=False)
+    return busy
+
+
+def _drive(run: Run, stream: Any, pools: list[Pool], done: dict[int, frozenset[int]], busy: dict[int, PoolUse], *,
+           label: str, unit: str, note: Callable[[Run], str] | None, total: int, streaming: bool) -> None:
+    """Run the plan `stream` (ending in `pools`, placement checked first) and take its rows: each
+    summary's partial sums into the manifest, each marker's shard into the bar's total (streaming)."""
+    for p in pools:
+        check_placeable(p.what or f"each {p.worker.__name__} actor", p.num_cpus, p.num_gpus)
+    for p in pools if streaming else []:
+        stream = _hosted(stream, p, done.get(p.work.pool, frozenset()))
+    if streaming:
+        stream.context.target_max_block_size = 1  # a shard's marker reaches the pools as soon as it is written
+    figures = {p.work.pool: p.work.figures for p in pools}
     saved = time.monotonic()
+    written: dict[str, Any] | None = None
     with progress_bar(label, total=total, unit=unit) as advance:
-        for batch in _summaries(pools):
+        for batch in stream.iter_batches(batch_size=None, batch_format="pyarrow"):
             for row in batch.to_pylist():
+                if row["pool"] == READ:
+                    if row["shard"] == END:
+                        written = json.loads(row["partials"])
+                    elif not pools:
+                        advance(row["rows"], more=row["rows"])
+                    else:  # each pool without a part for it takes the shard
+                        advance(0, more=row["rows"] * sum(row["shard"] not in done.get(p.work.pool, ()) for p in pools))
+                    continue
                 use = busy[row["pool"]]
                 use.seconds, use.rows = use.seconds + row["seconds"], use.rows + row["rows"]
                 use.hosts.add(row["host"])
@@ -196,8 +256,46 @@ def run_pools(run: Run, pools: list[Pool], shard_rows: list[int], *, label: str,
             if time.monotonic() - saved > MANIFEST_EVERY_S:
                 run.dir.write_manifest(run.manifest)
                 saved = time.monotonic()
+    if streaming:
+        if written is None:
+            raise RuntimeError("the input source ended without its last row")
+        sharded.record_inputs(run, written)
     run.dir.write_manifest(run.manifest)
-    return busy
+
+
+def _fits(pools: list[Pool]) -> bool:
+    """Whether the cluster holds the read task and every pool's least actors at once."""
+    import ray
+
+    have = ray.cluster_resources()
+    cpus = 1 + sum(p.actors * p.num_cpus for p in pools)
+    gpus = sum(p.actors * p.num_gpus for p in pools)
+    return cpus <= have.get("CPU", 0) + 1e-9 and gpus <= have.get("GPU", 0) + 1e-9
+
+
+def _read(run: Run, inputs: Inputs) -> Any:
+    """The plan's source: the read task writing the run's input shards (`pipelines/input_source.py`)."""
+    import ray.data
+
+    from redline.pipelines.input_source import InputShards
+
+    check_placeable("the task reading the inputs", 1)
+    source = InputShards(run.dir.uri, inputs, run.manifest.get("input_shards"), sharded.unseen_inputs(run),
+                         SUMMARY_SCHEMA)
+    # max_calls=1: the worker process exits after the read, giving back the memory the corpus passed through
+    return ray.data.read_datasource(source, override_num_blocks=1, num_cpus=1, max_calls=1)
+
+
+def _hosted(stream: Any, p: Pool, done: frozenset[int]) -> Any:
+    """`stream` through pool `p`'s actors (`map_batches(ShardHost)`; see `plan`)."""
+    import ray.data
+
+    least, most = p.actors, p.max_actors
+    return stream.map_batches(
+        ShardHost, fn_constructor_kwargs={"work": p.work, "worker": p.worker, "worker_kwargs": p.worker_kwargs,
+                                          "done": done},
+        compute=ray.data.ActorPoolStrategy(min_size=least, max_size=most, max_tasks_in_flight_per_actor=1),
+        batch_size=None, batch_format="numpy", num_cpus=p.num_cpus, num_gpus=p.num_gpus or None)
 
 
 def plan(pools: list[Pool]) -> Any:
@@ -211,17 +309,10 @@ def plan(pools: list[Pool]) -> Any:
     branches = []
     for p in pools:
         least, most = p.sizes
-        shards = ray.data.from_arrow([pa.table({"shard": pa.array([i], pa.int64())}) for i in p.pending])
+        shards = ray.data.from_arrow([pa.table({"shard": pa.array([i], pa.int64())}) for i in p.pending or []])
         branches.append(shards.map_batches(
             ShardHost, fn_constructor_kwargs={"work": p.work, "worker": p.worker, "worker_kwargs": p.worker_kwargs},
             compute=ray.data.ActorPoolStrategy(min_size=least, max_size=most, max_tasks_in_flight_per_actor=1),
             batch_size=1, batch_format="numpy",
             num_cpus=p.num_cpus, num_gpus=p.num_gpus or None))
     return branches[0] if len(branches) == 1 else branches[0].union(*branches[1:])
-
-
-def _summaries(pools: list[Pool]) -> Iterator[pa.Table]:
-    """The pools' summary rows as their shards finish (placement checked once, before anything starts)."""
-    for p in pools:
-        check_placeable(p.what or f"each {p.worker.__name__} actor", p.num_cpus, p.num_gpus)
-    return plan(pools).iter_batches(batch_size=None, batch_format="pyarrow")

@@ -6,7 +6,8 @@ counts a part written before a crash from its file. The actors that write the pa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,27 +27,34 @@ def part_name(index: int) -> str:
     return f"part-{index:05d}.parquet"
 
 
+@dataclass(frozen=True)
+class Inputs:
+    """How a run's input shards are made, for a runner that reads them as it goes
+    (`shard_host.run_pools(inputs=...)`): `build()` (the corpus' chunks as they are read) cut into
+    shards of `shard_size` rows, `counts(chunk)` added up, `rows(shard)`: the work a shard is."""
+
+    build: Callable[[], pa.Table | Iterable[pa.Table]]
+    shard_size: int
+    counts: Callable[[pa.Table], dict[str, Any]]
+    rows: Callable[[pa.Table], int] = len
+
+
 def prepare_inputs(run: Run, build: Callable[[], pa.Table | Iterable[pa.Table]], shard_size: int,
                    counts: Callable[[pa.Table], dict[str, Any]], rows: Callable[[pa.Table], int] = len,
-                   on_worker: bool = True, meanwhile: Callable[[float], None] | None = None,
-                   directory: str = INPUT_DIR) -> list[int]:
+                   on_worker: bool = True, directory: str = INPUT_DIR) -> list[int]:
     """Input shards written once per run, and each shard's work (`rows(shard)`: the rows its actors
     take). `build` (reading the corpus, ...: one table, or its chunks as they are read, so that no
     process holds the whole corpus; `counts` of the chunks are added up) runs in a Ray task on a worker unless `on_worker` is
     False, so the driver never reads the corpus: it records the shard count, `counts(table)` and the
     rows per shard that the task returns. Resuming after every shard was written builds nothing.
-    `meanwhile(spare_cpus)` runs while that task builds (e.g. starting the actors that will take the
-    shards, so their model loads overlap the read), told how many CPUs the cluster has free beside
-    the task: what it starts must fit in them, or the task could wait on it forever. `directory`: where
-    in the run the shards go."""
+    `directory`: where in the run the shards go. (`run score` and `run attack` stream instead: the
+    runner reads the shards as a Ray Data source, `shard_host.Inputs`, and its pools take each shard
+    as it is written.)"""
+    written_before = inputs_written(run, directory)
+    if written_before is not None:
+        return written_before
     manifest = run.manifest
-    n_shards, per_shard = manifest.get("input_shards"), manifest.get("input_rows")
-    if n_shards is not None and per_shard is not None and len(per_shard) == n_shards:
-        if len(storage.list_files(run.dir.path(directory), ".parquet")) == n_shards:
-            return list(per_shard)
-    # inputs the driver cannot see (a corpus on the workers' disk): fingerprinted where they are read
-    unseen = {uri: fp for uri, fp in (manifest.get("inputs") or {}).items()
-              if not storage.is_s3(uri) and not Path(uri).expanduser().exists()}
+    n_shards, unseen = manifest.get("input_shards"), unseen_inputs(run)
     args = (run.dir.uri, n_shards, build, shard_size, counts, rows, unseen, directory)
     if on_worker:
         import ray
@@ -54,35 +62,69 @@ def prepare_inputs(run: Run, build: Callable[[], pa.Table | Iterable[pa.Table]],
         from redline.cluster.runtime import check_placeable
 
         check_placeable("the task reading the inputs", 1)
-        spare = ray.available_resources().get("CPU", 0.0) - 1
         # max_calls=1: the worker process exits after, giving back the corpus' memory
-        task = ray.remote(num_cpus=1, max_calls=1, max_retries=2)(write_inputs)
-        pending = task.remote(*args)
-        if meanwhile is not None:
-            meanwhile(spare)
-        written = ray.get(pending)
+        written = ray.get(ray.remote(num_cpus=1, max_calls=1, max_retries=2)(write_inputs).remote(*args))
     else:
         written = write_inputs(*args)
+    record_inputs(run, written)
+    return written["rows"]
+
+
+def inputs_written(run: Run, directory: str = INPUT_DIR) -> list[int] | None:
+    """The rows per input shard when an earlier attempt wrote every shard (a resume reads nothing
+    again), else None."""
+    n_shards, per_shard = run.manifest.get("input_shards"), run.manifest.get("input_rows")
+    if n_shards is not None and per_shard is not None and len(per_shard) == n_shards:
+        if len(storage.list_files(run.dir.path(directory), ".parquet")) == n_shards:
+            return list(per_shard)
+    return None
+
+
+def unseen_inputs(run: Run) -> dict[str, dict[str, Any]]:
+    """Inputs the driver cannot see (a corpus on the workers' disk): fingerprinted where they are read."""
+    return {uri: fp for uri, fp in (run.manifest.get("inputs") or {}).items()
+            if not storage.is_s3(uri) and not Path(uri).expanduser().exists()}
+
+
+def record_inputs(run: Run, written: dict[str, Any]) -> None:
+    """What writing the input shards returned (`write_inputs`), in the run's manifest."""
+    manifest = run.manifest
     manifest["input_shards"], manifest["input_rows"] = len(written["rows"]), written["rows"]
     manifest.setdefault("inputs", {}).update(written.get("inputs") or {})
     if written["counts"] is not None:
         manifest["counts"] = written["counts"]
     run.dir.write_manifest(manifest)
-    return written["rows"]
 
 
 def write_inputs(run_uri: str, n_shards: int | None, build: Callable[[], pa.Table | Iterable[pa.Table]],
                  shard_size: int, counts: Callable[[pa.Table], dict[str, Any]], rows: Callable[[pa.Table], int],
                  unseen: dict[str, dict[str, Any]] | None = None, directory: str = INPUT_DIR) -> dict[str, Any]:
-    """The input shards of a run: read back when an earlier attempt wrote all `n_shards`, else built
-    and written now (the same rows in the same shard on every attempt, so a retried task rewrites
-    the same files). Returns the rows per shard, when built `counts(table)`, and the fingerprints
-    of the `unseen` inputs (the driver's node cannot see them) taken here, refusing one that changed
-    since an earlier attempt recorded it."""
+    """The input shards of a run (`shards_written`, to the end): the rows per shard, when built
+    `counts(table)`, and the fingerprints of the `unseen` inputs."""
+    shards = shards_written(run_uri, n_shards, build, shard_size, counts, rows, unseen, directory)
+    while True:
+        try:
+            next(shards)
+        except StopIteration as done:
+            return done.value
+
+
+def shards_written(run_uri: str, n_shards: int | None, build: Callable[[], pa.Table | Iterable[pa.Table]],
+                   shard_size: int, counts: Callable[[pa.Table], dict[str, Any]], rows: Callable[[pa.Table], int],
+                   unseen: dict[str, dict[str, Any]] | None = None,
+                   directory: str = INPUT_DIR) -> Generator[tuple[int, int], None, dict[str, Any]]:
+    """Yields (shard, its rows) as each input shard is written: read back when an earlier attempt
+    wrote all `n_shards`, else built and written now (the same rows in the same shard on every
+    attempt, so a retried read rewrites the same files). Returns the rows per shard, when built
+    `counts(table)`, and the fingerprints of the `unseen` inputs (the driver's node cannot see them)
+    taken here, refusing one that changed since an earlier attempt recorded it."""
     check_visible(run_uri)
     parts = storage.list_files(storage.join(run_uri, directory), ".parquet")
     if n_shards is not None and len(parts) == n_shards:
-        return {"rows": [rows(storage.read_parquet(p)) for p in parts], "counts": None}
+        per_shard = [rows(storage.read_parquet(p)) for p in parts]
+        for index, n in enumerate(per_shard):
+            yield index, n
+        return {"rows": per_shard, "counts": None}
     now = fingerprints.of(unseen or {})
     changed = [uri for uri, fp in (unseen or {}).items() if not fp.get("missing") and now[uri] != fp]
     if changed:
@@ -94,20 +136,21 @@ def write_inputs(run_uri: str, n_shards: int | None, build: Callable[[], pa.Tabl
     total: dict[str, Any] | None = None
     held: list[pa.Table] = []
 
-    def write(shard: pa.Table) -> None:
+    def write(shard: pa.Table) -> tuple[int, int]:
         storage.write_parquet(shard, storage.join(run_uri, directory, part_name(len(per_shard))))
         per_shard.append(rows(shard))
+        return len(per_shard) - 1, per_shard[-1]
 
     for chunk in chunks:  # a chunk at a time: a shard is written as soon as it is full
         total = add_counts(total, counts(chunk))
         held.append(chunk)
         while sum(t.num_rows for t in held) >= shard_size:
             table = pa.concat_tables(held)
-            write(table.slice(0, shard_size))
+            yield write(table.slice(0, shard_size))
             held = [table.slice(shard_size)]
     rest = pa.concat_tables(held) if held else None
     if rest is not None and rest.num_rows:
-        write(rest)
+        yield write(rest)
     return {"rows": per_shard, "counts": total, "inputs": now}
 
 

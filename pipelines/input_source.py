@@ -1,0 +1,55 @@
+"""A run's input shards as a Ray Data source: one read task (on a worker, never the driver) reads the
+corpus chunk by chunk (`sharded.shards_written`), writes each input shard into the run as soon as it is
+full and emits one marker row per shard written, so the actor pools behind it in the same plan take
+shard 0 while shard 1 is being read. The last row carries what the driver records in the manifest
+(rows per shard, the corpus' counts, fingerprints of inputs the driver cannot see).
+
+Markers are rows of the runner's summary schema with `pool = -1`: a shard written (`shard >= 0`,
+`rows`: its work) or the read's end (`shard = -1`, `partials`: the JSON above). Blocks are emitted one
+row at a time (the plan's `target_max_block_size` is 1 byte): Ray Data would otherwise hold a task's
+small blocks until it ends, and no pool would start before the whole corpus is read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from ray.data.block import BlockMetadata
+from ray.data.datasource import Datasource, ReadTask
+
+from redline.pipelines import sharded
+from redline.pipelines.sharded import Inputs
+from redline.pipelines.shard_host import END, READ
+
+
+class InputShards(Datasource):
+    def __init__(self, run_uri: str, inputs: Inputs, n_shards: int | None, unseen: dict[str, Any],
+                 schema: pa.Schema) -> None:
+        self.run_uri, self.inputs, self.n_shards, self.unseen, self.schema = run_uri, inputs, n_shards, unseen, schema
+
+    def estimate_inmemory_data_size(self) -> int | None:
+        return None
+
+    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
+                       data_context: Any = None) -> list[ReadTask]:
+        return [ReadTask(self._read, BlockMetadata(num_rows=None, size_bytes=None, input_files=None, exec_stats=None),
+                         schema=self.schema)]
+
+    def _read(self) -> Iterator[pa.Table]:
+        i = self.inputs
+        shards = sharded.shards_written(self.run_uri, self.n_shards, i.build, i.shard_size, i.counts, i.rows,
+                                        self.unseen)
+        while True:
+            try:
+                shard, rows = next(shards)
+            except StopIteration as done:
+                yield self._row(END, 0, json.dumps(done.value))
+                return
+            yield self._row(shard, rows, None)
+
+    def _row(self, shard: int, rows: int, info: str | None) -> pa.Table:
+        return pa.Table.from_pylist([{"shard": shard, "pool": READ, "rows": rows, "seconds": 0.0, "host": None,
+                                      "partials": info, "failed": 0, "failure": None}], schema=self.schema)
