@@ -193,7 +193,7 @@ def run_pools(run: Run, pools: list[Pool], shard_rows: list[int] | None, *, labe
     ensure_ray(verbose=verbose)
     if inputs is not None:
         done = {p.work.pool: done_parts(run, p.work.output_dir, p.work.pool) for p in pools}
-        chained = [dataclasses.replace(p, pending=None) for p in pools] if _fits(pools) else []
+        chained = _beside_the_read(pools)
         source = _read(run, inputs)
         _drive(run, source, chained, done, busy, label=label if chained else "reading the inputs", unit=unit,
                note=note, total=total or 0, streaming=True)
@@ -263,14 +263,23 @@ def _drive(run: Run, stream: Any, pools: list[Pool], done: dict[int, frozenset[i
     run.dir.write_manifest(run.manifest)
 
 
-def _fits(pools: list[Pool]) -> bool:
-    """Whether the cluster holds the read task and every pool's least actors at once."""
+def _beside_the_read(pools: list[Pool]) -> list[Pool]:
+    """The pools sized to start beside the read task: a pool whose actors would leave it no CPU
+    starts with fewer (at least one; it grows back to its size once the read is done: its
+    `max_actors` is at least its `actors`). None of them fit: [] (the read runs first)."""
     import ray
 
     have = ray.cluster_resources()
-    cpus = 1 + sum(p.actors * p.num_cpus for p in pools)
-    gpus = sum(p.actors * p.num_gpus for p in pools)
-    return cpus <= have.get("CPU", 0) + 1e-9 and gpus <= have.get("GPU", 0) + 1e-9
+    if sum(p.actors * p.num_gpus for p in pools) > have.get("GPU", 0) + 1e-9:  # pools taking turns on GPUs
+        return []
+    sizes = [p.actors for p in pools]
+    while 1 + sum(n * p.num_cpus for n, p in zip(sizes, pools)) > have.get("CPU", 0) + 1e-9:
+        k = max(range(len(pools)), key=lambda j: (sizes[j] - 1) * pools[j].num_cpus)
+        if sizes[k] == 1:
+            return []
+        sizes[k] -= 1
+    return [dataclasses.replace(p, pending=None, actors=n, max_actors=None if p.max_actors is None else
+                                max(p.actors, p.max_actors)) for n, p in zip(sizes, pools)]
 
 
 def _read(run: Run, inputs: Inputs) -> Any:
