@@ -13,7 +13,9 @@ this run), the driver's peak RSS and CPU seconds and its share of all CPU used (
 (`../shared/scale/plain_ray_data.py`). Attack's ceiling is victim-bound: the bare rate / mean queries.
 A markdown table of every figure ends the output. Targets (issue 31, 2 cores, 2 actors x 0.5 CPU): score
 at 1M rows >= 80% of the bare loop and at least as fast as the peer; driver RSS grows < 100 MB from 100k to
-4M rows; driver CPU <= 5% of the run's; attack at 8k seeds >= 70% of victim-bound.
+4M rows; driver CPU <= 5% of the run's; attack at 8k seeds >= 70% of victim-bound. Issue 50 adds: the largest
+process of the run grows < 150 MB from 1M to 4M rows, and the first output part at 4M rows comes <= 2x as late
+as at 100k (`first_part_s`, from the command's start, Ray's start-up included).
 """
 
 from __future__ import annotations
@@ -41,10 +43,11 @@ def machine_cpu_s() -> float:
     return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
-def sampled(cmd: list[str], log: Path) -> dict[str, float]:
-    """Run `cmd`, sampling its own process: wall, peak RSS, CPU seconds, and the machine's CPU seconds.
+def sampled(cmd: list[str], log: Path, parts: Path | None = None) -> dict[str, float]:
+    """Run `cmd`, sampling its own process: wall, peak RSS, CPU seconds, and the machine's CPU seconds;
+    with `parts`, when the first output part appeared there (seconds from the command's start).
     Each command starts its own local Ray (RAY_ADDRESS=local), never one left by the previous."""
-    started, machine = time.time(), machine_cpu_s()
+    started, machine, first = time.time(), machine_cpu_s(), None
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
                                 env={**os.environ, "REDLINE_PROGRESS": "0", "RAY_AUTH_MODE": "disabled",
@@ -57,18 +60,21 @@ def sampled(cmd: list[str], log: Path) -> dict[str, float]:
                 cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
             except (OSError, AttributeError):
                 pass
+            if parts is not None and first is None and parts.is_dir() and any(parts.glob("part-*.parquet")):
+                first = time.time() - started
             if tick % 5 == 0:  # every process below the driver (Ray's workers, actors, reading tasks), once a second
                 for pid in descendants(proc.pid):
                     if rss_kb(pid) > worker_peak:
                         worker_peak, worker = rss_kb(pid), command_of(pid)
             tick += 1
-            time.sleep(0.2)
+            time.sleep(0.1)
     wall, used = time.time() - started, machine_cpu_s() - machine
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[:4])} failed (rc {proc.returncode}); see {log}")
     return {"wall_s": round(wall, 1), "driver_peak_rss_mb": round(peak / 1024), "driver_cpu_s": round(cpu, 1),
             "machine_cpu_s": round(used, 1), "driver_share": round(cpu / max(used, 1e-9), 3),
-            "worker_peak_rss_mb": round(worker_peak / 1024), "worker_peak": worker}
+            "worker_peak_rss_mb": round(worker_peak / 1024), "worker_peak": worker,
+            **({"first_part_s": round(first, 1) if first is not None else None} if parts is not None else {})}
 
 
 def rss_kb(pid: int) -> int:
@@ -121,11 +127,11 @@ def bare_rate(victim: Path, work: Path) -> float:
     return float(line.split()[-2].replace(",", ""))
 
 
-def redline(command: str, config: dict, work: Path, name: str) -> tuple[dict[str, float], dict]:
+def redline(command: str, config: dict, work: Path, name: str, parts: str) -> tuple[dict[str, float], dict]:
     path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump({**config, "output": str(work / "runs"), "run_name": name}))
     figures = sampled([sys.executable, "-m", "redline", *command.split(), "--config", str(path), "--force"],
-                      work / f"{name}.log")
+                      work / f"{name}.log", parts=work / "runs" / name / parts)
     return figures, json.loads((work / "runs" / name / "manifest.json").read_text())
 
 
@@ -155,7 +161,7 @@ def main() -> int:
     for rows in (int(r) for r in args.rows.split(",") if r):
         corpus = repeated_corpus(rows, work / f"davidson-{rows}.csv")
         figures, manifest = redline("run score", {"corpus": {"path": str(corpus), "preset": "davidson"},
-                                                  "detectors": [detector]}, work, f"score-{rows}")
+                                                  "detectors": [detector]}, work, f"score-{rows}", "predictions")
         done = manifest["counts"].get("rows_out", rows)
         row = {"what": f"redline run score, {rows:,} rows", **figures, "rows_per_s": round(done / figures["wall_s"]),
                "share_of_bare": round(done / figures["wall_s"] / bare, 3)}
@@ -176,7 +182,7 @@ def main() -> int:
                   "num_cpus": args.actor_cpus, "batch_size": args.batch_size}
         for key in ("actors", "max_actors", "num_cpus"):
             config["victim"].pop(key)
-        figures, manifest = redline("run attack", config, work, f"attack-{seeds}")
+        figures, manifest = redline("run attack", config, work, f"attack-{seeds}", "attempts")
         summary = manifest["summary"][0]
         decided = summary["success"] + summary["failed"]
         rate = summary["attempts"] / figures["wall_s"]
@@ -188,12 +194,13 @@ def main() -> int:
         table.append(row)
     print(f"\nbare loop: {bare:,.0f} texts/s; {args.actors} actors x {args.actor_cpus} CPU; {os.cpu_count()} CPUs\n")
     print("| run | wall s | rows/s | share of bare (or of victim-bound) | driver peak RSS MB | driver CPU s | "
-          "driver share of CPU | largest process below it, MB |\n|---|---|---|---|---|---|---|---|")
+          "driver share of CPU | largest process below it, MB | first part s |\n|---|---|---|---|---|---|---|---|---|")
     for r in table:
         rate = r.get("rows_per_s") or r.get("attempts_per_s")
         share = r.get("share_of_bare", r.get("share_of_bound"))
         print(f"| {r['what']} | {r['wall_s']} | {rate:,} | {share:.0%} | {r['driver_peak_rss_mb']} | "
-              f"{r['driver_cpu_s']} | {r['driver_share']:.0%} | {r['worker_peak_rss_mb']} ({r['worker_peak'][:40]}) |")
+              f"{r['driver_cpu_s']} | {r['driver_share']:.0%} | {r['worker_peak_rss_mb']} ({r['worker_peak'][:40]}) | "
+              f"{r.get('first_part_s', '-')} |")
     return 0
 
 

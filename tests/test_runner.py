@@ -32,18 +32,26 @@ def by_value(ray_session):
 
 class Doubler:
     """Doubles `x`; sleeps `delay` per batch; with `die`, the first call of the run kills its process
-    (a lost worker) once, marked by that file."""
+    (a lost worker) once, marked by that file; with `gate` (a folder), each actor's first call signs
+    in there and waits (at most a minute) until a second actor has: a pool that never grows fails,
+    however slow the machine, and one that grows goes on at once."""
 
     input_columns = ["id", "x"]
     output_schema = pa.schema([("id", pa.string()), ("y", pa.int64()), ("pid", pa.int64())])
 
-    def __init__(self, delay: float = 0.0, die: str | None = None) -> None:
-        self.delay, self.die = delay, die
+    def __init__(self, delay: float = 0.0, die: str | None = None, gate: str | None = None) -> None:
+        self.delay, self.die, self.gate = delay, die, gate
 
     def __call__(self, batch: dict[str, np.ndarray]) -> pa.Table:
         if self.die and not os.path.exists(self.die):
             open(self.die, "w").close()
             os._exit(1)
+        if self.gate:
+            open(os.path.join(self.gate, str(os.getpid())), "w").close()
+            deadline = time.monotonic() + 60
+            while len(os.listdir(self.gate)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.gate = None
         time.sleep(self.delay)
         return pa.table({"id": [str(i) for i in batch["id"]], "y": batch["x"] * 2,
                          "pid": np.full(len(batch["x"]), os.getpid())}, schema=self.output_schema)
@@ -89,7 +97,8 @@ def test_every_shard_comes_back_once_through_the_plan(ray_session, tmp_path):
 
 
 def test_the_pool_grows_while_shards_wait_and_the_cluster_has_room(ray_session, tmp_path):
-    _, use, [rows] = _doubled(tmp_path, {"delay": 0.3}, actors=1, max_actors=3, shards=16)
+    (tmp_path / "gate").mkdir()
+    _, use, [rows] = _doubled(tmp_path, {"gate": str(tmp_path / "gate")}, actors=1, max_actors=3, shards=16)
     assert rows.column("y").to_pylist() == [2 * x for x in range(160)]
     assert use[0].actors >= 2, use[0].hosts  # started with one, grew
 
