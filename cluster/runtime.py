@@ -51,10 +51,10 @@ def quiet_data_context() -> None:
     # A worker's own exception (a RedlineError naming the problem) reaches the driver as itself, not
     # as "UDF failed to process a data block" (Ray does not carry an exception's cause across processes).
     ctx.raise_original_map_exception = True
-    # Each call of a redline actor is a whole shard (seconds to minutes), so an actor takes one at a
-    # time (`max_tasks_in_flight_per_actor=1`: a second queued behind a busy actor while a new one
-    # idles would halve a small run); the pool then grows once every actor is busy, not at 175%.
-    ctx.autoscaling_config.actor_pool_util_upscaling_threshold = 1.0
+    # Each call of a redline actor is a whole shard: a pool grows once a shard waits behind a busy
+    # actor (1.5 shards per actor on average, not Ray Data's 1.75), whether an actor keeps one shard
+    # in flight (a small run: see `shard_host.in_flight`) or two.
+    ctx.autoscaling_config.actor_pool_util_upscaling_threshold = 1.5
     # A failed task is logged by Ray Data at ERROR with its whole traceback before the driver sees it;
     # redline reports it once, as one line (the trace is in the run's error.log; -v shows Ray's logs).
     verbose = os.environ.get("REDLINE_VERBOSE") == "1"

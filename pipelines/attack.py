@@ -190,7 +190,8 @@ def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> 
     # the attempts are built by the same plan (each shard attacked as it is written), unless written before
     busy = shard_host.run_pools(run, [pool], shard_rows, label=f"attacking {config.victim.name}", verbose=verbose,
                                 unit="attempts", inputs=None if shard_rows is not None else sharded.Inputs(
-                                    partial(build_attempts, config), config.shard_size, attempt_counts))[0]
+                                    partial(build_attempts, config), config.shard_size, attempt_counts,
+                                    shards=_foreseen_shards(config)))[0]
     shard_rows = manifest["input_rows"]
     manifest["resumed_shards"] = len(before.intersection(range(len(shard_rows))))
     manifest["busy_seconds"] = round(manifest.get("busy_seconds", 0.0) + busy.seconds, 3)
@@ -203,6 +204,13 @@ def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> 
     manifest["counts"].update(attempts_out=attempts, by_status={s: n for s, n in by_status.items() if n})
     manifest["attempts_per_s"] = round(attempts / attack_s, 2) if attack_s and pending != [] else None
     return summary
+
+
+def _foreseen_shards(config: AttackConfig) -> int | None:
+    """The most shards of attempts a seed limit makes (seeds x recipes x goals), if there is one."""
+    if not config.max_seeds:
+        return None
+    return -(-config.max_seeds * len(config.recipes) * len(config.goals) // config.shard_size)
 
 
 # --------------------------------------------------------------------------------------------

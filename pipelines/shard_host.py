@@ -196,7 +196,7 @@ def run_pools(run: Run, pools: list[Pool], shard_rows: list[int] | None, *, labe
         chained = _beside_the_read(pools)
         source = _read(run, inputs)
         _drive(run, source, chained, done, busy, label=label if chained else "reading the inputs", unit=unit,
-               note=note, total=total or 0, streaming=True)
+               note=note, total=total or 0, streaming=True, shards=inputs.shards)
         if chained:
             return busy
         shard_rows = run.manifest["input_rows"]
@@ -218,13 +218,14 @@ def run_pools(run: Run, pools: list[Pool], shard_rows: list[int] | None, *, labe
 
 
 def _drive(run: Run, stream: Any, pools: list[Pool], done: dict[int, frozenset[int]], busy: dict[int, PoolUse], *,
-           label: str, unit: str, note: Callable[[Run], str] | None, total: int, streaming: bool) -> None:
+           label: str, unit: str, note: Callable[[Run], str] | None, total: int, streaming: bool,
+           shards: int | None = None) -> None:
     """Run the plan `stream` (ending in `pools`, placement checked first) and take its rows: each
     summary's partial sums into the manifest, each marker's shard into the bar's total (streaming)."""
     for p in pools:
         check_placeable(p.what or f"each {p.worker.__name__} actor", p.num_cpus, p.num_gpus)
     for p in pools if streaming else []:
-        stream = _hosted(stream, p, done.get(p.work.pool, frozenset()))
+        stream = _hosted(stream, p, done.get(p.work.pool, frozenset()), shards)
     if streaming:
         stream.context.target_max_block_size = 1  # a shard's marker reaches the pools as soon as it is written
     figures = {p.work.pool: p.work.figures for p in pools}
@@ -295,7 +296,15 @@ def _read(run: Run, inputs: Inputs) -> Any:
     return ray.data.read_datasource(source, override_num_blocks=1, num_cpus=1, max_calls=1)
 
 
-def _hosted(stream: Any, p: Pool, done: frozenset[int]) -> Any:
+def in_flight(shards: int | None, actors: int) -> int:
+    """Shards an actor holds at once: two, so it never waits on the scheduler between shards (one
+    in flight left a 2-actor pool idle half the time at 1M rows); one when the run has no more than
+    two shards per actor (`shards`: known or foreseen), or the first actor up would queue them all
+    while the others start."""
+    return 1 if shards is not None and shards <= 2 * max(actors, 1) else 2
+
+
+def _hosted(stream: Any, p: Pool, done: frozenset[int], shards: int | None) -> Any:
     """`stream` through pool `p`'s actors (`map_batches(ShardHost)`; see `plan`)."""
     import ray.data
 
@@ -303,7 +312,8 @@ def _hosted(stream: Any, p: Pool, done: frozenset[int]) -> Any:
     return stream.map_batches(
         ShardHost, fn_constructor_kwargs={"work": p.work, "worker": p.worker, "worker_kwargs": p.worker_kwargs,
                                           "done": done},
-        compute=ray.data.ActorPoolStrategy(min_size=least, max_size=most, max_tasks_in_flight_per_actor=1),
+        compute=ray.data.ActorPoolStrategy(min_size=least, max_size=most,
+                                           max_tasks_in_flight_per_actor=in_flight(shards, p.actors)),
         batch_size=None, batch_format="numpy", num_cpus=p.num_cpus, num_gpus=p.num_gpus or None)
 
 
@@ -321,7 +331,8 @@ def plan(pools: list[Pool]) -> Any:
         shards = ray.data.from_arrow([pa.table({"shard": pa.array([i], pa.int64())}) for i in p.pending or []])
         branches.append(shards.map_batches(
             ShardHost, fn_constructor_kwargs={"work": p.work, "worker": p.worker, "worker_kwargs": p.worker_kwargs},
-            compute=ray.data.ActorPoolStrategy(min_size=least, max_size=most, max_tasks_in_flight_per_actor=1),
+            compute=ray.data.ActorPoolStrategy(min_size=least, max_size=most,
+                                               max_tasks_in_flight_per_actor=in_flight(len(p.pending or []), most)),
             batch_size=1, batch_format="numpy",
             num_cpus=p.num_cpus, num_gpus=p.num_gpus or None))
     return branches[0] if len(branches) == 1 else branches[0].union(*branches[1:])

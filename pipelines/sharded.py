@@ -31,12 +31,14 @@ def part_name(index: int) -> str:
 class Inputs:
     """How a run's input shards are made, for a runner that reads them as it goes
     (`shard_host.run_pools(inputs=...)`): `build()` (the corpus' chunks as they are read) cut into
-    shards of `shard_size` rows, `counts(chunk)` added up, `rows(shard)`: the work a shard is."""
+    shards of `shard_size` rows, `counts(chunk)` added up, `rows(shard)`: the work a shard is;
+    `shards`: how many it will make, when foreseen (e.g. from a seed limit), else None."""
 
     build: Callable[[], pa.Table | Iterable[pa.Table]]
     shard_size: int
     counts: Callable[[pa.Table], dict[str, Any]]
     rows: Callable[[pa.Table], int] = len
+    shards: int | None = None
 
 
 def prepare_inputs(run: Run, build: Callable[[], pa.Table | Iterable[pa.Table]], shard_size: int,
