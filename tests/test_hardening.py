@@ -445,6 +445,10 @@ def test_process_identity_tells_a_reused_pid_apart():
 class _Service(http.server.ThreadingHTTPServer):
     """A tiny OpenAI-like endpoint: `mode` says how every POST is answered."""
 
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that hangs up mid-answer (redline cutting an oversize one) is what these tests
+        make happen; the server's own traceback for it would land in the CLI's captured stderr."""
+
     def __init__(self, mode: str) -> None:
         self.mode, self.requests = mode, 0
         outer = self
