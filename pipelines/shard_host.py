@@ -1,9 +1,11 @@
-"""Shards processed where the work runs: each call of an actor (`pipelines/actor_pool.py`: plain Ray
-actors that take work as soon as each is ready, growing while shards wait) is one whole input shard,
-which the actor reads from the run directory, sends through its row worker (a detector, ...) in
-model batches, joins back onto the shard, writes atomically as the shard's output part and sums
-into its figures' partial sums. The driver sends shard numbers and receives one small summary row
-per shard (its partial sums as JSON): no row of the corpus or of the results passes through it.
+"""The runner every pipeline's rows go through: one Ray Data plan per stage (`run_pools`), in which
+each call of a pool's actor (`map_batches(ShardHost)` on an autoscaling `ActorPoolStrategy`) is one
+whole input shard, which the actor reads from the run directory, sends through its row worker (a
+detector, ...) in model batches, joins back onto the shard, writes atomically as the shard's output
+part and sums into its figures' partial sums. The driver receives one small summary row per shard
+(its partial sums as JSON): no row of the corpus or of the results passes through it. With `inputs`,
+the plan's own read task writes the input shards and the pools take each as it is written
+(`pipelines/input_source.py`).
 
 A retried call (a lost actor) rewrites the same part with the same rows, and a part's sums are
 counted once (by part), so resume neither loses nor duplicates rows.
