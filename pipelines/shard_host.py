@@ -227,7 +227,8 @@ def _drive(run: Run, stream: Any, pools: list[Pool], done: dict[int, frozenset[i
     for p in pools:
         check_placeable(p.what or f"each {p.worker.__name__} actor", p.num_cpus, p.num_gpus)
     for p in pools if streaming else []:
-        stream = _hosted(stream, p, done.get(p.work.pool, frozenset()), shards)
+        stream = _hosted(stream, p, least=p.actors, most=p.max_actors, in_flight=in_flight(shards, p.actors),
+                         batch_size=None, done=done.get(p.work.pool, frozenset()))
     if streaming:
         stream.context.target_max_block_size = 1  # a shard's marker reaches the pools as soon as it is written
     figures = {p.work.pool: p.work.figures for p in pools}
@@ -306,17 +307,17 @@ def in_flight(shards: int | None, actors: int) -> int:
     return 1 if shards is not None and shards <= 2 * max(actors, 1) else 2
 
 
-def _hosted(stream: Any, p: Pool, done: frozenset[int], shards: int | None) -> Any:
-    """`stream` through pool `p`'s actors (`map_batches(ShardHost)`; see `plan`)."""
+def _hosted(stream: Any, p: Pool, *, least: int, most: int | None, in_flight: int, batch_size: int | None,
+            done: frozenset[int] = frozenset()) -> Any:
+    """`stream` through pool `p`'s actors: `map_batches(ShardHost)` on an autoscaling actor pool of
+    `least` to `most` actors (None: as many as the cluster has room for), each holding `in_flight` calls."""
     import ray.data
 
-    least, most = p.actors, p.max_actors
     return stream.map_batches(
         ShardHost, fn_constructor_kwargs={"work": p.work, "worker": p.worker, "worker_kwargs": p.worker_kwargs,
                                           "done": done},
-        compute=ray.data.ActorPoolStrategy(min_size=least, max_size=most,
-                                           max_tasks_in_flight_per_actor=in_flight(shards, p.actors)),
-        batch_size=None, batch_format="numpy", num_cpus=p.num_cpus, num_gpus=p.num_gpus or None)
+        compute=ray.data.ActorPoolStrategy(min_size=least, max_size=most, max_tasks_in_flight_per_actor=in_flight),
+        batch_size=batch_size, batch_format="numpy", num_cpus=p.num_cpus, num_gpus=p.num_gpus or None)
 
 
 def plan(pools: list[Pool]) -> Any:
@@ -331,10 +332,6 @@ def plan(pools: list[Pool]) -> Any:
     for p in pools:
         least, most = p.sizes
         shards = ray.data.from_arrow([pa.table({"shard": pa.array([i], pa.int64())}) for i in p.pending or []])
-        branches.append(shards.map_batches(
-            ShardHost, fn_constructor_kwargs={"work": p.work, "worker": p.worker, "worker_kwargs": p.worker_kwargs},
-            compute=ray.data.ActorPoolStrategy(min_size=least, max_size=most,
-                                               max_tasks_in_flight_per_actor=in_flight(len(p.pending or []), most)),
-            batch_size=1, batch_format="numpy",
-            num_cpus=p.num_cpus, num_gpus=p.num_gpus or None))
+        branches.append(_hosted(shards, p, least=least, most=most, in_flight=in_flight(len(p.pending or []), most),
+                                batch_size=1))
     return branches[0] if len(branches) == 1 else branches[0].union(*branches[1:])
