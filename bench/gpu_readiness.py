@@ -338,7 +338,8 @@ def main() -> None:
             emit(f"attack {recipe} ({family})", m["counts"]["attempts_out"], m["timings"]["attack_s"], "attempts/s",
                  bare / queries, sampler, mean_queries=round(queries, 1), asr=m["summary"][0]["asr"])
 
-    ds = json.loads(Path(args.diasafety).read_text())[: args.contexts]
+    dialogue = stages & {"training", "dialogue", "generation"}
+    ds = json.loads(Path(args.diasafety).read_text())[: args.contexts] if dialogue else []
     pairs = [(r["context"], r["response"]) for r in ds]
     if stages & {"training", "dialogue"}:
         data = work / "diasafety.json"

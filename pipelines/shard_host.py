@@ -226,11 +226,8 @@ def _drive(run: Run, stream: Any, pools: list[Pool], done: dict[int, frozenset[i
     summary's partial sums into the manifest, each marker's shard into the bar's total (streaming)."""
     for p in pools:
         check_placeable(p.what or f"each {p.worker.__name__} actor", p.num_cpus, p.num_gpus)
-    for p in pools if streaming else []:
-        stream = _hosted(stream, p, least=p.actors, most=p.max_actors, in_flight=in_flight(shards, p.actors),
-                         batch_size=None, done=done.get(p.work.pool, frozenset()))
     if streaming:
-        stream.context.target_max_block_size = 1  # a shard's marker reaches the pools as soon as it is written
+        stream = chain(stream, pools, shards=shards, done=done)
     figures = {p.work.pool: p.work.figures for p in pools}
     saved = time.monotonic()
     written: dict[str, Any] | None = None
@@ -318,6 +315,16 @@ def _hosted(stream: Any, p: Pool, *, least: int, most: int | None, in_flight: in
                                           "done": done},
         compute=ray.data.ActorPoolStrategy(min_size=least, max_size=most, max_tasks_in_flight_per_actor=in_flight),
         batch_size=batch_size, batch_format="numpy", num_cpus=p.num_cpus, num_gpus=p.num_gpus or None)
+
+
+def chain(stream: Any, pools: list[Pool], *, shards: int | None, done: dict[int, frozenset[int]]) -> Any:
+    """The pools one behind the other after the read `stream`, each taking the shards it has not `done`.
+    One marker row per call (Ray Data also insists on a batch size where a pool asks for GPUs)."""
+    for p in pools:
+        stream = _hosted(stream, p, least=p.actors, most=p.max_actors, in_flight=in_flight(shards, p.actors),
+                         batch_size=1, done=done.get(p.work.pool, frozenset()))
+    stream.context.target_max_block_size = 1  # a shard's marker reaches the pools as soon as it is written
+    return stream
 
 
 def plan(pools: list[Pool]) -> Any:

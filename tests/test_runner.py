@@ -115,6 +115,22 @@ def test_pools_asking_more_than_the_cluster_has_take_turns(ray_session, tmp_path
     assert [r.column("y").to_pylist() for r in rows] == [[2 * x for x in range(40)]] * 3
 
 
+def test_a_pool_asking_for_a_gpu_is_a_plan_ray_data_accepts(ray_session, tmp_path):
+    # On an H200 every GPU run failed before any row moved: Ray Data refuses `map_batches` with
+    # `num_gpus` and no batch size. Building both plans (behind the read, and from a shard list) is
+    # where it refuses, so this needs no GPU.
+    import ray.data
+
+    from redline.pipelines import shard_host
+
+    run = _run(tmp_path, "gpu")
+    work = shard_host.ShardWork(run.dir.uri, "out", 0, lambda s: s, lambda s, r: s, {}, 5)
+    pool = shard_host.Pool(work, Doubler, {}, 1, 1.0, 1.0, [0, 1])
+    markers = ray.data.from_items([{"shard": 0, "pool": -1}])
+    assert shard_host.chain(markers, [pool], shards=2, done={}) is not None
+    assert shard_host.plan([pool]) is not None
+
+
 def test_constructor_user_error_reaches_the_caller(ray_session, tmp_path):
     from redline.pipelines.stages import run_step
 
