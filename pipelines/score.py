@@ -22,7 +22,6 @@ from redline.actors.detectors.worker import DetectionWorker
 from redline.cluster import storage
 from redline.cluster.config import Result, RunConfig, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
-from redline.cluster.runtime import on_a_worker
 from redline.cluster.tables import STATUS_ERROR, STATUS_OK, conform
 from redline.errors import RedlineError
 from redline.pipelines import aggregates as A
@@ -120,10 +119,11 @@ def scorable_rows(shard: pa.Table) -> int:
 
 
 def score_corpus(run: Run, config: Any, build: Callable[[], pa.Table | Iterator[pa.Table]], watch: Stopwatch, verbose: bool,
-                 summary: Table = SCORE) -> list[dict[str, Any]]:
+                 summary: Table = SCORE, examples: bool = False) -> list[dict[str, Any]]:
     """Score the corpus `build` returns with `config.detectors` into `run`'s prediction parts (one
     per shard and detector, written by the detector's actors; resuming any already written);
-    returns `summary`'s rows, summed part by part."""
+    returns `summary`'s rows, summed part by part. With `examples`, the manifest's `example_errors`
+    are found in the same pass as the parts' index."""
     manifest = run.manifest
     figures = {"summary": summary, "outcomes": OUTCOMES}
     works = [shard_host.ShardWork(run.dir.uri, OUTPUT_DIR, k, scorable,
@@ -146,7 +146,9 @@ def score_corpus(run: Run, config: Any, build: Callable[[], pa.Table | Iterator[
     watch.lap("score_s")
     parts = {(i, k): shard_host.output_part(i, k) for i in range(len(shard_rows)) for k in range(len(pools))}
     rows = sharded.shard_summary(run, figures, OUTPUT_DIR, parts)
-    sharded.index_output(run, OUTPUT_DIR)
+    found = sharded.index_output(run, OUTPUT_DIR, then=example_errors_at if examples else None)
+    if examples:
+        manifest["example_errors"] = found
     manifest["counts"].update(output_counts(rows["outcomes"], [d.name for d in config.detectors]))
     _check_answered(run, manifest["counts"]["per_detector"], config.detectors, parts)
     spent, used = manifest.get("busy_seconds", {}), manifest.get("actors_used", {})
@@ -188,9 +190,8 @@ def output_counts(outcomes: list[dict[str, Any]], detector_names: list[str]) -> 
 
 
 def execute(config: ScoreConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
-    metrics = score_corpus(run, config, lambda: iter_corpora(config.corpora), watch, verbose)
+    metrics = score_corpus(run, config, lambda: iter_corpora(config.corpora), watch, verbose, examples=True)
     storage.write_json(run.dir.path("metrics.json"), metrics)
-    run.manifest["example_errors"] = on_a_worker(example_errors_at, run.dir.uri, num_cpus=0.5)  # reads every part
     return metrics
 
 
