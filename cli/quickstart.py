@@ -19,7 +19,7 @@ from redline.pipelines.registry import pipeline
 
 def run_chain(output: str, *, force: bool = False, verbose: bool = False, say: Any = print) -> dict[str, Any]:
     """Attack profanity-check on the sample, filter the results with an LLM judge served by redline's
-    own generation service and the tiny classifier, then benchmark three detectors by transfer."""
+    own generation service and a tiny classifier, then benchmark three other detectors by transfer."""
     from redline.pipelines.attack import run_attack
     from redline.pipelines.taebench import run_taebench
     from redline.pipelines.transfer import run_transfer
@@ -29,6 +29,7 @@ def run_chain(output: str, *, force: bool = False, verbose: bool = False, say: A
     models = Path(output) / "models"
     classifier = qs.quickstart_model(models)
     judge_model = qs.quickstart_judge_model(models)
+    filter_model = qs.quickstart_filter_model(models)
     say("1/4 attacking profanity-check (TAE and BAE, 3 recipes)")
     attack = run_attack(qs.quickstart_attack_config(output), force=force, verbose=verbose)
     say("2/4 serving the tiny LLM judge on Ray Serve (OpenAI-compatible API)")
@@ -44,7 +45,7 @@ def run_chain(output: str, *, force: bool = False, verbose: bool = False, say: A
                 raise
     try:
         say("3/4 quality filters: dedupe, grammar, LLM judge AND classifier")
-        taebench = run_taebench(qs.quickstart_taebench_config(output, attack.run_uri, state["url"] + "/v1", classifier),
+        taebench = run_taebench(qs.quickstart_taebench_config(output, attack.run_uri, state["url"] + "/v1", filter_model),
                                 force=force, verbose=verbose)
     finally:
         runner.shutdown()

@@ -31,6 +31,7 @@ from redline.pipelines import card_figures as F
 from redline.pipelines.figures import CARD, EGREGIOUS, TRANSFER
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.schema import NO_ANSWER
+from redline.pipelines.taebench import filter_victim_error, filter_victims
 from redline.pipelines.template import Gate, Pipeline
 from redline.pipelines.uncertainty import MAX_WIDTH, bootstrap_dialogue
 
@@ -113,10 +114,9 @@ class CardConfig(RunConfig):
             raise ValueError(f"guard_attack.attacked: {', '.join(unknown)} is neither the guard nor a baseline "
                              f"(they are: {', '.join(names)})")
         scored = ((self.guard_attack.taebench or {}).get("classifier") or {}) if self.guard_attack else {}
-        if isinstance(scored, dict) and scored.get("name") in names:
-            raise ValueError(f"guard_attack.taebench.classifier '{scored['name']}' is also a detector the card scores: "
-                             "the label filter keeps only the examples it agrees with, so its transfer figures would "
-                             "be 0 by construction; give the filter a classifier the card does not score")
+        same = filter_victims(scored, self.detectors) if isinstance(scored, dict) else []
+        if same:
+            raise ValueError(filter_victim_error(same, "guard_attack.taebench") + " (the card scores every detector)")
         try:  # every part validates now, not after the others ran
             plan(self, "card-check", "card-check")
         except RedlineError as err:

@@ -28,6 +28,12 @@ def quickstart_model(models_dir: Path) -> Path:
     return _sample_classifier(models_dir, "tiny-toxic-bert", hidden_size=32)
 
 
+def quickstart_filter_model(models_dir: Path) -> Path:
+    """A second tiny classifier (trained from another seed) for TaeBench's label filter: the filter keeps only
+    the examples its classifier agrees with, so the classifier the transfer benchmarks must be another."""
+    return _sample_classifier(models_dir, "tiny-toxic-bert-filter", hidden_size=32, seed=1)
+
+
 def _sample_classifier(models_dir: Path, name: str, **settings: Any) -> Path:
     """A tiny BERT trained on the bundled train split, in `<name>-<sample digest>` (reused when there)."""
     from redline.actors.tiny_models import build_tiny_classifier
@@ -99,7 +105,7 @@ def quickstart_judge_model(models_dir: Path) -> Path:
     return build_tiny_judge_lm([r["text"] for r in rows], [r["label"] for r in rows], QUICKSTART_JUDGE_TEMPLATE, out)
 
 
-def quickstart_taebench_config(output: str, attack_uri: str, judge_url: str, classifier_dir: Path) -> Any:
+def quickstart_taebench_config(output: str, attack_uri: str, judge_url: str, filter_dir: Path) -> Any:
     from redline.pipelines.taebench import TaebenchConfig
 
     data = {
@@ -107,7 +113,7 @@ def quickstart_taebench_config(output: str, attack_uri: str, judge_url: str, cla
         "grammar": {"skip_if_unavailable": True},  # no LanguageTool server offline: the stage says so
         "judge": {"base_url": judge_url, "model": "tiny-judge", "template": QUICKSTART_JUDGE_TEMPLATE,
                   "max_tokens": 3, "cache_dir": str(Path(output) / "judge-cache"), "num_cpus": 0.25},
-        "classifier": {"name": "tiny-bert", "kind": "hf", "model": str(classifier_dir), "num_cpus": 0.5},
+        "classifier": {"name": "tiny-bert-filter", "kind": "hf", "model": str(filter_dir), "num_cpus": 0.5},
         "test_fraction": 0.5, "output": output, "run_name": "quickstart-taebench",
     }
     return validate_config(TaebenchConfig, data, source="quickstart taebench")

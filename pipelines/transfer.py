@@ -24,8 +24,9 @@ from redline.errors import RedlineError
 from redline.pipelines.figures import TRANSFER
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.schema import CORPUS_SCHEMA
-from redline.pipelines.score import preflight, score_corpus
-from redline.pipelines.taebench import read_bench
+from redline.pipelines.score import preflight as preflight_detectors
+from redline.pipelines.score import score_corpus
+from redline.pipelines.taebench import filter_victim_error, filter_victims, read_bench
 from redline.pipelines.template import Pipeline
 
 
@@ -73,6 +74,15 @@ def execute(config: TransferConfig, run: Run, watch: Stopwatch, verbose: bool) -
     return score_corpus(run, config, lambda: build_corpus(config), watch, verbose, TRANSFER)
 
 
+def preflight(config: TransferConfig) -> None:
+    """A finished TaeBench run, no victim that is its own label filter, every victim loadable."""
+    filtered_by = (require_finished(config.taebench, "taebench").get("config") or {}).get("classifier")
+    same = filter_victims(filtered_by, config.victims)
+    if same:
+        raise RedlineError(filter_victim_error(same, f"the TaeBench run {config.taebench}"))
+    preflight_detectors(config)  # type: ignore[arg-type]
+
+
 def plot_transfer(rows: list[dict[str, Any]]) -> bytes | None:
     return grouped_bars([r for r in rows if r["dataset"] == "all"], "victim",
                         [("seed_rate", "FNR on seeds"), ("tae_rate", "ASR on TAE (FNR)"), ("bae_rate", "ASR on BAE (FPR)")],
@@ -91,7 +101,7 @@ def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
 
 
 PIPELINE = Pipeline("transfer", TransferConfig, execute, write_report, "transfer attack",
-                    lambda manifest: TRANSFER.columns(), preflight=preflight)  # type: ignore[arg-type]
+                    lambda manifest: TRANSFER.columns(), preflight=preflight)
 
 
 def run_transfer(config: TransferConfig, *, force: bool = False, verbose: bool = False) -> RunResult:

@@ -147,6 +147,17 @@ def tiny_binary_model(tmp_path_factory, sample_rows) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_other_binary_model(tmp_path_factory, sample_rows) -> Path:
+    """A second binary tiny BERT (another seed): a transfer victim of a TaeBench that `tiny_binary_model`
+    filtered (a filter's own classifier is refused as a victim)."""
+    from redline.actors.tiny_models import build_tiny_classifier
+
+    return model_dir(tmp_path_factory, "tiny-binary-filter-seed1", lambda out: build_tiny_classifier(
+        [r["text"] for r in sample_rows], [r["label"] for r in sample_rows], out, epochs=25, hidden_size=32,
+        num_layers=1, vocab_size=600, seed=1))
+
+
+@pytest.fixture(scope="session")
 def tiny_multiclass_model(tmp_path_factory, sample_rows) -> Path:
     """Three Davidson-style classes: hate / offensive / neither."""
     from redline.actors.tiny_models import build_tiny_classifier

@@ -153,6 +153,13 @@ def test_quickstart_main_job_is_the_taebench_chain(capsys, quickstart_dir, ray_s
     # the attack's own victim: its TAEs fool it by construction, so they are counted apart, not as transfer
     assert victims["profanity-check"]["tae_rate"] is None and victims["profanity-check"]["own_n"] > 0
     assert victims["tiny-bert"]["tae_n"] > 0 and victims["tiny-bert"]["own_n"] == 0
+    # TaeBench was filtered by another classifier: no victim's figure is 0 by construction, and
+    # benchmarking the filter's own classifier on it is refused in one line
+    assert taebench["config"]["classifier"]["name"] == "tiny-bert-filter" and "tiny-bert-filter" not in victims
+    refused = tmp_path / "transfer-the-filter.yaml"
+    refused.write_text(json.dumps({"taebench": str(tmp_path / "quickstart-taebench"), "output": str(tmp_path / "no"),
+                                   "victims": [taebench["config"]["classifier"]]}))
+    expect_user_error(capsys, ["run", "transfer", "--config", str(refused)], "tiny-bert-filter is the label filter's classifier")
     assert str(tmp_path / "quickstart-transfer" / "report.html") in out
     assert "data:image/png;base64," in (tmp_path / "quickstart-transfer" / "report.html").read_text()
     assert f"redline view {tmp_path}" in out  # it ends with the command that opens its runs in a browser

@@ -198,7 +198,7 @@ def cluster(tmp_path_factory, moto_endpoint, davidson):
 
 
 @pytest.fixture(scope="module")
-def s3_inputs(cluster, tmp_path_factory, tiny_binary_model, tiny_causal_lm, davidson):
+def s3_inputs(cluster, tmp_path_factory, tiny_binary_model, tiny_other_binary_model, tiny_causal_lm, davidson):
     """Corpora, DiaSafety slices and tiny models on S3, the only place the cluster reads them from."""
     from redline.cluster.artifacts import upload_dir
 
@@ -215,6 +215,7 @@ def s3_inputs(cluster, tmp_path_factory, tiny_binary_model, tiny_causal_lm, davi
     client.put_object(Bucket=BUCKET, Key="data/ds-train.json", Body=json.dumps(train[:300]).encode())
     client.put_object(Bucket=BUCKET, Key="data/ds-val.json", Body=json.dumps(val[:150]).encode())
     upload_dir(tiny_binary_model, f"s3://{BUCKET}/models/tiny-bert")
+    upload_dir(tiny_other_binary_model, f"s3://{BUCKET}/models/tiny-bert-b")
     upload_dir(tiny_causal_lm, f"s3://{BUCKET}/models/tiny-gpt2")
     return f"s3://{BUCKET}"
 
@@ -257,10 +258,11 @@ def test_every_pipeline_on_two_nodes_from_s3(cluster, s3_inputs, tmp_path):
 
     cluster.submit("transfer", {"taebench": f"{runs}/taebench", "split": "all", "output": runs, "run_name": "transfer",
                                 "victims": [{"name": "profanity-check", "kind": "profanity-check", "num_cpus": 0.5},
-                                            tiny_bert]}, "transfer")
+                                            {**tiny_bert, "name": "tiny-bert-b",  # not TaeBench's filter
+                                             "model": f"{s3u}/models/tiny-bert-b"}]}, "transfer")
     rows = {r["victim"]: r for r in manifest("transfer")["summary"]}
     assert rows["profanity-check"]["own_n"] > 0 and rows["profanity-check"]["tae_rate"] is None
-    assert rows["tiny-bert"]["tae_n"] > 0 and rows["tiny-bert"]["own_n"] == 0
+    assert rows["tiny-bert-b"]["tae_n"] > 0 and rows["tiny-bert-b"]["own_n"] == 0
 
     cluster.submit("dialogue-safety-train", {
         "train": f"{s3u}/data/ds-train.json", "val": f"{s3u}/data/ds-val.json", "base_model": f"{s3u}/models/tiny-bert",

@@ -333,23 +333,32 @@ def taebench_run(attack_run, tmp_path_factory, tiny_binary_model):
                                             test_fraction=0.5)).run_uri
 
 
-def test_transfer_benchmark_over_several_victim_kinds(taebench_run, tmp_path, tiny_binary_model):
+def test_transfer_benchmark_over_several_victim_kinds(taebench_run, tmp_path, tiny_binary_model,
+                                                      tiny_other_binary_model):
     from redline.cluster.config import validate_config
     from redline.pipelines.taebench import read_bench
     from redline.pipelines.transfer import TransferConfig, run_transfer
 
     plus = read_bench(taebench_run).to_pylist()
+    # the label filter's own classifier (tiny-bert) kept only what it agrees with: as a victim (by name,
+    # or by its model under another name) its figures would be 0 by construction, so the run is refused
+    for victim in ({"name": "tiny-bert", "kind": "profanity-check"},
+                   {"name": "b", "kind": "hf", "model": str(tiny_binary_model)}):
+        with pytest.raises(RedlineError, match=f"{victim['name']} is the label filter's classifier"):
+            run_transfer(validate_config(TransferConfig, {"taebench": taebench_run, "output": str(tmp_path / "runs"),
+                                                          "victims": [victim]}))
+    assert not (tmp_path / "runs").exists()
     with openai_judge() as chat:
         cfg = validate_config(TransferConfig, {
             "taebench": taebench_run, "split": "all", "output": str(tmp_path / "runs"), "run_name": "tr",
             "victims": [{"name": "profanity-check", "kind": "profanity-check", "num_cpus": 0.2},
-                        {"name": "tiny-bert", "kind": "hf", "model": str(tiny_binary_model), "num_cpus": 0.2},
+                        {"name": "tiny-bert-b", "kind": "hf", "model": str(tiny_other_binary_model), "num_cpus": 0.2},
                         {"name": "slurs", "kind": "keywords", "patterns": ["idiot", "stupid", "moron"], "num_cpus": 0.2},
                         {"name": "moderation", "kind": "openai-moderation", "base_url": chat.url + "/v1",
                          "num_cpus": 0.2}]})
         result = run_transfer(cfg)
     rows = {r["victim"]: r for r in result.summary if r["dataset"] == "all"}
-    assert set(rows) == {"profanity-check", "tiny-bert", "slurs", "moderation"}
+    assert set(rows) == {"profanity-check", "tiny-bert-b", "slurs", "moderation"}
     n_tae = sum(r["goal"] == "tae" for r in plus)
     n_bae = len(plus) - n_tae
     n_seeds = len({r["seed_id"] for r in plus if r["goal"] == "tae"})
