@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from rich.table import Table
 
 from redline.cli import list_app
@@ -60,7 +62,7 @@ def list_recipes() -> None:
 
     table = Table(title="attack recipes (every one runs with goal tae or bae)", show_lines=False)
     table.add_column("name", no_wrap=True, style="bold")
-    columns = ("family", "transformation", "pre", "post", "search", "needs")
+    columns = ("origin", "transformation", "pre", "post", "search", "needs")
     for col in columns:
         table.add_column(col, overflow="fold", min_width=20 if col == "needs" else None)
     rows = recipe_table()
@@ -73,6 +75,8 @@ def list_recipes() -> None:
         for note in r["models"].split("; ") if r["models"] != "–" else []:
             models.setdefault(note, []).append(r["name"])
     console.print(table)
+    origins = Counter(r["origin"] for r in rows)
+    console.print(f"{len(rows)} recipes: " + ", ".join(f"{n} {o}" for o, n in origins.items()), highlight=False)
     for source, names in sources.items():
         console.print(f"settings from {source}: {', '.join(names)}", soft_wrap=True, highlight=False)
     for note, names in models.items():

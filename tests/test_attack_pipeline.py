@@ -153,6 +153,12 @@ def test_cli_lists_recipes_and_rejects_unknown_ones(capsys, tmp_path):
     out = capsys.readouterr().out
     assert "toxictrap-wordnet-weighted-saliency" in out and "toxictrap-composite-genetic" in out
     assert "textfooler" in out and "white-box hf victim" in out and "MultilabelACL23_recipe" in out
+    # whose each recipe is: the papers' sources apart from redline's own
+    assert "35 recipes: 5 TextAttack (adapted), 24 ToxicTrap (QData), 6 redline's own" in " ".join(out.split())
+    from redline.actors.attack.recipes import recipe
+
+    assert [recipe(n).origin for n in ("pwws", "toxictrap-mlm-beam", "toxictrap-char-delete")] == [
+        "TextAttack (adapted)", "ToxicTrap (QData)", "redline's own"]
     cfg = tmp_path / "a.yaml"
     cfg.write_text("corpus: {path: x.csv, preset: davidson}\nvictim: {name: p, kind: profanity-check}\nrecipes: [hotflip]\n")
     assert main(["run", "attack", "--config", str(cfg)]) == 2

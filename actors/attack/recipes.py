@@ -102,6 +102,13 @@ class Recipe:
     description: str = ""
     source: str = ""  # where the settings come from
 
+    @property
+    def origin(self) -> str:
+        """Whose recipe it is: a TextAttack recipe adapted to TAE/BAE, ToxicTrap as QData ships it, or redline's own."""
+        if self.family == "textattack":
+            return "TextAttack (adapted)"
+        return "redline's own" if self.source.startswith("redline") else "ToxicTrap (QData)"
+
     def parts(self) -> list[tuple[str, str, dict[str, Any]]]:
         return ([("transformation", k, a) for k, a in self.transformation] + [("pre", k, a) for k, a in self.pre]
                 + [("post", k, a) for k, a in self.post] + [("search", *self.search)])
@@ -226,7 +233,7 @@ def recipe_table() -> list[dict[str, str]]:
             [ENCODER_NOTE] if "sentence-similarity" in kinds else [])
         return "; ".join(notes) or "–"
 
-    return [{"name": r.name, "family": r.family, **r.describe(), "needs": ", ".join(r.needs) or "–",
+    return [{"name": r.name, "origin": r.origin, **r.describe(), "needs": ", ".join(r.needs) or "–",
              "source": r.source or "–", "models": uses(r)}
             for r in RECIPES.values()]
 
