@@ -60,6 +60,15 @@ TARGETS: dict[str, list[str]] = {
     "serve/gate.py": ["tests/test_access.py"],
     "serve/budgets.py": ["tests/test_access.py", "tests/test_plausible_outputs.py"],
     "cluster/paths.py": ["tests/test_hardening.py", "tests/test_paths.py"],
+    # where rows become the figures a user publishes (issue 56's misses were all here)
+    "pipelines/uncertainty.py": ["tests/test_card_figures.py", "tests/test_figures_reference.py"],
+    "pipelines/card_figures.py": ["tests/test_card_figures.py", "tests/test_figures_reference.py"],
+    "pipelines/table_index.py": ["tests/test_figures_reference.py", "tests/test_view_tables.py"],
+    "pipelines/stages.py": ["tests/test_quality.py", "tests/test_runner.py"],
+    "pipelines/shard_host.py": ["tests/test_runner.py"],
+    "view/plan.py": ["tests/test_view_tables.py"],
+    "view/scan.py": ["tests/test_view_tables.py"],
+    "cluster/leases.py": ["tests/test_leases.py"],
 }
 
 # mutant name -> why it cannot change behaviour, reviewed by hand against its diff (`mutmut show NAME`).
