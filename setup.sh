@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates ./.venv with redline installed (editable); `--test` adds the test tools.
-# Idempotent: reinstalls only when pyproject.toml changed. Needs Python 3.11+ and nothing else.
+# Idempotent: reinstalls only when pyproject.toml or requirements.lock changed. Needs Python 3.11+ and nothing else.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -45,7 +45,7 @@ if [ -n "$extras" ] && ! command -v chromedriver >/dev/null 2>&1; then
 fi
 
 [ -x .venv/bin/python ] || "$python" -m venv .venv
-stamp=".venv/.redline-setup-$(sha256sum < pyproject.toml | cut -c1-16)"
+stamp=".venv/.redline-setup-$(cat pyproject.toml requirements.lock | sha256sum | cut -c1-16)"
 if [ -f "$stamp-test" ] || { [ -z "$extras" ] && [ -f "$stamp" ]; }; then
   exit 0
 fi
@@ -53,7 +53,9 @@ echo "setup.sh: installing redline$extras into .venv (first time: a few minutes)
 # The CPU wheel of torch, pinned here rather than in pyproject.toml (which declares the range that works):
 # an unpinned install pulls a multi-GB CUDA build, and a pin in pyproject would fight a GPU image's own torch.
 # TORCH_SPEC overrides it (e.g. TORCH_SPEC="torch==2.11.0" with a CUDA index on a GPU machine).
-.venv/bin/python -m pip install --quiet --disable-pip-version-check "${TORCH_SPEC:-torch==2.13.0}"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".$extras"
+# requirements.lock (written by .ci/lock.py) holds every runtime dependency at the version the image
+# installs: as constraints here, CI and the image run the same versions.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -c requirements.lock "${TORCH_SPEC:-torch==2.13.0}"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e ".$extras"
 rm -f .venv/.redline-setup-*
 touch "$stamp${extras:+-test}"
