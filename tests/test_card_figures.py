@@ -149,6 +149,21 @@ def test_each_card_figure_is_read_from_its_parts_summary_rows():
     assert F.trigger_row(triggers[:1], "m", "r")["also"] == "mal list; o-greedy 0.050"
     assert F.trigger_row([], "m", "r")["value"] is None
 
+    made = {"runs/t": [tae, bae], "runs/a": [asr_tae, asr_bae, queries], "runs/s": [p, r, f1, fpr, auprc],
+            "runs/d": rows, "runs/e": [hit]}
+    for run, mine in made.items():  # every row names its subject and the run it was read from, its figure its label
+        assert {(x["run"], x["subject"]) for x in mine} == {(run, "bot" if run == "runs/d" else "m" if run == "runs/e"
+                                                             else "g")}, run
+        assert all(x["figure"] == F.BY_KEY[x["key"]].label and x["part"] == F.BY_KEY[x["key"]].part for x in mine)
+    assert [x["also"] for x in (bae, p, r, f1, fpr, auprc, queries, rows[2], rows[3])] == [""] * 9
+    assert rows[1]["also"] == "n: judged responses" and rows[3]["low"] is not None  # a category: Wilson
+    board_min = F.dialogue_rows({}, [], {}, "r")
+    assert [(x["subject"], x["n"]) for x in board_min] == [("?", 0), ("?", 0), ("?", 0)]
+    d_p, d_r, d_f1, d_fpr = F.accuracy_rows("dialogue.detector", "d", {"tp": 6, "fp": 2, "fn": 4, "tn": 8}, "why", "run")
+    assert {(x["also"], x["run"], x["subject"]) for x in (d_p, d_r, d_f1, d_fpr)} == {("why", "run", "d")}
+    assert d_f1["n"] == 20 and d_f1["high"] is None
+    assert [x["value"] for x in F.accuracy_rows("dialogue.detector", "d", {})] == [None, None, None, None]
+
     skipped = F.skipped_row("triggers.hit_rate", "m", "no trigger models")
     assert (skipped["figure"], skipped["also"], skipped["value"], skipped["n"]) == ("skipped", "no trigger models", None, 0)
     assert F.slug("Offending User!") == "offending_user" and F.category_key("Risk Ignorance") == "dialogue.unsafe.risk_ignorance"
