@@ -405,26 +405,6 @@ def write_bench_part(run_uri: str, source: str, index: int, test_fraction: float
     storage.write_parquet(final, storage.join(run_uri, "taebench_plus", sharded.part_name(index)))
 
 
-def filter_victims(classifier: Any, victims: list[Any]) -> list[str]:
-    """The victims that are the label filter's own `classifier` (the same name, or the same kind and
-    model): the filter kept only the examples it agrees with, so their transfer figures are 0 by
-    construction. `classifier` and `victims`: detector settings (dicts or `DetectorConfig`s)."""
-    def ident(d: Any) -> tuple[Any, Any, Any]:
-        d = d.model_dump() if isinstance(d, DetectorConfig) else dict(d or {})
-        return d.get("name"), d.get("kind"), d.get("model")
-
-    name, kind, model = ident(classifier)
-    if name is None:
-        return []
-    return [v for v, k, m in map(ident, victims) if v == name or (model is not None and (k, m) == (kind, model))]
-
-
-def filter_victim_error(names: list[str], where: str) -> str:
-    return (f"{names[0]} is the label filter's classifier in {where}: the filter kept only the examples it agrees "
-            "with, so its transfer figures would be 0 by construction; leave it out of the victims, or filter "
-            "TaeBench with a classifier you do not benchmark")
-
-
 def read_bench(uri: str, name: str = "taebench_plus", limit: int | None = None) -> pa.Table:
     """A TaeBench run's `taebench` or `taebench_plus` rows, part by part (the first `limit` rows only
     when given); a run written before parts (one file) is read as it is."""

@@ -26,7 +26,7 @@ from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.schema import CORPUS_SCHEMA
 from redline.pipelines.score import preflight as preflight_detectors
 from redline.pipelines.score import score_corpus
-from redline.pipelines.taebench import filter_victim_error, filter_victims, read_bench
+from redline.pipelines.taebench import read_bench
 from redline.pipelines.template import Pipeline
 
 
@@ -72,6 +72,26 @@ def build_corpus(config: TransferConfig) -> pa.Table:
 
 def execute(config: TransferConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
     return score_corpus(run, config, lambda: build_corpus(config), watch, verbose, TRANSFER)
+
+
+def filter_victims(classifier: Any, victims: list[Any]) -> list[str]:
+    """The victims that are the label filter's own `classifier` (the same name, or the same kind and
+    model): the filter kept only the examples it agrees with, so their transfer figures are 0 by
+    construction. `classifier` and `victims`: detector settings (dicts or `DetectorConfig`s)."""
+    def ident(d: Any) -> tuple[Any, Any, Any]:
+        d = d.model_dump() if isinstance(d, DetectorConfig) else dict(d or {})
+        return d.get("name"), d.get("kind"), d.get("model")
+
+    name, kind, model = ident(classifier)
+    if name is None:
+        return []
+    return [v for v, k, m in map(ident, victims) if v == name or (model is not None and (k, m) == (kind, model))]
+
+
+def filter_victim_error(names: list[str], where: str) -> str:
+    return (f"{names[0]} is the label filter's classifier in {where}: the filter kept only the examples it agrees "
+            "with, so its transfer figures would be 0 by construction; leave it out of the victims, or filter "
+            "TaeBench with a classifier you do not benchmark")
 
 
 def preflight(config: TransferConfig) -> None:

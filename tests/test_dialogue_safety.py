@@ -510,7 +510,7 @@ def test_a_card_skips_the_trigger_search_on_a_black_box_and_checks_every_part_at
         validate_config(CardConfig, base)
     attack = {"attack": {"corpus": {"path": "x.csv"}, "recipes": ["deepwordbug"]},
               "taebench": {"classifier": {"name": "g", "kind": "profanity-check"}}}
-    with pytest.raises(RedlineError, match="classifier 'g' is also a detector the card scores"):
+    with pytest.raises(RedlineError, match="g is the label filter's classifier in guard_attack.taebench: .* 0 by construction"):
         validate_config(CardConfig, {**base, "guard_attack": attack})
     with pytest.raises(RedlineError, match="attacked: nobody is neither the guard nor a baseline"):
         validate_config(CardConfig, {**base, "guard_attack": {**attack, "attacked": ["nobody"],
