@@ -537,3 +537,116 @@ def test_an_index_of_the_wrong_shape_is_ignored(tmp_path):
     pq.write_table(bad, tmp_path / "runs" / "big" / ".index" / "attempts.parquet")
     source = R.open_table(R.tables(str(tmp_path / "runs"), "big")[0])
     assert source.index is None and [r["id"] for r in R.query(source, {}, "score", 1, 2).rows] == ["r0", "r1"]
+
+
+def test_a_parquet_piece_reads_its_rows_exactly_across_row_groups(tmp_path, monkeypatch):
+    """Rows fetched by position from a part of several row groups, opened or described by the index,
+    in the order asked; scans in batches or whole, and a count without columns."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from redline.view import scan
+
+    table = pa.table({"id": [f"r{i}" for i in range(50)], "x": list(range(50))})
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=7)
+    opened = scan.FilePiece.open(str(tmp_path), ["t.parquet"])
+    assert opened.num_rows == 50 and opened.group_starts == [0, 7, 14, 21, 28, 35, 42, 49]
+    described = scan.FilePiece.described(str(tmp_path), ["t.parquet"], 50, ["id", "x"])
+    asked = np.array([49, 0, 8, 14, 13, 21, 6, 7, 48])
+    for piece in (opened, described):
+        got = piece.take(asked)
+        assert got.column("id").to_pylist() == [f"r{i}" for i in asked] and got.column("x").to_pylist() == asked.tolist()
+    assert pa.concat_tables(opened.batches(["x", "absent"])).column("x").to_pylist() == list(range(50))
+    monkeypatch.setattr(scan, "BATCH_ROWS", 16)  # a part larger than a batch: read in batches, in order
+    batches = list(opened.batches(["x"]))
+    assert [b.num_rows for b in batches] == [16, 16, 16, 2] and pa.concat_tables(batches).column("x").to_pylist() == list(range(50))
+    counts = list(opened.batches(["absent"]))  # no column asked for that it has: only how many rows
+    assert [b.num_rows for b in counts] == [16, 16, 16, 2] and counts[0].column_names == ["__n"]
+    pq.write_table(table.slice(0, 0), tmp_path / "empty.parquet")
+    assert list(scan.FilePiece.open(str(tmp_path), ["empty.parquet"]).batches(["x"])) == []
+
+
+def test_the_column_cache_is_bounded_and_drops_the_least_recently_used():
+    import pyarrow as pa
+
+    from redline.view.scan import ColumnCache
+
+    col = lambda n: pa.chunked_array([pa.array(range(n), pa.int64())])  # noqa: E731 - 8 bytes a row
+    cache = ColumnCache(max_bytes=8 * 25)
+    cache.put("a", {"x": col(10)})
+    cache.put("b", {"x": col(10)})
+    assert cache.get("a", ["x"])["x"].to_pylist() == list(range(10))  # a is now the most recent
+    cache.put("c", {"x": col(10)})  # 240 bytes > 200: the least recently used (b) goes
+    assert cache.get("b", ["x"]) is None and cache.get("a", ["x"]) is not None and cache.get("c", ["x"]) is not None
+    assert cache.get("a", ["x", "y"]) is None  # every column asked for, or none
+    cache.put("d", {"x": col(26)})  # larger than the whole cache: not kept, nothing dropped for it
+    assert cache.get("d", ["x"]) is None and cache.get("a", ["x"]) is not None and cache.get("c", ["x"]) is not None
+    cache.put("e", {"x": col(25)})  # exactly the cache: kept, everything else out
+    assert cache.get("e", ["x"]) is not None and cache.get("a", ["x"]) is None
+
+
+def test_reads_ahead_come_back_in_the_order_asked():
+    import time
+
+    from redline.view.scan import READ_AHEAD, _read_ahead
+
+    n = READ_AHEAD * 2 + 3
+    reads = [lambda i=i: (time.sleep(0.002 * (n - i)), i)[1] for i in range(n)]
+    assert list(_read_ahead(reads)) == list(range(n)) and list(_read_ahead([])) == []
+
+
+def test_a_source_of_several_parts_numbers_conforms_and_caches_its_rows(tmp_path, monkeypatch):
+    """Rows numbered across parts in order; a column one part lacks comes back as nulls, a narrower
+    type widened; small parts joined into batches of about BATCH_ROWS; a table read to its end is kept
+    in the column cache, one too big for it is not; fetching rows by number follows the order asked."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from redline.errors import RedlineError
+    from redline.view import scan
+
+    monkeypatch.setattr(scan, "BATCH_ROWS", 8)
+    monkeypatch.setattr(scan, "COLUMNS", scan.ColumnCache(10_000))
+    pq.write_table(pa.table({"id": [f"a{i}" for i in range(5)], "x": pa.array(range(5), pa.int32())}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"id": [f"b{i}" for i in range(6)], "x": pa.array(range(5, 11), pa.int64()),
+                             "y": [f"y{i}" for i in range(6)]}), tmp_path / "b.parquet")
+    pq.write_table(pa.table({"id": [f"c{i}" for i in range(7)], "x": pa.array(range(11, 18), pa.int64())}),
+                   tmp_path / "c.parquet")
+    source = scan.Source.of_files("t", str(tmp_path), [["a.parquet"], ["b.parquet"], ["c.parquet"]], key="v1")
+    assert source.num_rows == 18 and source.starts == [0, 5, 11] and source.column_names == ["id", "x", "y"]
+    batches = list(source.scan(["x", "y"]))
+    assert [(at, b.num_rows) for at, b in batches] == [(0, 11), (11, 7)]  # parts joined until a batch is full
+    whole = pa.concat_tables(b for _, b in batches)
+    assert whole.column("x").to_pylist() == list(range(18)) and whole.schema.field("x").type == pa.int64()
+    assert whole.column("y").to_pylist() == [None] * 5 + [f"y{i}" for i in range(6)] + [None] * 7
+    assert scan.COLUMNS.get("v1", ["x", "y"]) is not None  # read to the end: kept
+    (tmp_path / "a.parquet").unlink()  # the next scan of this version reads the cache, not the parts
+    assert pa.concat_tables(b for _, b in source.scan(["x"])).column("x").to_pylist() == list(range(18))
+    pq.write_table(pa.table({"id": [f"a{i}" for i in range(5)], "x": pa.array(range(5), pa.int32())}), tmp_path / "a.parquet")
+    assert [r["id"] for r in source.rows([17, 0, 5, 4, 11])] == ["c6", "a0", "b0", "a4", "c0"]
+    assert source.rows([6])[0] == {"id": "b1", "x": 6, "y": "y1"} and source.rows([]) == []
+    parts = list(source.scan_parts([2, 0], ["x"]))
+    assert [(i, start, t.column("x").to_pylist()) for i, start, t in parts] == [(2, 11, list(range(11, 18))),
+                                                                                (0, 0, list(range(5)))]
+    counted = list(source.scan([]))  # only a count: no columns read, nothing cached
+    assert sum(b.num_rows for _, b in counted) == 18 and counted[0][1].column_names == ["__n"]
+
+    monkeypatch.setattr(scan, "COLUMNS", scan.ColumnCache(100))  # too small for the table: never kept
+    list(scan.Source.of_files("t", str(tmp_path), [["b.parquet"], ["c.parquet"]], key="v2").scan(["x"]))
+    assert scan.COLUMNS.get("v2", ["x"]) is None
+
+    with pytest.raises(RedlineError, match="table t has no files"):
+        scan.Source.of_files("t", str(tmp_path), [])
+    pq.write_table(pa.table({"x": ["text"]}), tmp_path / "d.parquet")
+    with pytest.raises(RedlineError, match="the shards of t disagree on"):
+        bad = scan.Source.of_files("t", str(tmp_path), [["c.parquet"], ["d.parquet"]])
+        list(bad.scan(["x"]))
+
+    table = pa.table({"id": [f"r{i}" for i in range(20)], "n": list(range(20))})
+    mem = scan.Source.of_table(table, "mem")
+    assert [b.num_rows for _, b in mem.scan(["n", "missing"][:1])] == [8, 8, 4]
+    assert mem.pieces[0].take(np.array([19, 3])).column("n").to_pylist() == [19, 3]
+    assert [b.column_names for b in mem.pieces[0].batches(["n", "absent"])][0] == ["n"]
+    assert [b.num_rows for b in scan.TablePiece(table.slice(0, 0)).batches(["n"])] == [0]
