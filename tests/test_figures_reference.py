@@ -113,3 +113,28 @@ def test_every_card_figure_points_the_way_its_meaning_does():
             "guard.transfer.asr_tae": score["fnr"], "guard.transfer.asr_bae": score["fpr"]}
     for key, better in same.items():
         assert C.BY_KEY[key].better == better, key
+
+
+def test_the_index_counts_filters_and_ranges_from_a_parts_figures():
+    """What the index says of a part without reading it: a count when its figures decide, 0 when no row
+    can match, None when the rows must be read."""
+    from redline.pipelines.table_index import known_rows, part_stats
+
+    table = pa.table({"detector": ["a", "a", "b", "b", "b", None], "goal": ["tae", "bae", "tae", "tae", "bae", "tae"],
+                      "kept": [True, False, True, True, None, False],
+                      "score": [0.1, 0.2, 0.3, None, 0.5, float("nan")], "n": [1, 2, 3, 4, 5, 6],
+                      "empty": pa.array([None] * 6, pa.float64()), "text": ["x"] * 6})
+    stats = part_stats("p", 1, table, ["detector", "goal", "kept"])
+    assert known_rows(stats, {"detector": "b"}, {}) == 3 and known_rows(stats, {"detector": "zzz"}, {}) == 0
+    assert known_rows(stats, {"kept": "true"}, {}) == 3 and known_rows(stats, {"kept": "yes"}, {}) is None
+    assert known_rows(stats, {"detector": "b", "goal": "tae"}, {}) == 2  # the pair's own count, not a guess
+    assert known_rows(stats, {"detector": "a", "goal": "bae"}, {}) == 1
+    assert known_rows(stats, {"text": "x"}, {}) is None  # not a counted column
+    assert known_rows(stats, {}, {"n": (1, 6)}) == 6 and known_rows(stats, {}, {"n": (None, None)}) == 6
+    assert known_rows(stats, {}, {"n": (7, None)}) == 0 and known_rows(stats, {}, {"n": (None, 0)}) == 0
+    assert known_rows(stats, {}, {"n": (6, None)}) is None and known_rows(stats, {}, {"n": (None, 1)}) is None
+    assert known_rows(stats, {}, {"score": (0.1, 0.5)}) is None  # null and NaN rows fall outside every range
+    assert known_rows(stats, {}, {"empty": (0, 1)}) == 0 and known_rows(stats, {}, {"text": (0, 1)}) is None
+    assert known_rows(stats, {"detector": "b"}, {"n": (1, 6)}) == 3  # every row in range: the filter decides
+    assert known_rows(stats, {"detector": "b"}, {"n": (7, 9)}) == 0
+    assert known_rows(stats, {"detector": "b"}, {"n": (3, 6)}) is None  # two partial answers: read the part
