@@ -38,11 +38,11 @@ def _wanted(req: Requirement, extras: set[str]) -> bool:
 def closure() -> dict[str, str]:
     """name -> installed version for pyproject's dependencies and theirs, torch's own subtree excluded."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    todo = [(Requirement(r), set()) for r in project["dependencies"]]
+    todo = [Requirement(r) for r in project["dependencies"]]
     pinned: dict[str, str] = {}
     seen: set[tuple[str, frozenset[str]]] = set()
     while todo:
-        req, _ = todo.pop()
+        req = todo.pop()
         name = canonicalize_name(req.name)
         if name in LEFT_OUT or (name, frozenset(req.extras)) in seen:
             continue
@@ -55,7 +55,7 @@ def closure() -> dict[str, str]:
         for sub in dist.requires or []:
             child = Requirement(sub)
             if _wanted(child, set(req.extras)):
-                todo.append((child, set()))
+                todo.append(child)
     return dict(sorted(pinned.items()))
 
 
