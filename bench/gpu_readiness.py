@@ -291,6 +291,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=None, help="score at most this many corpus rows")
     parser.add_argument("--contexts", type=int, default=None, help="DiaSafety contexts for dialogue stages")
     parser.add_argument("--stages", default="score,attack,training,dialogue,generation,triggers,serve")
+    parser.add_argument("--recipes", default=",".join(RECIPES), help="attack families to run: " + ", ".join(RECIPES))
     parser.add_argument("--allow-cpu", action="store_true", help="run the stages without a GPU (the CPU proxy)")
     args = parser.parse_args()
     stages = set(args.stages.split(","))
@@ -328,6 +329,8 @@ def main() -> None:
     if "attack" in stages:
         mlm = build_bert(texts, work / "mlm", args.size, masked_lm=True, tokenizer_from=victim)
         for family, recipe in RECIPES.items():
+            if family not in args.recipes.split(","):
+                continue
             with sampler:
                 m = run_pipeline(work, "attack", {
                     "corpus": {**corpus, "limit": None}, "victim": {k: v for k, v in detector.items() if k != "num_gpus"},
