@@ -11,13 +11,14 @@ from redline.actors.attack import constraints as C
 from redline.actors.attack.attacker import Attacker, Attempt
 from redline.actors.attack.goals import GOALS, Victim
 from redline.actors.attack.recipes import RECIPES, AttackResources, RecipeOptions
-from redline.actors.attack.search import AlzantotGenetic, Beam, GreedyWIR, SearchContext
+from redline.actors.attack.search import AlzantotGenetic, Beam, GreedyWIR, SearchContext, SwapAsk
 from redline.actors.attack.text import AttackedText
 from redline.actors.attack.transformations import (
     HOMOGLYPHS,
     CharEdits,
     EmbeddingNeighbours,
     MaskedLMSwaps,
+    Transformation,
     WordNetSynonyms,
 )
 from redline.actors.detectors import (
@@ -65,6 +66,9 @@ def drive(gen, victim: Victim, goal="tae"):
     try:
         while True:
             request = gen.send(reply)
+            if isinstance(request, SwapAsk):
+                reply = request.transformation.swaps_many(request.asks)
+                continue
             reply = [(g.score(v.toxic_score), g.success(v.pred_toxic)) for v in victim.query(request)]
     except StopIteration as stop:
         return stop.value
@@ -304,7 +308,7 @@ def test_gradient_ranking_needs_and_uses_a_white_box_victim(tiny_binary_model):
     assert 0 < seen < len(long_text) and np.isnan(imp[seen:]).all() and (imp[:seen] >= 0).all()
 
 
-    class Tried:  # proposes one new word at every position, and records the positions asked for
+    class Tried(Transformation):  # proposes one new word at every position, and records the positions asked for
         kind, asked = "tried", []
 
         def swaps(self, text, indices):
@@ -429,6 +433,30 @@ def test_every_registered_recipe_runs_on_a_tiny_victim(tiny_binary_model, tiny_m
     assert not errors
     assert {r.status for r in results} <= {"success", "failed", "skipped"}
     assert all(r.queries <= 60 for r in results)
+
+
+def test_the_attacker_asks_the_masked_lm_for_every_attempts_step_at_once(tiny_binary_model, tiny_mlm, monkeypatch):
+    det = build_detector(DetectorConfig(name="v", kind="hf", model=str(tiny_binary_model), batch_size=256))
+    seeds = ["you are a stupid idiot and a loser", "shut up you pathetic moron", "what a dumb ugly clown",
+             "go away you worthless fool", "nobody likes you idiot", "you absolute waste of space"]
+    attempts = [Attempt(f"a{i}", s, "toxictrap-mlm-delete", "tae") for i, s in enumerate(seeds)]
+    asks_per_call = []
+    swaps_many = MaskedLMSwaps.swaps_many
+    monkeypatch.setattr(MaskedLMSwaps, "swaps_many", lambda self, asks: asks_per_call.append(len(asks)) or
+                        swaps_many(self, asks))
+
+    def run() -> list:
+        a = Attacker(Victim(det), {"toxictrap-mlm-delete": RecipeOptions(name="toxictrap-mlm-delete", query_budget=80)},
+                     AttackResources(mlm_model=str(tiny_mlm)), cohorts=1)
+        return [(r.status, r.perturbed, r.queries, r.words_changed) for r in a.attack(attempts)]
+
+    batched = run()
+    gathered, asks_per_call[:] = list(asks_per_call), []
+    monkeypatch.setattr(MaskedLMSwaps, "batched", False)  # each attempt asks on its own, as before
+    alone = run()
+    assert batched == alone  # the same examples, found in fewer model calls
+    assert max(gathered) == len(seeds) and max(asks_per_call) == 1
+    assert len(gathered) < len(asks_per_call) and sum(gathered) == sum(asks_per_call)
 
 
 def test_a_recipe_declared_in_the_config_runs_from_registered_components():

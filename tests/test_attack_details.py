@@ -29,6 +29,7 @@ from redline.actors.attack.transformations import (
     Composite,
     EmbeddingNeighbours,
     MaskedLMSwaps,
+    Transformation,
     check_model,
     describe,
     keyboard_neighbours,
@@ -170,7 +171,7 @@ def test_embedding_file_errors(tmp_path):
         EmbeddingNeighbours(embeddings_file=str(empty))
 
 
-class Fixed:
+class Fixed(Transformation):
     """A transformation that proposes given words."""
 
     kind = "fixed"
@@ -216,6 +217,19 @@ def test_masked_lm_gives_nothing_for_a_word_past_its_window(tiny_mlm):
     out = t.swaps(long, [0, 40])
     assert out[40] == [] and len(out[0]) == 5
     assert t.swaps(long, []) == {}
+
+
+def test_masked_lm_answers_many_texts_asks_in_batches_as_it_answers_each_alone(tiny_mlm):
+    t = MaskedLMSwaps(str(tiny_mlm), top_k=5, max_length=16, batch_size=2)
+    forwards = []
+    model = t.model
+    t.model = lambda **enc: forwards.append(len(enc["input_ids"])) or model(**enc)
+    asks = [(AttackedText.from_text("you are a stupid idiot"), [3, 4]), (AttackedText.from_text("shut up loser"), [2]),
+            (AttackedText.from_text(" ".join(["word"] * 40) + " idiot"), [0, 40]), (AttackedText.from_text("hi"), [])]
+    together = t.swaps_many(asks)
+    assert forwards == [2, 2, 1]  # five masked texts from three texts, in batches of two
+    assert together == [t.swaps(text, idx) for text, idx in asks]
+    assert together[2][40] == [] and len(together[0][3]) == 5 and together[3] == {}
 
 
 # ---------------------------------------------------------------- constraints
@@ -419,7 +433,7 @@ def test_context_scores_each_text_once_and_never_past_its_budget():
 
 def test_candidates_are_every_proposed_edit_that_passes_the_post_constraints():
     ctx = context("you big idiot", Fixed({1: ["huge", "enormous"], 2: ["id1ot", "fool"]}), post=[C.Levenshtein(6)])
-    cands, where = ctx.candidates(ctx.original, [1, 2])
+    cands, where = finish(ctx.candidates(ctx.original, [1, 2]))
     assert [c.text for c in cands] == ["you huge idiot", "you big id1ot", "you big fool"] and where == [1, 2, 2]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -29,7 +30,7 @@ from redline.actors.attack.recipes import (
     build,
 )
 from redline.actors.attack.resources import WordNetTables
-from redline.actors.attack.search import Outcome, SearchContext
+from redline.actors.attack.search import Outcome, SearchContext, SwapAsk
 from redline.actors.attack.text import AttackedText
 from redline.actors.detectors import DetectorConfig, build_detector
 from redline.cluster.devices import placement
@@ -179,6 +180,8 @@ class Attacker:
                 fail(k, err)
 
         def wanted(running: dict[int, tuple[Any, Goal, list[str]]]) -> list[str]:
+            """The texts a cohort's attempts ask the victim about, once its swap asks are answered."""
+            self._answer_swaps(running, advance, fail)
             return list(dict.fromkeys(t for _, _, req in running.values() for t in req))
 
         # The attempts run in cohorts; one thread asks the victim about one cohort while this thread
@@ -209,6 +212,28 @@ class Attacker:
                         asked[c] = victim_thread.submit(self._verdicts, wanted(running))
         self._similarities(attempts, results)
         return results  # type: ignore[return-value]
+
+    @staticmethod
+    def _answer_swaps(running: dict[int, tuple[Any, Goal, Any]], advance: Any, fail: Any) -> None:
+        """Answers the swap asks of a cohort's attempts (a masked LM's edits) in one batched call per
+        transformation, round after round, until each attempt asks the victim or is done."""
+        while asking := [(k, entry) for k, entry in running.items() if isinstance(entry[2], SwapAsk)]:
+            by_transformation: dict[int, list[tuple[int, tuple[Any, Goal, SwapAsk]]]] = defaultdict(list)
+            for k, entry in asking:
+                by_transformation[id(entry[2].transformation)].append((k, entry))
+            for group in by_transformation.values():
+                try:
+                    answers = group[0][1][2].transformation.swaps_many([a for _, (_, _, ask) in group for a in ask.asks])
+                except Exception as err:  # noqa: BLE001 - the model failed: these attempts fail, the rest go on
+                    log.warning("transformation failed on %d asks: %s", len(group), err)
+                    for k, _ in group:
+                        fail(k, err)
+                        running.pop(k)
+                    continue
+                at = 0
+                for k, (gen, g, ask) in group:
+                    advance(k, gen, g, answers[at:at + len(ask.asks)])
+                    at += len(ask.asks)
 
     def _verdicts(self, texts: list[str]) -> dict[str, Any]:
         answers: dict[str, Any] = {}

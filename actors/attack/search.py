@@ -2,7 +2,9 @@
 
 A search yields a list of texts it wants scored and is sent back their (goal score, success)
 pairs; the attacker gathers the requests of every example in flight into one victim batch. Each
-example memoises its own queries, so a text is never counted or scored twice for it.
+example memoises its own queries, so a text is never counted or scored twice for it. A search whose
+transformation is a model (a masked LM) yields a `SwapAsk` for its edits the same way, and the
+attacker answers every example's asks in one batched call.
 """
 
 from __future__ import annotations
@@ -28,7 +30,18 @@ from redline.actors.attack.transformations import Transformation
 from redline.errors import RedlineError
 
 Scored = tuple[float, bool]
-Request = Generator[list[str], list[Scored], Any]
+
+
+@dataclass(frozen=True)
+class SwapAsk:
+    """The swaps a search step needs from a batched transformation: (text, word positions) asks."""
+
+    transformation: Transformation
+    asks: list[tuple[AttackedText, list[int]]]
+
+
+# yields texts to score (sent back their results) or a SwapAsk (sent back each ask's swaps)
+Request = Generator[list[str] | SwapAsk, Any, Any]
 
 UNK = "[UNK]"
 
@@ -60,10 +73,24 @@ class SearchContext:
             self.memo.update(zip(new, results))
         return [self.memo.get(t) for t in texts]
 
-    def candidates(self, current: AttackedText, indices: list[int]) -> tuple[list[AttackedText], list[int]]:
+    def swaps(self, asks: list[tuple[AttackedText, list[int]]]) -> Request:
+        """Each (text, positions) ask's swaps: from the attacker, gathered with every attempt's asks,
+        when the transformation is a model; else here."""
+        if not asks:
+            return []
+        if self.transformation.batched:
+            return (yield SwapAsk(self.transformation, asks))
+        return self.transformation.swaps_many(asks)
+
+    def candidates(self, current: AttackedText, indices: list[int]) -> Request:
         """Every allowed one-word edit of `current` at `indices` that passes the post constraints."""
+        (swaps,) = yield from self.swaps([(current, indices)])
+        return self.edits(current, swaps)
+
+    def edits(self, current: AttackedText, swaps: dict[int, list[str]]) -> tuple[list[AttackedText], list[int]]:
+        """The edits of `current` that `swaps` make and the post constraints allow, and where each is."""
         texts, where = [], []
-        for i, words in self.transformation.swaps(current, indices).items():
+        for i, words in swaps.items():
             for w in words:
                 texts.append(current.replace(i, w))
                 where.append(i)
@@ -166,7 +193,7 @@ class GreedyWIR(Search):
         saliency = np.array([(r[0] if r else start[0]) - start[0] for r in results])
         if self.method != "wsaliency":
             return saliency
-        cands, where = ctx.candidates(orig, idx)
+        cands, where = yield from ctx.candidates(orig, idx)
         scored = yield from ctx.score([c.text for c in cands])
         best: dict[int, float] = {}
         for i, r in zip(where, scored):
@@ -195,7 +222,7 @@ class GreedyWIR(Search):
                 break
             if i not in allowed:
                 continue
-            cands, _ = ctx.candidates(current, [i])
+            cands, _ = yield from ctx.candidates(current, [i])
             if not cands:
                 continue
             results, best = yield from _score_and_pick(ctx, cands)
@@ -239,11 +266,9 @@ class Beam(Search):
         best_text, best_score = orig, start[0]
         successes = Successes(ctx.wanted)
         while not ctx.exhausted:
-            cands: list[AttackedText] = []
-            for text in beam:
-                allowed = modifiable(ctx.pre, text, orig)
-                if allowed:
-                    cands.extend(ctx.candidates(text, allowed)[0])
+            asks = [(text, allowed) for text in beam if (allowed := modifiable(ctx.pre, text, orig))]
+            answers = yield from ctx.swaps(asks)
+            cands = [c for (text, _), swaps in zip(asks, answers) for c in ctx.edits(text, swaps)[0]]
             cands = list({c.text: c for c in cands}.values())  # a text two beam members reach: asked once
             if not cands:
                 break
@@ -311,7 +336,7 @@ class AlzantotGenetic(Search):
             return Outcome(orig, start[0], False, nothing_to_modify=True)
         seed = int.from_bytes(hashlib.blake2b(orig.text.encode(), digest_size=8).digest(), "big")
         rng = np.random.default_rng(seed)
-        _, where = ctx.candidates(orig, idx)
+        _, where = yield from ctx.candidates(orig, idx)
         weights = np.bincount(np.asarray(where, dtype=int), minlength=len(orig)).astype(float)
         successes = Successes(ctx.wanted)
         members = [Member(orig, start[0], False) for _ in range(self.population)]
@@ -360,7 +385,7 @@ class AlzantotGenetic(Search):
         out = list(members)
         left = {j: weights.copy() for j in range(len(out))}
         while left and not ctx.exhausted and len(successes.found) < ctx.wanted:
-            steps: dict[int, tuple[int, list[AttackedText]]] = {}
+            drawn: dict[int, int] = {}  # member -> the word it edits this step
             for j in list(left):
                 w = np.zeros_like(left[j])
                 allowed = modifiable(ctx.pre, out[j].text, orig)
@@ -368,8 +393,11 @@ class AlzantotGenetic(Search):
                 if w.sum() <= 0:
                     del left[j]
                     continue
-                i = int(rng.choice(len(w), p=w / w.sum()))
-                cands, _ = ctx.candidates(out[j].text, [i])
+                drawn[j] = int(rng.choice(len(w), p=w / w.sum()))
+            answers = yield from ctx.swaps([(out[j].text, [i]) for j, i in drawn.items()])
+            steps: dict[int, tuple[int, list[AttackedText]]] = {}
+            for (j, i), swaps in zip(drawn.items(), answers):
+                cands, _ = ctx.edits(out[j].text, swaps)
                 if cands:
                     steps[j] = (i, cands)
                 else:

@@ -51,9 +51,16 @@ ONE_WORD_MARKS = str.maketrans("", "", "'-*@")  # what TextAttack's words_from_t
 
 class Transformation(Component):
     role = "transformation"
+    # True: a model answers many texts' swaps in one call, so a search asks through the attacker, which
+    # gathers the asks of every attempt in flight into one `swaps_many` (`search.SwapAsk`)
+    batched = False
 
     def swaps(self, text: AttackedText, indices: list[int]) -> dict[int, list[str]]:
         raise NotImplementedError
+
+    def swaps_many(self, asks: list[tuple[AttackedText, list[int]]]) -> list[dict[int, list[str]]]:
+        """Each (text, indices) ask's swaps, in order."""
+        return [self.swaps(text, indices) for text, indices in asks]
 
     @staticmethod
     def _dedupe(original: str, words: list[str]) -> list[str]:
@@ -152,12 +159,14 @@ class WordNetSynonyms(Transformation):
 
 @register
 class MaskedLMSwaps(Transformation):
-    """Top-k whole-word predictions of any HF fill-mask model for each masked word (BAE-R style),
-    all positions of a step in one batched forward pass, on the actor's GPU when it has one."""
+    """Top-k whole-word predictions of any HF fill-mask model for each masked word (BAE-R style):
+    the positions that every attempt in flight asks for in one step, in batched forward passes, on
+    the actor's GPU when it has one."""
 
     kind = "mlm"
     requires = "a fill-mask model (resources.mlm_model)"
     uses_gpu = True
+    batched = True
 
     @classmethod
     def build(cls, args: dict[str, Any], ctx: BuildContext) -> "MaskedLMSwaps":
@@ -168,7 +177,8 @@ class MaskedLMSwaps(Transformation):
     def preflight(cls, args: dict[str, Any], ctx: BuildContext) -> None:
         check_model(ctx.resources.mlm_model, "a fill-mask model: set resources.mlm_model")
 
-    def __init__(self, model: str, top_k: int = 20, max_length: int = 256, device: str = "cpu") -> None:
+    def __init__(self, model: str, top_k: int = 20, max_length: int = 256, device: str = "cpu",
+                 batch_size: int = 128) -> None:
         import torch
         from transformers import AutoModelForMaskedLM, AutoTokenizer
 
@@ -181,33 +191,38 @@ class MaskedLMSwaps(Transformation):
             raise RedlineError(f"cannot load masked LM '{model}': {first_line(err)}") from None
         if self.tokenizer.mask_token is None:
             raise RedlineError(f"'{model}' has no mask token: not a fill-mask model")
-        self.top_k, self.max_length, self.device = top_k, max_length, device
+        self.top_k, self.max_length, self.device, self.batch_size = top_k, max_length, device, batch_size
         self.encoder = TextEncoder(self.tokenizer, max_length, device)
         vocab = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
         # Only tokens that are whole alphabetic words can replace a word.
         self.word_ids = np.array([i for i, t in enumerate(vocab) if t.lstrip("Ġ▁").isalpha()
                                   and not t.startswith("##") and len(t.lstrip("Ġ▁")) > 1])
         self.vocab = vocab
+        self.word_ids_on_device = torch.as_tensor(self.word_ids, device=device)
 
     def swaps(self, text: AttackedText, indices: list[int]) -> dict[int, list[str]]:
-        if not indices:
-            return {}
+        return self.swaps_many([(text, indices)])[0]
+
+    def swaps_many(self, asks: list[tuple[AttackedText, list[int]]]) -> list[dict[int, list[str]]]:
+        """Every ask's masked words in forward passes of `batch_size` masked texts, whatever text they
+        come from (the attacker gathers one step of every attempt in flight)."""
         torch = self.torch
-        masked = [text.replace(i, self.tokenizer.mask_token).text for i in indices]
-        enc = self.encoder(masked)
-        with torch.inference_mode():
-            logits = self.model(**enc).logits
-        out: dict[int, list[str]] = {}
-        word_ids = torch.as_tensor(self.word_ids, device=logits.device)
-        for row, i in enumerate(indices):
-            pos = (enc["input_ids"][row] == self.tokenizer.mask_token_id).nonzero()
-            if len(pos) == 0:  # the mask fell beyond max_length
-                out[i] = []
-                continue
-            scores = logits[row, pos[0, 0], word_ids]
-            top = word_ids[scores.topk(min(self.top_k + 1, len(word_ids))).indices].tolist()
-            words = [self.vocab[t].lstrip("Ġ▁") for t in top]
-            out[i] = self._dedupe(text.word(i), [match_case(text.word(i), w) for w in words])[: self.top_k]
+        flat = [(a, i) for a, (_, indices) in enumerate(asks) for i in indices]
+        out: list[dict[int, list[str]]] = [{} for _ in asks]
+        for start in range(0, len(flat), self.batch_size):
+            chunk = flat[start:start + self.batch_size]
+            enc = self.encoder([asks[a][0].replace(i, self.tokenizer.mask_token).text for a, i in chunk])
+            with torch.inference_mode():
+                logits = self.model(**enc).logits
+            is_mask = enc["input_ids"] == self.tokenizer.mask_token_id
+            first = is_mask.int().argmax(dim=1)  # a row without a mask: its mask fell beyond max_length
+            scores = logits[torch.arange(len(chunk), device=logits.device), first][:, self.word_ids_on_device]
+            k = min(self.top_k + 1, len(self.word_ids))
+            tops = self.word_ids_on_device[scores.topk(k, dim=1).indices].tolist()
+            for (a, i), top, masked in zip(chunk, tops, is_mask.any(dim=1).tolist()):
+                word = asks[a][0].word(i)
+                out[a][i] = self._dedupe(word, [match_case(word, self.vocab[t].lstrip("Ġ▁")) for t in top])[
+                    : self.top_k] if masked else []
         return out
 
 
@@ -296,13 +311,21 @@ class Composite(Transformation):
 
     def __init__(self, parts: list[Transformation]) -> None:
         self.parts = parts
+        self.batched = any(p.batched for p in parts)
 
     def swaps(self, text: AttackedText, indices: list[int]) -> dict[int, list[str]]:
-        out: dict[int, list[str]] = {i: [] for i in indices}
-        for part in self.parts:
-            for i, words in part.swaps(text, indices).items():
-                out[i].extend(words)
-        return {i: self._dedupe(text.word(i), words) for i, words in out.items()}
+        return self.swaps_many([(text, indices)])[0]
+
+    def swaps_many(self, asks: list[tuple[AttackedText, list[int]]]) -> list[dict[int, list[str]]]:
+        answers = [part.swaps_many(asks) for part in self.parts]
+        out = []
+        for a, (text, indices) in enumerate(asks):
+            merged: dict[int, list[str]] = {i: [] for i in indices}
+            for answer in answers:
+                for i, words in answer[a].items():
+                    merged[i].extend(words)
+            out.append({i: self._dedupe(text.word(i), words) for i, words in merged.items()})
+        return out
 
 
 def describe(t: Any) -> str:
