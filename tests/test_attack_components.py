@@ -459,6 +459,24 @@ def test_the_attacker_asks_the_masked_lm_for_every_attempts_step_at_once(tiny_bi
     assert len(gathered) < len(asks_per_call) and sum(gathered) == sum(asks_per_call)
 
 
+def test_a_masked_lm_failing_on_one_text_fails_that_attempt_only(tiny_binary_model, tiny_mlm, monkeypatch):
+    det = build_detector(DetectorConfig(name="v", kind="hf", model=str(tiny_binary_model), batch_size=256))
+    swaps_many = MaskedLMSwaps.swaps_many
+
+    def poisoned(self, asks):
+        if any("poison" in text.text for text, _ in asks):
+            raise RuntimeError("cannot encode poison")
+        return swaps_many(self, asks)
+
+    monkeypatch.setattr(MaskedLMSwaps, "swaps_many", poisoned)
+    a = Attacker(Victim(det), {"toxictrap-mlm-delete": RecipeOptions(name="toxictrap-mlm-delete", query_budget=40)},
+                 AttackResources(mlm_model=str(tiny_mlm)), cohorts=1)
+    seeds = ["you are a stupid idiot", "poison you stupid moron", "shut up you pathetic loser"]
+    results = a.attack([Attempt(f"a{i}", s, "toxictrap-mlm-delete", "tae") for i, s in enumerate(seeds)])
+    assert [r.status == "error" for r in results] == [False, True, False]
+    assert "cannot encode poison" in results[1].reason
+
+
 def test_a_recipe_declared_in_the_config_runs_from_registered_components():
     """Recipes are data: a config may declare one from registered components and their arguments."""
     from redline.pipelines.attack import AttackConfig

@@ -230,6 +230,10 @@ def test_masked_lm_answers_many_texts_asks_in_batches_as_it_answers_each_alone(t
     assert forwards == [2, 2, 1]  # five masked texts from three texts, in batches of two
     assert together == [t.swaps(text, idx) for text, idx in asks]
     assert together[2][40] == [] and len(together[0][3]) == 5 and together[3] == {}
+    # asked for more than the model holds, it encodes no more: a long text padded into a batch still works
+    held = MaskedLMSwaps(str(tiny_mlm), top_k=5, max_length=10_000)
+    assert held.max_length <= held.model.config.max_position_embeddings
+    assert held.swaps_many([(AttackedText.from_text(" ".join(["word"] * 300)), [1]), asks[0]])[1] == held.swaps(*asks[0])
 
 
 # ---------------------------------------------------------------- constraints

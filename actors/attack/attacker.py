@@ -222,18 +222,19 @@ class Attacker:
             for k, entry in asking:
                 by_transformation[id(entry[2].transformation)].append((k, entry))
             for group in by_transformation.values():
+                transformation = group[0][1][2].transformation
                 try:
-                    answers = group[0][1][2].transformation.swaps_many([a for _, (_, _, ask) in group for a in ask.asks])
-                except Exception as err:  # noqa: BLE001 - the model failed: these attempts fail, the rest go on
-                    log.warning("transformation failed on %d asks: %s", len(group), err)
-                    for k, _ in group:
-                        fail(k, err)
+                    flat = transformation.swaps_many([a for _, (_, _, ask) in group for a in ask.asks])
+                    ends = np.cumsum([len(ask.asks) for _, (_, _, ask) in group])
+                    answers: list[Any] = [flat[end - len(ask.asks):end] for end, (_, (_, _, ask)) in zip(ends, group)]
+                except Exception as err:  # noqa: BLE001 - isolate: each attempt's asks alone, so one bad text fails one
+                    log.warning("transformation failed on %d attempts' asks (%s); retrying per attempt", len(group), err)
+                    answers = [_alone(transformation, k, ask, fail) for k, (_, _, ask) in group]
+                for (k, (gen, g, _)), answer in zip(group, answers):
+                    if answer is None:
                         running.pop(k)
-                    continue
-                at = 0
-                for k, (gen, g, ask) in group:
-                    advance(k, gen, g, answers[at:at + len(ask.asks)])
-                    at += len(ask.asks)
+                    else:
+                        advance(k, gen, g, answer)
 
     def _verdicts(self, texts: list[str]) -> dict[str, Any]:
         answers: dict[str, Any] = {}
@@ -274,6 +275,15 @@ class Attacker:
             return
         for (k, _, _), s in zip(pairs, sims):
             results[k].similarity = float(s)  # type: ignore[union-attr]
+
+
+def _alone(transformation: Any, k: int, ask: SwapAsk, fail: Any) -> list[dict[int, list[str]]] | None:
+    """One attempt's asks answered on their own; None (the attempt failed) when they fail alone too."""
+    try:
+        return transformation.swaps_many(ask.asks)
+    except Exception as err:  # noqa: BLE001 - the attempt fails with its cause, the others go on
+        fail(k, err)
+        return None
 
 
 class AttackWorker:

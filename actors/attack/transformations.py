@@ -191,8 +191,12 @@ class MaskedLMSwaps(Transformation):
             raise RedlineError(f"cannot load masked LM '{model}': {first_line(err)}") from None
         if self.tokenizer.mask_token is None:
             raise RedlineError(f"'{model}' has no mask token: not a fill-mask model")
-        self.top_k, self.max_length, self.device, self.batch_size = top_k, max_length, device, batch_size
-        self.encoder = TextEncoder(self.tokenizer, max_length, device)
+        # no longer than the model holds: a batch padded past its positions fails as a whole
+        held = getattr(self.tokenizer, "model_max_length", None)
+        if not held or held > 100_000:  # the tokenizer does not say
+            held = getattr(self.model.config, "max_position_embeddings", None) or max_length
+        self.top_k, self.max_length, self.device, self.batch_size = top_k, min(max_length, held), device, batch_size
+        self.encoder = TextEncoder(self.tokenizer, self.max_length, device)
         vocab = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
         # Only tokens that are whole alphabetic words can replace a word.
         self.word_ids = np.array([i for i, t in enumerate(vocab) if t.lstrip("Ġ▁").isalpha()
