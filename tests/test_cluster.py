@@ -363,6 +363,55 @@ def test_serve_with_a_replica_on_the_worker_node(cluster, s3_inputs, tmp_path):
         subprocess.run([str(VENV_BIN / "redline"), "serve", "stop", "--port", str(port)], env=env, timeout=120)
 
 
+def test_the_rayservices_serve_config_serves_on_the_cluster_behind_its_key(cluster):
+    """cluster/kubernetes/rayservice.yaml's serveConfigV2, deployed as KubeRay deploys it (a PUT to the
+    dashboard's Serve REST API), its API key from the environment the nodes hold (a secretKeyRef on
+    Kubernetes); changed only where one machine differs from a cluster: the port, 127.0.0.1 for
+    0.0.0.0, one proxy on the head (two nodes on one host cannot both bind the port), the key's name."""
+    import httpx
+
+    repo = Path(__file__).resolve().parents[1]
+    docs = list(yaml.safe_load_all((repo / "cluster" / "kubernetes" / "rayservice.yaml").read_text()))
+    serve_config = yaml.safe_load(next(d for d in docs if d and d["kind"] == "RayService")["spec"]["serveConfigV2"])
+    port = free_port()
+    serve_config["proxy_location"] = "HeadOnly"
+    serve_config["http_options"].update(host="127.0.0.1", port=port)
+    for app in serve_config["applications"]:
+        app["args"]["config"].update(host="127.0.0.1", port=port, proxy_location="HeadOnly", api_key_env=SECRET_NAME)
+    api = f"{cluster.address}/api/serve/applications/"
+    httpx.delete(api, timeout=120)  # a Serve an earlier test left, with other HTTP options
+    deployed = httpx.put(api, json=serve_config, timeout=120)
+    assert deployed.status_code == 200, deployed.text
+    try:
+        deadline = time.time() + 300
+        while True:
+            apps = httpx.get(api, timeout=30).json().get("applications", {})
+            states = {name: a.get("status") for name, a in apps.items()}
+            if states and all(v == "RUNNING" for v in states.values()):
+                break
+            assert time.time() < deadline and "DEPLOY_FAILED" not in states.values(), json.dumps(apps)[-3000:]
+            time.sleep(1)
+        assert set(states) == {"redline", "redline-health"}
+        url, host = f"http://127.0.0.1:{port}", {"Host": "redline-serve-svc"}  # the name the Service gives
+        assert httpx.get(f"{url}/healthz", headers=host, timeout=30).status_code == 200
+        body = {"input": ["you are an idiot", "have a nice day"]}
+        refused = httpx.post(f"{url}/v1/moderations", json=body, headers=host, timeout=60)
+        assert refused.status_code == 401, refused.text
+        wrong = httpx.post(f"{url}/v1/moderations", json=body, timeout=60,
+                           headers={**host, "Authorization": "Bearer sk-not-the-key"})
+        assert wrong.status_code == 401, wrong.text
+        answered = httpx.post(f"{url}/v1/moderations", json=body, timeout=60,
+                              headers={**host, "Authorization": f"Bearer {SECRET_VALUE}"})
+        assert answered.status_code == 200, answered.text
+        assert [r["flagged"] for r in answered.json()["results"]] == [True, False]
+        assert SECRET_VALUE not in httpx.get(api, timeout=30).text  # the key's name is deployed, never its value
+        elsewhere = httpx.post(f"{url}/v1/moderations", json=body, timeout=60,
+                               headers={"Host": "attacker.example", "Authorization": f"Bearer {SECRET_VALUE}"})
+        assert elsewhere.status_code == 421  # the Host rule: a name the Service does not give is refused
+    finally:
+        httpx.delete(api, timeout=120)
+
+
 def submit_until_parts(cluster: Cluster, config: dict, name: str, parts: int) -> str:
     """Submit a score run and return its job id once `parts` prediction parts are written."""
     proc = cluster.submit("score", config, name, wait=False)
