@@ -90,6 +90,14 @@ class Pool:
     pending: list[int] | None
     max_actors: int | None = None
     what: str | None = None
+    tag: int | None = None
+    takes: int = READ
+
+    @property
+    def id(self) -> int:
+        """The pool's number in the plan's summary rows: `tag`, or its parts' pool (`work.pool`).
+        Steps of one chain write parts as pool 0 each, in rooms of their own, and are told apart by tag."""
+        return self.work.pool if self.tag is None else self.tag
 
     @property
     def sizes(self) -> tuple[int, int]:
@@ -120,8 +128,9 @@ class ShardHost:
     constructor only as a message)."""
 
     def __init__(self, work: ShardWork, worker: type, worker_kwargs: dict[str, Any],
-                 done: frozenset[int] = frozenset()) -> None:
+                 done: frozenset[int] = frozenset(), tag: int | None = None, takes: int = READ) -> None:
         self.work, self.empty, self.error, self.done = work, worker.output_schema.empty_table(), None, done
+        self.tag, self.takes = work.pool if tag is None else tag, takes
         self.host = f"{socket.gethostname()}:{os.getpid()}"
         try:
             sharded.check_visible(work.run_uri)
@@ -131,15 +140,22 @@ class ShardHost:
 
     def __call__(self, batch: dict[str, np.ndarray]) -> pa.Table:
         """Shard numbers in, their summary rows out; or, behind the input source or another pool,
-        rows of the summary schema: each shard-written marker (`pool = -1`) not `done` is this pool's
-        work, and every row passes on (the pools after this one, and the driver, read them)."""
+        rows of the summary schema: each row saying a shard is ready for this pool (`takes`: the
+        source's shard-written markers, `pool = -1`, or the summaries of the step before, which wrote
+        it) is this pool's work, and every row passes on (the pools after this one, and the driver,
+        read them). A shard this pool had `done` before gets a summary without figures (null
+        partials), so the step after it still takes it."""
         if self.error is not None:
             raise self.error
         if "pool" not in batch:
             return pa.Table.from_pylist([self.shard(int(i)) for i in batch["shard"]], schema=SUMMARY_SCHEMA)
         passed = pa.table({name: batch[name] for name in SUMMARY_SCHEMA.names}).cast(SUMMARY_SCHEMA)
-        mine = [int(i) for i, p in zip(batch["shard"], batch["pool"]) if p == READ and i >= 0 and int(i) not in self.done]
-        return pa.concat_tables([passed, pa.Table.from_pylist([self.shard(i) for i in mine], schema=SUMMARY_SCHEMA)])
+        ready = [int(i) for i, p, failed in zip(batch["shard"], batch["pool"], batch["failed"])
+                 if p == self.takes and i >= 0 and not failed]
+        mine = [self.shard(i) if i not in self.done else
+                {"shard": i, "pool": self.tag, "rows": 0, "seconds": 0.0, "host": self.host, "partials": None,
+                 "failed": 0, "failure": None} for i in ready]
+        return pa.concat_tables([passed, pa.Table.from_pylist(mine, schema=SUMMARY_SCHEMA)])
 
     def shard(self, index: int) -> dict[str, Any]:
         w = self.work
@@ -151,7 +167,7 @@ class ShardHost:
                    for part in (rows.slice(j, w.batch_size) for j in range(0, rows.num_rows, w.batch_size))]
         seconds = time.perf_counter() - started
         out = w.assemble(shard, pa.concat_tables(results) if results else self.empty)
-        summary = {"shard": index, "pool": w.pool, "rows": rows.num_rows, "seconds": seconds, "host": self.host,
+        summary = {"shard": index, "pool": self.tag, "rows": rows.num_rows, "seconds": seconds, "host": self.host,
                    "failed": 0, "failure": None}
         errors = w.errors(out).drop_null() if w.errors is not None else []
         if len(errors):
@@ -191,10 +207,10 @@ def run_pools(run: Run, pools: list[Pool], shard_rows: list[int] | None, *, labe
     each shard and the pools take it at once, chained (each shard through every pool in turn), when
     the cluster holds the read and every pool's least actors at once; else the read runs to its end
     first and the pools take turns as above. The manifest records the shards when the read ends."""
-    busy = {p.work.pool: PoolUse() for p in pools}
+    busy = {p.id: PoolUse() for p in pools}
     ensure_ray(verbose=verbose)
     if inputs is not None:
-        done = {p.work.pool: done_parts(run, p.work.output_dir, p.work.pool) for p in pools}
+        done = {p.id: done_parts(run, p.work.output_dir, p.work.pool) for p in pools}
         chained = _beside_the_read(pools)
         source = _read(run, inputs)
         _drive(run, source, chained, done, busy, label=label if chained else "reading the inputs", unit=unit,
@@ -203,32 +219,63 @@ def run_pools(run: Run, pools: list[Pool], shard_rows: list[int] | None, *, labe
             return busy
         shard_rows = run.manifest["input_rows"]
         pools = [p if p.pending is not None else dataclasses.replace(
-            p, pending=[i for i in range(len(shard_rows)) if i not in done[p.work.pool]]) for p in pools]
+            p, pending=[i for i in range(len(shard_rows)) if i not in done[p.id]]) for p in pools]
     assert shard_rows is not None
     pools = [p for p in pools if p.pending]
     if not pools:
         return busy
-    counted = run.manifest.get("partials", {})
-    if any([i, p.work.pool] in counted.get(name, {}).get("shards", []) for p in pools for i in p.pending or []
-           for name in p.work.figures):  # a counted part is gone (deleted by hand): recount every part from its file
-        for name in {name for p in pools for name in p.work.figures}:
-            counted.pop(name, None)
+    _recount_if_gone(run, pools)
     if total is None:
         total = sum(shard_rows[i] for p in pools for i in p.pending or [])
     _drive(run, plan(pools), pools, {}, busy, label=label, unit=unit, note=note, total=total, streaming=False)
     return busy
 
 
+def run_chain(run: Run, pools: list[Pool], n_shards: int, *, label: str, verbose: bool = False) -> dict[int, PoolUse]:
+    """The pools one behind the other in one plan, every pool's actors started at once: the first takes
+    shards 0..n_shards-1, each next one (`takes`: the one before's tag) a shard as soon as the one
+    before wrote its part. A pool skips the shards it has a part for but still passes them on; a shard
+    a pool failed on goes no further (a rerun asks it again). The bar counts parts to write."""
+    import ray.data
+
+    busy = {p.id: PoolUse() for p in pools}
+    ensure_ray(verbose=verbose)
+    done = {p.id: done_parts(run, p.work.output_dir, p.work.pool) for p in pools}
+    todo = sum(n_shards - len(done[p.id]) for p in pools)
+    if not todo:
+        return busy
+    _recount_if_gone(run, [dataclasses.replace(p, pending=[i for i in range(n_shards) if i not in done[p.id]])
+                           for p in pools])
+    markers = ray.data.from_arrow([pa.Table.from_pylist(
+        [{"shard": i, "pool": READ, "rows": 0, "seconds": 0.0, "host": "", "partials": None, "failed": 0,
+          "failure": None}], schema=SUMMARY_SCHEMA) for i in range(n_shards)])
+    _drive(run, markers, pools, done, busy, label=label, unit="parts", note=None, total=todo, streaming=True,
+           shards=n_shards, read=False)
+    return busy
+
+
+def _recount_if_gone(run: Run, pools: list[Pool]) -> None:
+    """A pending part counted before is gone (deleted by hand): every part is recounted from its file."""
+    counted = run.manifest.get("partials", {})
+    if any([i, p.work.pool] in counted.get(name, {}).get("shards", []) for p in pools for i in p.pending or []
+           for name in p.work.figures):
+        for name in {name for p in pools for name in p.work.figures}:
+            counted.pop(name, None)
+
+
 def _drive(run: Run, stream: Any, pools: list[Pool], done: dict[int, frozenset[int]], busy: dict[int, PoolUse], *,
            label: str, unit: str, note: Callable[[Run], str] | None, total: int, streaming: bool,
-           shards: int | None = None) -> None:
-    """Run the plan `stream` (ending in `pools`, placement checked first) and take its rows: each
-    summary's partial sums into the manifest, each marker's shard into the bar's total (streaming)."""
+           shards: int | None = None, read: bool = True) -> None:
+    """Run the plan `stream` (ending in `pools`, placement checked first; `streaming`: the pools chained
+    behind it) and take its rows: each summary's partial sums into the manifest, each marker's shard
+    into the bar's total (behind the input source, `read`: its last row records the input shards).
+    With `unit` "parts" the bar counts parts written, else rows."""
     for p in pools:
         check_placeable(p.what or f"each {p.worker.__name__} actor", p.num_cpus, p.num_gpus)
     if streaming:
         stream = chain(stream, pools, shards=shards, done=done)
-    figures = {p.work.pool: p.work.figures for p in pools}
+    figures = {p.id: p.work.figures for p in pools}
+    part_pool = {p.id: p.work.pool for p in pools}  # the pool its parts are named and counted by
     saved = time.monotonic()
     written: dict[str, Any] | None = None
     with progress_bar(label, total=total, unit=unit) as advance:
@@ -240,8 +287,10 @@ def _drive(run: Run, stream: Any, pools: list[Pool], done: dict[int, frozenset[i
                     elif not pools:
                         advance(row["rows"], more=row["rows"])
                     else:  # each pool without a part for it takes the shard
-                        advance(0, more=row["rows"] * sum(row["shard"] not in done.get(p.work.pool, ()) for p in pools))
+                        advance(0, more=row["rows"] * sum(row["shard"] not in done.get(p.id, ()) for p in pools))
                     continue
+                if row["partials"] is None and not row["failed"]:
+                    continue  # a part written before: counted from its file, passed on for the next step
                 use = busy[row["pool"]]
                 use.seconds, use.rows = use.seconds + row["seconds"], use.rows + row["rows"]
                 use.hosts.add(row["host"])
@@ -250,14 +299,14 @@ def _drive(run: Run, stream: Any, pools: list[Pool], done: dict[int, frozenset[i
                     use.failure = use.failure or row["failure"]
                 else:
                     partials = {name: A.from_json(part) for name, part in json.loads(row["partials"]).items()}
-                    sharded.count_partials(run, figures[row["pool"]], (row["shard"], row["pool"]), partials)
-                advance(row["rows"], note(run) if note is not None else None)
+                    sharded.count_partials(run, figures[row["pool"]], (row["shard"], part_pool[row["pool"]]), partials)
+                advance(1 if unit == "parts" else row["rows"], note(run) if note is not None else None)
             # the running totals reach the manifest every few seconds: a part counted after the last
             # save is counted again from its file on resume (sharded.run_partials), never lost
             if time.monotonic() - saved > MANIFEST_EVERY_S:
                 run.dir.write_manifest(run.manifest)
                 saved = time.monotonic()
-    if streaming:
+    if streaming and read:
         if written is None:
             raise RuntimeError("the input source ended without its last row")
         sharded.record_inputs(run, written)
@@ -314,7 +363,7 @@ def _hosted(stream: Any, p: Pool, *, least: int, most: int | None, in_flight: in
 
     return stream.map_batches(
         ShardHost, fn_constructor_kwargs={"work": p.work, "worker": p.worker, "worker_kwargs": p.worker_kwargs,
-                                          "done": done},
+                                          "done": done, "tag": p.id, "takes": p.takes},
         compute=ray.data.ActorPoolStrategy(min_size=least, max_size=most, max_tasks_in_flight_per_actor=in_flight),
         batch_size=batch_size, batch_format="numpy", num_cpus=p.num_cpus, num_gpus=p.num_gpus or None)
 
@@ -324,7 +373,7 @@ def chain(stream: Any, pools: list[Pool], *, shards: int | None, done: dict[int,
     One marker row per call (Ray Data also insists on a batch size where a pool asks for GPUs)."""
     for p in pools:
         stream = _hosted(stream, p, least=p.actors, most=p.max_actors, in_flight=in_flight(shards, p.actors),
-                         batch_size=1, done=done.get(p.work.pool, frozenset()))
+                         batch_size=1, done=done.get(p.id, frozenset()))
     stream.context.target_max_block_size = 1  # a shard's marker reaches the pools as soon as it is written
     return stream
 

@@ -3,9 +3,11 @@
 rerun after a crash redoes only the shards that have no part yet (answers a judge was paid for are
 not asked again).
 
-`run_step`: a chain of steps over the run's input shards, each step reading the parts of the one
+`run_steps`: a chain of steps over the run's shards, each step reading the parts of the one
 before, keeping the rows it passes, and writing its own parts and partial sums: no row reaches the
-driver (the quality and dialogue-safety pipelines).
+driver (the quality and dialogue-safety pipelines). The steps run in one Ray Data plan, each shard
+taken by a step as soon as the step before wrote it, when the cluster holds every step's actors at
+once; else one plan per step (`run_step`).
 """
 
 from __future__ import annotations
@@ -70,22 +72,61 @@ def kept_rows(shard: pa.Table) -> pa.Table:
         [c for c in VERDICT if c in shard.column_names])
 
 
+def run_steps(run: Run, steps: list[tuple[Step, str]], source: str, n_shards: int, *, source_pool: int | None = None,
+              label: str, verbose: bool = False) -> list[StepResult]:
+    """The `steps` ((step, room): its parts go to `room`) one after the other over the `n_shards`
+    shards in `source` (input shards, or a step's parts when `source_pool` is the pool that wrote
+    them): in one plan when the cluster holds every step's least actors at once (`label`: its bar's),
+    else one plan per step, stopping after a step that failed on a row. A shard a step already wrote is
+    skipped; a shard a step failed on goes no further. Each step's figures and failures, in order (the
+    steps that ran)."""
+    import ray
+
+    from redline.cluster.runtime import ensure_ray
+
+    ensure_ray(verbose=verbose)
+    have = ray.cluster_resources()
+    fits = (sum(s.size.actors * s.num_cpus for s, _ in steps) <= have.get("CPU", 0) + 1e-9
+            and sum(s.size.actors * s.num_gpus for s, _ in steps) <= have.get("GPU", 0) + 1e-9)
+    if len(steps) < 2 or not fits:
+        results = []
+        for step, room in steps:
+            results.append(run_step(run, step, source, room, n_shards, source_pool=source_pool, verbose=verbose))
+            if results[-1].failed:
+                break
+            source, source_pool = room, 0
+        return results
+    pools = []
+    for k, (step, room) in enumerate(steps):
+        pools.append(_pool(run, step, source, room, source_pool, None, tag=k, takes=k - 1 if k else shard_host.READ))
+        source, source_pool = room, 0
+    used = shard_host.run_chain(run, pools, n_shards, label=label, verbose=verbose)
+    return [_result(run, step, room, n_shards, used[k]) for k, (step, room) in enumerate(steps)]
+
+
+def _pool(run: Run, step: Step, source: str, room: str, source_pool: int | None, todo: list[int] | None,
+          **chained: Any) -> shard_host.Pool:
+    work = shard_host.ShardWork(run.dir.uri, room, 0, partial(_worker_rows, step=step), partial(_joined, step=step),
+                                step.figures, step.batch_size, input_dir=source, input_pool=source_pool,
+                                errors=step.errors)
+    return shard_host.Pool(work, step.worker, step.kwargs, step.size.actors, step.num_cpus, step.num_gpus, todo,
+                           max_actors=step.size.max_actors, **chained)
+
+
 def run_step(run: Run, step: Step, source: str, room: str, n_shards: int, *, source_pool: int | None = None,
              total: int | None = None, verbose: bool = False) -> StepResult:
     """`step` over the `n_shards` shards in `source` of the run (input shards, or a step's parts when
     `source_pool` is the pool that wrote them), each part written to `room` by its actor; a shard
     already done is skipped. `total`: the rows the progress bar counts to."""
-    size = step.size
-    work = shard_host.ShardWork(run.dir.uri, room, 0, partial(_worker_rows, step=step), partial(_joined, step=step),
-                                step.figures, step.batch_size, input_dir=source, input_pool=source_pool,
-                                errors=step.errors)
     todo = shard_host.pending(run, room, n_shards, 0)
-    pool = shard_host.Pool(work, step.worker, step.kwargs, size.actors, step.num_cpus, step.num_gpus, todo,
-                           max_actors=size.max_actors)
     use = shard_host.PoolUse()
     if todo:
-        use = shard_host.run_pools(run, [pool], [0] * n_shards, label=step.label, verbose=verbose,
-                                   total=total)[0]
+        use = shard_host.run_pools(run, [_pool(run, step, source, room, source_pool, todo)], [0] * n_shards,
+                                   label=step.label, verbose=verbose, total=total)[0]
+    return _result(run, step, room, n_shards, use)
+
+
+def _result(run: Run, step: Step, room: str, n_shards: int, use: shard_host.PoolUse) -> StepResult:
     written = set(storage.list_files(run.dir.path(room), ".parquet"))
     parts = {(i, 0): shard_host.output_part(i, 0) for i in range(n_shards)
              if run.dir.path(room, shard_host.output_part(i, 0)) in written}

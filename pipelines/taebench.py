@@ -45,7 +45,7 @@ from redline.pipelines import aggregates as A
 from redline.pipelines import shard_host, sharded
 from redline.pipelines.figures import JUDGE_USAGE, TAEBENCH, TAEBENCH_STAGE, Table
 from redline.pipelines.report import Report, png_bytes
-from redline.pipelines.stages import Step, kept_rows, run_step
+from redline.pipelines.stages import Step, kept_rows, run_steps
 from redline.pipelines.template import Pipeline
 
 log = logging.getLogger(__name__)
@@ -344,7 +344,7 @@ def execute(config: TaebenchConfig, run: Run, watch: Stopwatch, verbose: bool) -
     run.dir.write_manifest(manifest)
     if manifest["counts"]["raw"] == 0:
         raise RedlineError("the attack runs hold no successful adversarial examples to filter")
-    source, source_pool, rows_in = DEDUPE_DIR, None, stage_lines["dedupe"]["kept"]
+    chain: list[tuple[str, Step, str]] = []  # the stages that run: (stage, step, room)
     for stage, room, step in steps(config):
         if step is None:
             stage_lines[stage], found[stage] = "off (disabled in the config)", None
@@ -354,20 +354,24 @@ def execute(config: TaebenchConfig, run: Run, watch: Stopwatch, verbose: bool) -
             if skipped:
                 stage_lines[stage], found[stage] = skipped, None
                 continue
-        result = run_step(run, step, source, room, n_shards, source_pool=source_pool, total=rows_in, verbose=verbose)
+        chain.append((stage, step, room))
+    names = ", ".join(dict.fromkeys(stage for stage, _, _ in chain))
+    results = run_steps(run, [(step, room) for _, step, room in chain], DEDUPE_DIR, n_shards,
+                        label=f"quality stages ({names})", verbose=verbose)
+    source = DEDUPE_DIR
+    for (stage, step, room), result in zip(chain, results):
         if result.failed:
             raise RedlineError(f"{stage} stage: {_WHAT[step.name](config)} failed on {result.failed} of "
-                               f"{result.asked} texts (first: {' '.join(result.failure.split())[:200]}); fix the "
-                               "cause and rerun to resume this stage")
+                               f"{result.asked} texts (first: {' '.join((result.failure or '').split())[:200]}); "
+                               "fix the cause and rerun to resume this stage")
         if "judge" in result.partials:
             _check_judge(run, config, result.partials["judge"])
-        source, source_pool = room, 0
+        source = room
         if stage in result.partials:
             found[stage] = result.partials[stage]
             stage_lines[stage] = _stage_line(found[stage] or {})
-            rows_in = stage_lines[stage]["kept"]
-            watch.lap(f"{stage}_s")
         run.dir.write_manifest(manifest)
+    watch.lap("stages_s")
     _write_bench(run, source, n_shards, config)
     label = found["label"] or {}
     tae = sum(_stage_figure("kept", sums) for (goal, _), sums in label.items() if goal == "tae")

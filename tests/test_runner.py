@@ -165,7 +165,7 @@ def _step(worker, kwargs, **over):
     from redline.cluster.config import ActorPoolSize
     from redline.pipelines.stages import Step
 
-    return Step(worker.__name__, worker, kwargs, ActorPoolSize(), worker.__name__, num_cpus=0.25, **over)
+    return Step(worker.__name__, worker, kwargs, ActorPoolSize(), worker.__name__, **{"num_cpus": 0.25, **over})
 
 
 def _shards(run, table: pa.Table, size: int) -> int:
@@ -257,3 +257,58 @@ def test_a_step_resumes_only_the_shards_whose_answers_failed(ray_session, tmp_pa
                    "work/next", n, source_pool=0, total=60)
     assert sorted(log.read_text().splitlines()) == sorted(t for i, t in enumerate(texts) if i % 2)
     assert nxt.asked == 60
+
+
+def test_steps_run_as_one_plan_and_a_shard_a_step_failed_on_goes_no_further(ray_session, tmp_path, monkeypatch):
+    """A chain of steps is one Ray Data plan (every step's actors at once, each shard taken by a step as
+    soon as the step before wrote it). A shard the first step failed on is not passed on; the rerun asks
+    the first step only that shard and the second only its kept rows, and the shards the first step had
+    written before still reach the second."""
+    from redline.cluster import storage
+    from redline.pipelines import shard_host
+    from redline.pipelines.stages import run_steps
+
+    def not_one_plan(*args, **kwargs):
+        raise AssertionError("a step ran in a plan of its own")
+
+    monkeypatch.setattr(shard_host, "run_pools", not_one_plan)
+    texts = [f"ok {i}" for i in range(60)] + ["down 60"] + [f"ok {i}" for i in range(61, 120)]
+    table = pa.table({"id": [f"r{i}" for i in range(120)], "text": texts, "other": list(range(120))})
+    first_log, second_log, outage = tmp_path / "first.log", tmp_path / "second.log", tmp_path / "outage"
+    outage.touch()
+    run = _run(tmp_path, "chain")
+    n = _shards(run, table, 30)
+    steps = [(_step(_Answers, {"log": str(first_log), "outage": str(outage)}, errors=_failed_answers,
+                    finish=_kept_odd), "work/first"),
+             (_step(_Answers, {"log": str(second_log), "outage": str(outage)}), "work/second")]
+    first, second = run_steps(run, steps, "input", n, label="two steps")
+    assert (first.failed, first.asked, second.failed, second.asked) == (1, 120, 0, 45)
+    assert len(storage.list_files(run.dir.path("work/second"), ".parquet")) == 3
+    assert "ok 61" not in second_log.read_text()  # the failed shard's kept rows never reached the second step
+
+    outage.unlink()
+    first_log.unlink()
+    second_log.unlink()
+    first, second = run_steps(run, steps, "input", n, label="two steps")
+    assert first.failed == 0 and len(first_log.read_text().splitlines()) == 30
+    assert sorted(second_log.read_text().splitlines()) == sorted(t for i, t in enumerate(texts) if i % 2 and 60 <= i < 90)
+    parts = pa.concat_tables([storage.read_parquet(p) for p in storage.list_files(run.dir.path("work/second"))])
+    assert parts.column("other").to_pylist() == [i for i in range(120) if i % 2]  # every kept row once, in order
+    assert second.partials == first.partials == {}  # no figures declared: nothing summed
+
+
+def test_steps_that_do_not_fit_at_once_take_turns_and_stop_at_a_failed_step(ray_session, tmp_path):
+    from redline.pipelines.stages import run_steps
+
+    log, outage = tmp_path / "asked.log", tmp_path / "outage"
+    outage.touch()
+    run = _run(tmp_path, "turns")
+    n = _shards(run, pa.table({"id": ["a", "b", "c"], "text": ["ok", "down", "ok too"], "other": [1, 2, 3]}), 2)
+    big = {"num_cpus": 1.5}  # two of them do not fit the session's 2 CPUs at once
+    steps = [(_step(_Answers, {"log": str(log), "outage": str(outage)}, errors=_failed_answers, **big), "work/a"),
+             (_step(_Answers, {"log": str(log), "outage": str(outage)}, **big), "work/b")]
+    results = run_steps(run, steps, "input", n, label="two steps")
+    assert len(results) == 1 and results[0].failed == 1  # the second step never ran
+    outage.unlink()
+    results = run_steps(run, steps, "input", n, label="two steps")
+    assert [r.failed for r in results] == [0, 0] and results[1].asked == 3
