@@ -242,28 +242,6 @@ def test_every_pipeline_on_two_nodes_from_s3(cluster, s3_inputs, tmp_path):
     # one part per shard and detector, written on the worker node (the head has no CPU for an actor)
     assert m["state"] == "complete" and m["counts"]["rows_out"] == 2400 and len(s3_keys("runs/score/predictions/")) == 6
 
-    cluster.submit("attack", {"corpus": sample, "victim": {"name": "profanity-check", "kind": "profanity-check"},
-                              "recipes": ["deepwordbug", "pwws"], "goals": ["tae", "bae"], "max_seeds": 8,
-                              "num_cpus": 1, "output": runs, "run_name": "attack"}, "attack")
-    m = manifest("attack")
-    assert m["state"] == "complete" and m["counts"]["attempts_out"] == 32
-    assert m["counts"]["by_status"].get("error", 0) == 0  # WordNet reached the worker node without its disk
-
-    cluster.submit("taebench", {"attacks": f"{runs}/attack", "grammar": None, "classifier": tiny_bert,
-                                "test_fraction": 0.5, "output": runs, "run_name": "taebench"}, "taebench")
-    m = manifest("taebench")
-    # every stage's parts and the benchmark itself written shard by shard on the worker node
-    assert m["state"] == "complete" and s3_keys("runs/taebench/stages/4-label/") and s3_keys("runs/taebench/taebench_plus/")
-    assert m["stages"]["label"]["kept"] == m["counts"]["taebench_plus"]
-
-    cluster.submit("transfer", {"taebench": f"{runs}/taebench", "split": "all", "output": runs, "run_name": "transfer",
-                                "victims": [{"name": "profanity-check", "kind": "profanity-check", "num_cpus": 0.5},
-                                            {**tiny_bert, "name": "tiny-bert-b",  # not TaeBench's filter
-                                             "model": f"{s3u}/models/tiny-bert-b"}]}, "transfer")
-    rows = {r["victim"]: r for r in manifest("transfer")["summary"]}
-    assert rows["profanity-check"]["own_n"] > 0 and rows["profanity-check"]["tae_rate"] is None
-    assert rows["tiny-bert-b"]["tae_n"] > 0 and rows["tiny-bert-b"]["own_n"] == 0
-
     cluster.submit("dialogue-safety-train", {
         "train": f"{s3u}/data/ds-train.json", "val": f"{s3u}/data/ds-val.json", "base_model": f"{s3u}/models/tiny-bert",
         "variants": ["one_vs_all"], "epochs": 1, "batch_size": 32, "max_length": 48, "learning_rate": 1e-3,
@@ -271,15 +249,6 @@ def test_every_pipeline_on_two_nodes_from_s3(cluster, s3_inputs, tmp_path):
     m = manifest("ds-train")
     assert m["state"] == "complete" and set(m["training"]["one_vs_all"]) == set(m["categories"])
     assert any(k.endswith("redline_dialogue_safety.json") for k in s3_keys("runs/ds-train/models/one_vs_all/"))
-
-    cluster.submit("diasafety", {
-        "contexts": f"{s3u}/data/ds-val.json", "max_contexts_per_category": 2, "responses_per_context": 2,
-        "max_tokens": 6, "classifiers": f"{runs}/ds-train/models/one_vs_all",
-        "generators": [{"name": "tiny-gpt2", "model": f"{s3u}/models/tiny-gpt2", "num_cpus": 0.5}],
-        "utterance_detector": {"name": "profanity-check", "kind": "profanity-check"}, "num_cpus": 0.5,
-        "scoring": {"num_cpus": 0.5}, "output": runs, "run_name": "diasafety"}, "diasafety")
-    board = manifest("diasafety")["summary"]
-    assert board[0]["model"] == "tiny-gpt2" and board[0]["responses"] + board[0]["empty"] + board[0]["errors"] > 0
 
     # training writes its models to S3 too; the search then loads them there
     trig = {"pairs": {"path": f"{s3u}/data/ds-train.json"}, "vocab_size": 300, "embedding_dim": 16, "hidden_dim": 32,
@@ -295,19 +264,19 @@ def test_every_pipeline_on_two_nodes_from_s3(cluster, s3_inputs, tmp_path):
         "run_name": "egregious"}, "egregious")
     assert {r["list"] for r in manifest("egregious")["summary"]} == {"mal", "random"}
 
-    # the safety card: its parts (the guard and a baseline attacked, transfer, clean data, DiaSafety with the
-    # detector's own check, triggers) as runs of their own on the cluster, every input on S3
+    # the safety card runs attack, taebench, transfer, score, diasafety and egregious as runs of their own
+    # on the cluster, every input on S3: each is checked here as its own run (they are not run again apart)
     cluster.submit("eval", {
         "model": {"name": "tiny-gpt2", "kind": "hf", "model": f"{s3u}/models/tiny-gpt2", "num_cpus": 0.5},
         "guard": {"name": "guard", "kind": "profanity-check", "num_cpus": 0.5},
         "baselines": [{"name": "kw", "kind": "keywords", "patterns": ["idiot", "stupid"], "num_cpus": 0.25}],
-        "guard_attack": {"attack": {"corpus": sample, "recipes": ["deepwordbug"], "goals": ["tae", "bae"],
+        "guard_attack": {"attack": {"corpus": sample, "recipes": ["deepwordbug", "pwws"], "goals": ["tae", "bae"],
                                     "max_seeds": 8, "num_cpus": 0.5},
-                         "taebench": {"grammar": None, "classifier": tiny_bert}},
+                         "taebench": {"grammar": None, "classifier": tiny_bert, "test_fraction": 0.5}, "split": "all"},
         "clean": {"corpus": {**sample, "limit": 40}},
         "dialogue": {"diasafety": {"contexts": f"{s3u}/data/ds-val.json",
                                    "classifiers": f"{runs}/ds-train/models/one_vs_all", "max_contexts_per_category": 2,
-                                   "responses_per_context": 1, "max_tokens": 6,
+                                   "responses_per_context": 2, "max_tokens": 6, "scoring": {"num_cpus": 0.5},
                                    "num_cpus": 0.5},
                      "labelled": f"{s3u}/data/ds-val.json", "labelled_limit": 20},
         "triggers": {"egregious": {"lists": [{"name": "mal", "limit": 2}], "searches": ["o-sample-avg"],
@@ -320,9 +289,20 @@ def test_every_pipeline_on_two_nodes_from_s3(cluster, s3_inputs, tmp_path):
     assert 0 < m["sections"]["detector"]["n"] <= 20  # the two-step detector checked on labelled pairs, on a worker
     assert all(manifest(uri[len(runs) + 1:])["state"] == "complete" for uri in m["parts"].values())
 
+    attack = manifest("card-attack-guard")  # 2 recipes x 2 goals x 8 seeds
+    assert attack["counts"]["attempts_out"] == 32
+    assert attack["counts"]["by_status"].get("error", 0) == 0  # WordNet reached the worker node without its disk
+    taebench = manifest("card-taebench")  # every stage's parts and the benchmark written shard by shard on S3
+    assert s3_keys("runs/card-taebench/stages/4-label/") and s3_keys("runs/card-taebench/taebench_plus/")
+    assert taebench["stages"]["label"]["kept"] == taebench["counts"]["taebench_plus"]
+    transfer = {r["victim"]: r for r in manifest("card-transfer")["summary"] if r["dataset"] == "all"}
+    assert transfer["guard"]["own_n"] > 0 and transfer["kw"]["own_n"] > 0  # each attacked, then each scored
+    board = manifest("card-diasafety")["summary"]
+    assert board[0]["model"] == "tiny-gpt2" and board[0]["responses"] + board[0]["empty"] + board[0]["errors"] > 0
+
     # advtrain: Tune trials on the worker node, checkpoints on S3; the job is stopped after the first
     # checkpoint and the resubmitted job resumes the sweep from S3 instead of starting over
-    advtrain = {"taebench": f"{runs}/taebench", "base_model": f"{s3u}/models/tiny-bert",
+    advtrain = {"taebench": f"{runs}/card-taebench", "base_model": f"{s3u}/models/tiny-bert",
                 "train_corpus": {"path": f"{s3u}/data/davidson-1200.csv", "preset": "davidson"},
                 "test_corpus": {**sample, "limit": 40}, "variants": ["no_tae", "taebench"],
                 "search": {"epochs": [8], "batch_size": [32]}, "num_cpus": 1, "max_length": 32, "output": runs,
