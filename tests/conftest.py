@@ -250,7 +250,24 @@ def kill_after_parts(cmd: list[str], env: dict[str, str], parts: Path, n: int, t
     written = len(list(parts.glob("part-*.parquet")))
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    forget_dead_drivers_requests()
     return written
+
+
+def forget_dead_drivers_requests() -> None:
+    """After a test kills a driver of the session's Ray: Ray Data's shared autoscaling coordinator (a
+    detached actor) keeps the dead driver's resource requests for up to 180 s
+    (RAY_DATA_AUTOSCALING_REQUEST_EXPIRE_TIME_S), and a later run's pool cannot grow into them; the
+    coordinator restarted holds none. A no-op where no run has made one."""
+    import ray
+
+    if not ray.is_initialized():
+        return
+    try:
+        coordinator = ray.get_actor("AutoscalingCoordinator", namespace="AutoscalingCoordinator")
+    except ValueError:
+        return
+    ray.kill(coordinator, no_restart=False)
 
 
 @pytest.fixture(scope="session")

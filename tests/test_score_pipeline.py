@@ -22,7 +22,7 @@ from redline.pipelines.schema import PREDICTION_SCHEMA
 from redline.pipelines.score import ScoreConfig, run_score
 from redline.pipelines.table_index import read_index
 
-from conftest import kill_after_parts, status_and_report, write_csv
+from conftest import forget_dead_drivers_requests, kill_after_parts, status_and_report, write_csv
 
 
 def make_config(corpus: dict, detectors: list[dict], output: str, **kw) -> ScoreConfig:
@@ -290,6 +290,7 @@ def test_one_run_one_driver_and_a_dead_drivers_run_resumes_without_unlocking(ray
     assert f"driver: pid {first.pid} on {socket.gethostname()}" in status.stdout, status.stdout
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
+    forget_dead_drivers_requests()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert not (tmp_path / "runs" / "held" / "lease.json").exists()  # released when the run completed
