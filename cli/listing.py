@@ -6,7 +6,7 @@ from collections import Counter
 
 from rich.table import Table
 
-from redline.cli import list_app
+from redline.cli.apps import list_app
 from redline.cli.show import console
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from redline.cli import app
+from redline.cli.apps import app
 from redline.cli.runs import ForceOpt
 from redline.cli.show import console, err_console, show_result, verbose
 from redline.cluster.net import free_port

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from redline.cli import app, run_app, train_app
+from redline.cli.apps import app, run_app, train_app
 from redline.cli.show import console, print_table, show_result, verbose
 from redline.errors import RedlineError
 from redline.pipelines import registry

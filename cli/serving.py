@@ -10,7 +10,7 @@ import yaml
 from rich.markup import escape
 from rich.table import Table
 
-from redline.cli import app
+from redline.cli.apps import app
 from redline.cli.runs import ConfigOpt, SetOpt
 from redline.cli.show import console, verbose
 from redline.errors import RedlineError

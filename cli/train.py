@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from redline.cli import train_app
+from redline.cli.apps import train_app
 from redline.cli.runs import ConfigOpt, SetOpt
 from redline.cli.show import console
 from redline.cluster.artifacts import local_output

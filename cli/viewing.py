@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from redline.cli import app
+from redline.cli.apps import app
 from redline.cli.show import console
 from redline.cluster.access import check_exposure
 from redline.errors import RedlineError

@@ -1,5 +1,5 @@
-"""The design's rules, checked on the code itself: layers import downward only, one device policy,
-one registry per kind of plugin, small modules."""
+"""The design's rules, checked on the code itself: layers import downward only, no import circles,
+packages used through their faces (`__all__`), one device policy, small modules."""
 
 from __future__ import annotations
 
@@ -148,6 +148,73 @@ def test_the_import_check_catches_every_planted_violation(tmp_path):
     assert any("(upward)" in f and f.startswith("actors/relative.py") for f in found)
     assert any("(sideways" in f for f in found) and any("private name" in f for f in found)
     assert any("named at run time" in f for f in found)
+
+
+def load_time_imports(root: Path = REPO) -> dict[str, set[str]]:
+    """Each module's redline modules imported when it loads: module-level `import`/`from` (outside
+    `if TYPE_CHECKING:`), a name resolved to its module where it is one, else to the module it is
+    in. Imports inside functions run later and cannot make a circle at load time."""
+    modules = {module_of(root, p): p for p in sources(root)}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text())
+        top = [n for n in tree.body if not (isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test))]
+        found = set()
+        for node in top:
+            for line, module in imported_modules(node, name, path.name == "__init__.py"):
+                if isinstance(node, (ast.Import, ast.ImportFrom, ast.Try, ast.If)):
+                    found.add(module if module in modules else module.rsplit(".", 1)[0])
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The graph's strongly connected parts of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while not part or part[-1] != v:
+                part.append(stack.pop())
+            if len(part) > 1:
+                circles.append(sorted(part))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_no_module_imports_itself_round_a_circle():
+    circles = import_circles(load_time_imports())
+    assert not circles, "import circles (module-level imports):\n" + "\n".join(" -> ".join(c) for c in circles)
+
+
+def test_the_circle_check_finds_a_planted_circle(tmp_path):
+    for pkg in PACKAGES:
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "errors.py").write_text("")
+    (tmp_path / "actors" / "a.py").write_text("from redline.actors import b\n")
+    (tmp_path / "actors" / "b.py").write_text("from redline.actors.c import thing\n")
+    (tmp_path / "actors" / "c.py").write_text("from typing import TYPE_CHECKING\nfrom redline.actors.a import x\n"
+                                             "thing = 1\n")
+    (tmp_path / "actors" / "late.py").write_text("def f():\n    from redline.actors import a\n")
+    (tmp_path / "actors" / "typed.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                                 "    from redline.actors import late\n")
+    assert import_circles(load_time_imports(tmp_path)) == [["redline.actors.a", "redline.actors.b", "redline.actors.c"]]
 
 
 def public_faces(root: Path = REPO) -> dict[str, set[str]]:
