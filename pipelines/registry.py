@@ -12,7 +12,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from redline.errors import RedlineError
+from redline.cluster.plugins import Registry
 from redline.pipelines.figures import TABLES, Headline, Table
 
 if TYPE_CHECKING:
@@ -98,15 +98,15 @@ ENTRIES: tuple[Entry, ...] = (
 )
 
 
+PIPELINES: Registry[Entry] = Registry("pipeline", lambda e: e.name, lambda: ENTRIES)
+
+
 def entries() -> tuple[Entry, ...]:
-    return ENTRIES
+    return tuple(PIPELINES.all().values())
 
 
 def entry(name: str) -> Entry:
-    for e in ENTRIES:
-        if e.name == name:
-            return e
-    raise RedlineError(f"unknown pipeline '{name}' (known: {', '.join(e.name for e in ENTRIES)})")
+    return PIPELINES.get(name)
 
 
 def pipeline(name: str) -> "Pipeline[Any]":

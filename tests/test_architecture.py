@@ -303,3 +303,30 @@ def test_bf16_falls_back_where_the_cpu_lacks_it(monkeypatch, caplog):
         assert devices.placement(0, "bfloat16") == devices.Placement("cpu", "float32")
     monkeypatch.setattr(devices, "cpu_native_bf16", lambda: True)
     assert devices.placement(0, "bfloat16") == devices.Placement("cpu", "bfloat16")
+
+
+def test_one_registry_type_holds_every_kind_of_plugin():
+    """Detector kinds, providers, attack components and pipelines are each a `cluster.plugins.Registry`:
+    built-ins load on first use, an unknown name is one line listing the known ones, and a second
+    plugin under a taken name fails where it is defined."""
+    from redline.actors.attack.components import COMPONENTS
+    from redline.actors.detectors.registry import DETECTORS
+    from redline.actors.providers.registry import PROVIDERS
+    from redline.cluster.plugins import Registry
+    from redline.errors import RedlineError
+    from redline.pipelines.registry import PIPELINES
+
+    for registry in (DETECTORS, PROVIDERS, PIPELINES, *COMPONENTS.values()):
+        assert isinstance(registry, Registry) and registry.all(), registry.what
+    assert "hf" in DETECTORS and "openai" in PROVIDERS and "score" in PIPELINES and "greedy-wir" in COMPONENTS["search"]
+    with pytest.raises(RedlineError, match=r"unknown detector kind 'nope' \(known: .*profanity-check"):
+        DETECTORS.get("nope")
+
+    loads = []
+    fresh: Registry[type] = Registry("widget", lambda cls: cls.kind, lambda: loads.append(1) or ())
+    assert not loads  # nothing imported until the registry is asked
+    Widget = type("Widget", (), {"kind": "w"})
+    assert fresh.register(Widget) is Widget and fresh.get("w") is Widget and loads == [1]
+    fresh.register(Widget)  # the same class again (a module imported twice) is no conflict
+    with pytest.raises(ValueError, match="two widgets named 'w'"):
+        fresh.register(type("Other", (), {"kind": "w"}))

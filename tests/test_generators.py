@@ -120,7 +120,7 @@ def test_a_new_provider_is_one_class_and_its_registration(monkeypatch):
     from redline.actors.judges import ChatModelOptions
     from redline.actors.providers import registry
 
-    monkeypatch.setattr(registry, "_REGISTERED", {})
+    monkeypatch.setattr(registry.PROVIDERS, "_plugins", registry.PROVIDERS.all())  # the echo provider goes after
 
     @P.register_provider
     class Echo(P.ChatProvider):

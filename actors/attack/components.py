@@ -12,6 +12,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from redline.cluster.plugins import Registry
 from redline.errors import RedlineError
 
 ROLES = ("transformation", "pre", "post", "search")
@@ -59,31 +60,25 @@ class Component:
                                f"(it takes: {', '.join(p for p in params if p != 'self') or 'none'})")
 
 
-_REGISTRY: dict[tuple[str, str], type[Component]] = {}
+def _load() -> tuple[type[Component], ...]:
+    from redline.actors.attack import constraints, search, transformations  # noqa: F401  (they register)
+
+    return ()
+
+
+# one registry per role; the component modules register their classes as they are imported
+COMPONENTS: dict[str, Registry[type[Component]]] = {role: Registry(role, lambda cls: cls.kind, _load) for role in ROLES}
 
 
 def register(cls: type[Component]) -> type[Component]:
-    key = (cls.role, cls.kind)
     if cls.role not in ROLES:
         raise ValueError(f"{cls.__name__}: unknown role {cls.role}")
-    if key in _REGISTRY and _REGISTRY[key] is not cls:
-        raise ValueError(f"two {cls.role} components named {cls.kind}")
-    _REGISTRY[key] = cls
-    return cls
-
-
-def _load() -> None:
-    from redline.actors.attack import constraints, search, transformations  # noqa: F401  (they register)
+    return COMPONENTS[cls.role].register(cls)
 
 
 def component(role: str, kind: str) -> type[Component]:
-    _load()
-    if (role, kind) not in _REGISTRY:
-        known = ", ".join(sorted(k for r, k in _REGISTRY if r == role))
-        raise RedlineError(f"unknown {role} '{kind}' (known: {known})")
-    return _REGISTRY[(role, kind)]
+    return COMPONENTS[role].get(kind)
 
 
 def components(role: str) -> dict[str, type[Component]]:
-    _load()
-    return {k: c for (r, k), c in sorted(_REGISTRY.items()) if r == role}
+    return dict(sorted(COMPONENTS[role].all().items()))

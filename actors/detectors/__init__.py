@@ -12,7 +12,8 @@ from redline.actors.detectors.registry import (
     detector_class,
     detector_kinds,
     preflight_detector,
+    register_detector,
 )
 
 __all__ = ["DecisionRule", "Detector", "DetectorConfig", "build_detector", "detector_class", "detector_kinds",
-           "preflight_detector", "local", "worker"]  # and two modules: the HF detector, the batch worker
+           "preflight_detector", "register_detector", "local", "worker"]  # and two modules: the HF detector, the batch worker

@@ -1,14 +1,15 @@
 """The detector registry: every kind, by name (`redline list detectors` reads the same table).
 
-Adding a detector kind is one class (with `kind`, `description` and an `Options` model) and one line here.
+Adding a detector kind is one class (with `kind`, `description` and an `Options` model) and one line here
+(or `@register_detector` on a class outside this package).
 Classes are imported when the registry is first used, so validating a config stays fast.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING
 
+from redline.cluster.plugins import Registry
 from redline.errors import RedlineError
 
 if TYPE_CHECKING:
@@ -16,21 +17,24 @@ if TYPE_CHECKING:
     from redline.actors.detectors.config import DetectorConfig
 
 
-@functools.cache
-def detector_kinds() -> dict[str, type["Detector"]]:
+def _built_in() -> tuple[type["Detector"], ...]:
     from redline.actors.detectors import api, detoxify, http, local, perspective
 
-    classes = (local.HFDetector, local.ProfanityCheckDetector, local.KeywordDetector, detoxify.DetoxifyDetector,
-               http.HTTPDetector, api.OpenAIModerationDetector, api.LLMJudgeDetector, api.SelfCheckDetector,
-               api.LlamaGuardDetector, api.BedrockGuardrailDetector, perspective.PerspectiveDetector)
-    return {cls.kind: cls for cls in classes}
+    return (local.HFDetector, local.ProfanityCheckDetector, local.KeywordDetector, detoxify.DetoxifyDetector,
+            http.HTTPDetector, api.OpenAIModerationDetector, api.LLMJudgeDetector, api.SelfCheckDetector,
+            api.LlamaGuardDetector, api.BedrockGuardrailDetector, perspective.PerspectiveDetector)
+
+
+DETECTORS: Registry[type["Detector"]] = Registry("detector kind", lambda cls: cls.kind, _built_in)
+register_detector = DETECTORS.register  # a detector kind from outside this package (a class decorator)
+
+
+def detector_kinds() -> dict[str, type["Detector"]]:
+    return DETECTORS.all()
 
 
 def detector_class(kind: str) -> type["Detector"]:
-    kinds = detector_kinds()
-    if kind not in kinds:
-        raise RedlineError(f"unknown detector kind '{kind}' (known: {', '.join(sorted(kinds))})")
-    return kinds[kind]
+    return DETECTORS.get(kind)
 
 
 def build_detector(config: "DetectorConfig") -> "Detector":

@@ -4,39 +4,28 @@ one line here."""
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING
 
-from redline.errors import RedlineError
+from redline.cluster.plugins import Registry
 
 if TYPE_CHECKING:
     from redline.actors.providers.base import ChatProvider, ProviderSettings
 
 
-@functools.cache
-def _built_in() -> dict[str, type["ChatProvider"]]:
+def _built_in() -> tuple[type["ChatProvider"], ...]:
     from redline.actors.providers import bedrock, hf, openai
 
-    classes = (openai.OpenAIProvider, openai.RedlineServeProvider, bedrock.BedrockProvider, hf.HFProvider)
-    return {cls.name: cls for cls in classes}
+    return (openai.OpenAIProvider, openai.RedlineServeProvider, bedrock.BedrockProvider, hf.HFProvider)
 
 
-_REGISTERED: dict[str, type["ChatProvider"]] = {}
-
-
-def register_provider(cls: type["ChatProvider"]) -> type["ChatProvider"]:
-    """Adds a provider from outside this package (a class decorator): configs accept its name at once."""
-    _REGISTERED[cls.name] = cls
-    return cls
+PROVIDERS: Registry[type["ChatProvider"]] = Registry("provider", lambda cls: cls.name, _built_in)
+register_provider = PROVIDERS.register  # a provider from outside this package (a class decorator)
 
 
 def providers() -> dict[str, type["ChatProvider"]]:
     """Every provider by name: the only list of them (configs validate against it)."""
-    return {**_built_in(), **_REGISTERED}
+    return PROVIDERS.all()
 
 
 def build_provider(settings: "ProviderSettings") -> "ChatProvider":
-    known = providers()
-    if settings.provider not in known:
-        raise RedlineError(f"unknown provider '{settings.provider}' (known: {', '.join(known)})")
-    return known[settings.provider](settings)
+    return PROVIDERS.get(settings.provider)(settings)
