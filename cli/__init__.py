@@ -24,7 +24,7 @@ from redline.cli.apps import app
 from redline.cli.show import err_console
 from redline.errors import cause_line, first_line, unwrap_user_error
 
-__all__ = ["app", "main", "listing", "quickstart", "runs", "serving", "train", "viewing"]
+__all__ = ["app", "main"]
 
 
 def _stop_on_signal(signum: int, _: Any) -> None:

@@ -2,5 +2,5 @@
 target lists."""
 
 # the modules other packages may import (a test holds every import from outside to this list)
-__all__ = ["gibbs", "hits", "models", "pairs", "scorers", "settings", "targets", "thresholds", "training", "vocab",
+__all__ = ["gibbs", "hits", "models", "pairs", "scorers", "settings", "targets", "thresholds", "training",
            "worker"]
