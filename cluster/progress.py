@@ -13,12 +13,63 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 stderr_console = Console(stderr=True)
 
-Advance = Callable[..., None]  # advance(n, note=None, more=0): n more done; `note` (e.g. "hits 12") joins the
-# line; `more`: the total grows (work found as it runs, e.g. shards as the corpus is read)
+RECENT_S = 60.0  # the rate is the work done in the last minute (or since the first results, if later)
+
+
+class Pace:
+    """How far a piece of long work is and how fast it goes now: the one definition of its rate and
+    time left, which the terminal bar, the log lines and the run's manifest (`redline view`'s "time
+    left") all show. The rate is over the last `RECENT_S` seconds of results, never reaching back past
+    the first results: start-up (actors loading models, the corpus being read) is not work to come,
+    so it never makes an ETA; None until a second batch of results arrives."""
+
+    def __init__(self, total: int) -> None:
+        self.done, self.total = 0, total
+        self.started = time.monotonic()
+        self.seen: list[tuple[float, int]] = []  # (when, done) at each result in the recent window
+
+    def add(self, n: int, more: int = 0) -> None:
+        self.done, self.total = self.done + n, self.total + more
+        if n:
+            now = time.monotonic()
+            self.seen.append((now, self.done))
+            while len(self.seen) > 2 and self.seen[1][0] <= now - RECENT_S:
+                self.seen.pop(0)
+
+    def rate(self) -> float | None:
+        if not self.seen:
+            return None
+        at, done = self.seen[0]
+        seconds = time.monotonic() - at
+        return (self.done - done) / seconds if seconds > 0 and self.done > done else None
+
+    def eta_s(self) -> float | None:
+        rate = self.rate()
+        return (self.total - self.done) / rate if rate and self.total > self.done else None
+
+    def figures(self) -> dict[str, float | int | None]:
+        """What a run's manifest records of it (`redline view` shows these, not a rate of its own)."""
+        rate, eta = self.rate(), self.eta_s()
+        return {"done": self.done, "total": self.total, "rate": None if rate is None else round(rate, 3),
+                "eta_s": None if eta is None else round(eta, 1)}
+
+
+class Advance:
+    """What `progress_bar` yields: `advance(n, note=None, more=0)`: n more done; `note` (e.g. "hits 12")
+    joins the line; `more`: the total grows (work found as it runs, e.g. shards as the corpus is read).
+    `pace` is the work's figures whether or not anything is shown."""
+
+    def __init__(self, pace: Pace, show: Callable[[int, str | None, int], None] | None = None) -> None:
+        self.pace, self.show = pace, show
+
+    def __call__(self, n: int = 1, note: str | None = None, more: int = 0) -> None:
+        self.pace.add(n, more)
+        if self.show is not None:
+            self.show(n, note, more)
 
 
 def progress_mode() -> str:
@@ -42,36 +93,29 @@ class PlainProgress:
     """Periodic one-line reports for logs."""
 
     def __init__(self, description: str, total: int, unit: str, interval: float,
-                 write: Callable[[str], None]) -> None:
-        self.description, self.total, self.unit, self.interval, self.write = description, total, unit, interval, write
-        self.done, self.note, self.notice = 0, "", ""
+                 write: Callable[[str], None], pace: Pace | None = None) -> None:
+        self.description, self.unit, self.interval, self.write = description, unit, interval, write
+        self.pace = pace or Pace(total)
+        self.note, self.notice = "", ""
         self.started = self.last = time.monotonic()
-        self.first: tuple[float, int] | None = None  # when the first results came, and how many
-
-    def rate(self) -> float | None:
-        """The rate since the first results: start-up (actors loading models) is not work to come,
-        so it never makes an ETA; None until a second batch of results arrives."""
-        if self.first is None:
-            return None
-        at, done = self.first
-        seconds = time.monotonic() - at
-        return (self.done - done) / seconds if seconds > 0 and self.done > done else None
 
     def line(self) -> str:
-        elapsed = max(time.monotonic() - self.started, 1e-9)
-        steady = self.rate()
-        rate = steady if steady is not None else self.done / elapsed
-        pct = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
-        eta = f", ETA {_eta((self.total - self.done) / steady)}" if steady and self.total > self.done else ""
+        p = self.pace
+        steady, eta = p.rate(), p.eta_s()
+        rate = steady if steady is not None else p.done / max(time.monotonic() - self.started, 1e-9)
+        pct = f" ({100 * p.done / p.total:.0f}%)" if p.total else ""
+        eta_text = f", ETA {_eta(eta)}" if eta is not None else ""
         note = f", {self.note}" if self.note else ""
         notice = f" [{self.notice}]" if self.notice else ""
-        return (f"{self.description}: {self.done:,}/{self.total:,}{pct} {self.unit}, {rate:,.1f} {self.unit}/s{eta}{note}"
-                f"{notice}")
+        return (f"{self.description}: {p.done:,}/{p.total:,}{pct} {self.unit}, {rate:,.1f} {self.unit}/s{eta_text}"
+                f"{note}{notice}")
 
     def advance(self, n: int = 1, note: str | None = None, more: int = 0) -> None:
-        self.done, self.total = self.done + n, self.total + more
-        if self.first is None and n:
-            self.first = (time.monotonic(), self.done)
+        self.pace.add(n, more)
+        self.report(note)
+
+    def report(self, note: str | None = None) -> None:
+        """A line if the interval has passed (the pace advanced by its caller)."""
         if note is not None:
             self.note = note
         now = time.monotonic()
@@ -115,22 +159,24 @@ def ticking(every: float, tick: Callable[[str], None]) -> Iterator[None]:
 
 @contextmanager
 def progress_bar(description: str, total: int, unit: str = "rows") -> Iterator[Advance]:
-    """Yields `advance(n, note=None)`; a no-op when progress is off (tests set REDLINE_PROGRESS=0)."""
-    mode = progress_mode()
+    """Yields an `Advance` (`advance(n, note=None, more=0)`, its figures in `advance.pace`); nothing
+    is shown when progress is off (tests set REDLINE_PROGRESS=0), and the pace is kept all the same."""
+    mode, pace = progress_mode(), Pace(total)
     if mode == "off":
-        yield lambda n=1, note=None, more=0: None
+        yield Advance(pace)
         return
     if mode == "lines":
         interval = float(os.environ.get("REDLINE_PROGRESS_INTERVAL", "10"))
-        plain = PlainProgress(description, total, unit, interval, lambda s: print(s, file=sys.stderr, flush=True))
+        plain = PlainProgress(description, total, unit, interval, lambda s: print(s, file=sys.stderr, flush=True), pace)
         with ticking(min(interval, 5.0), plain.tick):
-            yield plain.advance
+            yield Advance(pace, lambda n, note, more: plain.report(note))
         plain.finish()
         return
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[note]}", markup=False)]
+               TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("{task.fields[left]}"),
+               TextColumn("{task.fields[note]}", markup=False)]
     with Progress(*columns, console=stderr_console, transient=False) as progress:
-        task = progress.add_task(description, total=total, rate="", note="")
+        task = progress.add_task(description, total=total, rate="", left="", note="")
         notes = {"note": "", "notice": ""}
 
         def show() -> None:
@@ -141,16 +187,16 @@ def progress_bar(description: str, total: int, unit: str = "rows") -> Iterator[A
             notes["notice"] = notice
             show()
 
-        def advance(n: int = 1, note: str | None = None, more: int = 0) -> None:
+        def advance(n: int, note: str | None, more: int) -> None:
             if more:
-                progress.update(task, total=(progress.tasks[task].total or 0) + more)
+                progress.update(task, total=pace.total)
             progress.advance(task, n)
-            elapsed = progress.tasks[task].elapsed or 0
-            if elapsed > 0:
-                progress.update(task, rate=f"{progress.tasks[task].completed / elapsed:,.0f} {unit}/s")
+            rate, eta = pace.rate(), pace.eta_s()
+            progress.update(task, rate="" if rate is None else f"{rate:,.0f} {unit}/s",
+                            left="" if eta is None else f"{_eta(eta)} left")
             if note is not None:
                 notes["note"] = note
                 show()
 
         with ticking(1.0, tick):
-            yield advance
+            yield Advance(pace, advance)

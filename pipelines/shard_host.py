@@ -302,10 +302,13 @@ def _drive(run: Run, stream: Any, pools: list[Pool], done: dict[int, frozenset[i
                     sharded.count_partials(run, figures[row["pool"]], (row["shard"], part_pool[row["pool"]]), partials)
                 advance(1 if unit == "parts" else row["rows"], note(run) if note is not None else None)
             # the running totals reach the manifest every few seconds: a part counted after the last
-            # save is counted again from its file on resume (sharded.run_partials), never lost
+            # save is counted again from its file on resume (sharded.run_partials), never lost; with
+            # them the bar's own figures, which `redline view` shows as the step's rate and time left
             if time.monotonic() - saved > MANIFEST_EVERY_S:
+                run.manifest["progress"] = {"step": label, "unit": unit, **advance.pace.figures()}
                 run.dir.write_manifest(run.manifest)
                 saved = time.monotonic()
+    run.manifest.pop("progress", None)
     if streaming and read:
         if written is None:
             raise RuntimeError("the input source ended without its last row")

@@ -381,6 +381,31 @@ def test_the_eta_leaves_the_start_up_out(monkeypatch):
     assert lines == ["scoring: 50/200 (25%) rows, 0.8 rows/s", "scoring: 100/200 (50%) rows, 50.0 rows/s, ETA 0m02s"]
 
 
+def test_the_rate_is_the_recent_one_and_every_view_of_it_is_the_same(monkeypatch):
+    """A fast start then a slow stretch: the rate is the last minute's, not the run's average, and the
+    log line, the bar and the manifest (what `redline view` shows) all read it from one `Pace`."""
+    from redline.cluster import progress
+
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    pace = progress.Pace(10_000)
+    for t in range(30, 150):  # after 30 s of start-up, 50 rows/s for two minutes
+        now[0] = float(t)
+        pace.add(50)
+    assert pace.rate() == pytest.approx(50.0)
+    for t in range(150, 270):  # then 10 rows/s
+        now[0] = float(t)
+        pace.add(10)
+    assert pace.rate() == pytest.approx(10.0, rel=0.05)  # the last minute's, not the run's average (~27/s)
+    assert pace.eta_s() == pytest.approx((10_000 - pace.done) / pace.rate())
+    lines: list[str] = []
+    plain = progress.PlainProgress("scoring", 0, "rows", 0, lines.append, pace)
+    plain.report()
+    assert f"{pace.rate():,.1f} rows/s, ETA {progress._eta(pace.eta_s())}" in lines[-1]
+    assert pace.figures() == {"done": pace.done, "total": 10_000, "rate": round(pace.rate(), 3),
+                              "eta_s": round(pace.eta_s(), 1)}
+
+
 def test_long_work_reports_plain_progress_lines_in_logs(capsys, monkeypatch):
     """Not on a terminal (Ray job logs, CI, `| tee`): a line at most every interval, and one at the end."""
     from redline.cluster import progress

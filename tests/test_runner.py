@@ -115,6 +115,25 @@ def test_pools_asking_more_than_the_cluster_has_take_turns(ray_session, tmp_path
     assert [r.column("y").to_pylist() for r in rows] == [[2 * x for x in range(40)]] * 3
 
 
+def test_the_manifest_holds_the_bars_own_rate_and_time_left_while_the_step_runs(ray_session, tmp_path, monkeypatch):
+    """What `redline view` shows as a running step's rate and time left is what the driver's progress
+    line computes (one definition), saved with the counts; gone once the step ends."""
+    from redline.cluster.runs import RunDir
+    from redline.pipelines import shard_host
+
+    monkeypatch.setattr(shard_host, "MANIFEST_EVERY_S", 0.0)
+    saved: list[dict] = []
+    write = RunDir.write_manifest
+    monkeypatch.setattr(RunDir, "write_manifest", lambda self, m: (saved.append(dict(m.get("progress") or {})),
+                                                                    write(self, m))[1])
+    run, _, _ = _doubled(tmp_path, {"delay": 0.05}, actors=1, max_actors=1, shards=6)
+    live = [p for p in saved if p]
+    assert live and all(p["step"] == "doubling" and p["unit"] == "rows" and p["total"] == 60 for p in live)
+    assert [p["done"] for p in live] == sorted(p["done"] for p in live) and live[-1]["done"] >= 50
+    assert any(p["rate"] and p["eta_s"] is not None for p in live)  # from the second part on
+    assert "progress" not in run.manifest and saved[-1] == {}
+
+
 def test_a_pool_asking_for_a_gpu_is_a_plan_ray_data_accepts(ray_session, tmp_path):
     # On an H200 every GPU run failed before any row moved: Ray Data refuses `map_batches` with
     # `num_gpus` and no batch size. Building both plans (behind the read, and from a shard list) is

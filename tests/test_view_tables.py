@@ -404,7 +404,11 @@ def test_a_score_run_shows_each_detectors_confusion_matrix_linking_to_its_cells_
     assert summary[2]["fn"] == summary[2]["fp"] == 0 and summary[0]["fn"] > 0
 
 
-def test_a_running_runs_progress_shows_rows_done_rate_and_time_left(tmp_path):
+def test_a_running_runs_progress_shows_rows_done_and_the_drivers_rate_and_time_left(tmp_path):
+    """Rows done from the parts counted; the rate and time left are the driver's (what its progress
+    line printed, saved with the counts: the recent rate of the running step), never the rows over
+    the time since the run started, start-up and the corpus' reading included (issue 53 item 1:
+    "61/s · about 6,421 s left" where the command line said 7,327 rows/s and 44 s left)."""
     import json
 
     from starlette.testclient import TestClient
@@ -414,19 +418,26 @@ def test_a_running_runs_progress_shows_rows_done_rate_and_time_left(tmp_path):
     root = tmp_path / "runs"
     (root / "live").mkdir(parents=True)
     manifest = {"pipeline": "score", "state": "running", "started_at": "2026-11-25T10:00:00+00:00",
-                "updated_at": "2026-11-25T10:00:20+00:00", "input_rows": [1000, 1000, 1000, 500],
+                "updated_at": "2026-11-25T10:10:00+00:00", "input_rows": [1000, 1000, 1000, 500],
                 "config": {"detectors": [{"name": "a"}, {"name": "b"}]},
                 "partials": {"summary": {"shards": [[0, 0], [1, 0], [0, 1], [3, 1]], "groups": []}}}
     (root / "live" / "manifest.json").write_text(json.dumps(manifest))
     with TestClient(build_app(str(root)), base_url="http://127.0.0.1:8765") as client:
         [run] = client.get("/api/runs").json()["runs"]
-        # 3,500 rows per detector, 2 detectors; counted: 1,000 + 1,000 + 1,000 + 500 in 20 s
-        assert run["progress"] == {"done": 3500, "total": 7000, "rate": 175.0, "eta_s": 20.0,
-                                   "updated": "2026-11-25T10:00:20+00:00",
-                                   "text": "3,500 of 7,000 rows (50%) · 175/s · about 20 s left"}
-        assert "3,500 of 7,000 rows (50%) · 175/s · about 20 s left" in client.get("/").text
+        # 3,500 rows per detector, 2 detectors; counted 3,500 rows in 600 s: no rate made up from that
+        assert run["progress"] == {"done": 3500, "total": 7000, "rate": None, "eta_s": None,
+                                   "updated": "2026-11-25T10:10:00+00:00", "text": "3,500 of 7,000 rows (50%)"}
+        manifest["progress"] = {"step": "scoring with 2 detector(s)", "unit": "rows", "done": 3500, "total": 7000,
+                                "rate": 7327.0, "eta_s": 44.0}
+        (root / "live" / "manifest.json").write_text(json.dumps(manifest))
+        [run] = client.get("/api/runs").json()["runs"]
+        assert run["progress"]["text"] == "3,500 of 7,000 rows (50%) · 7,327 rows/s · about 44 s left"
+        assert "3,500 of 7,000 rows (50%) · 7,327 rows/s · about 44 s left" in client.get("/").text
         page = client.get("/run", params={"id": "live"}).text
-        assert 'id="progress" data-run="live">3,500 of 7,000 rows (50%)' in page and "saved 2026-11-25 10:00:20" in page
+        assert 'id="progress" data-run="live">3,500 of 7,000 rows (50%)' in page and "saved 2026-11-25 10:10:00" in page
+        for bad in ({"rate": "fast", "eta_s": -5}, {"rate": float("1e400"), "unit": "<b>"}):  # read, never trusted
+            (root / "live" / "manifest.json").write_text(json.dumps({**manifest, "progress": bad}))
+            assert client.get("/api/runs").json()["runs"][0]["progress"]["text"] == "3,500 of 7,000 rows (50%)"
         manifest.update(state="complete", partials={"summary": {"shards": [[i, p] for i in range(4) for p in (0, 1)]}})
         (root / "live" / "manifest.json").write_text(json.dumps(manifest))
         [run] = client.get("/api/runs").json()["runs"]

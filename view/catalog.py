@@ -228,8 +228,9 @@ def entry_of(pipeline: str) -> Entry | None:
 
 def progress(manifest: dict[str, Any]) -> dict[str, Any] | None:
     """How far a sharded run's current step is, from what its driver saves every few seconds: the rows
-    of the parts counted so far of every pool's shards, the rate since the start, the time left at
-    that rate and when the manifest was last written. None when the run records no shards."""
+    of the parts counted so far of every pool's shards; the running step's rate and time left as its
+    driver last recorded them (`cluster.progress.Pace`); when the manifest was last written. None
+    when the run records no shards."""
     per_shard, partials = manifest.get("input_rows"), manifest.get("partials")
     if not isinstance(per_shard, list) or not all(isinstance(n, int) for n in per_shard) or not per_shard:
         return None
@@ -239,17 +240,25 @@ def progress(manifest: dict[str, Any]) -> dict[str, Any] | None:
     pools = max([k[1] + 1 for k in keys if len(k) > 1] + [len(detectors) if isinstance(detectors, list) else 1, 1])
     total = sum(per_shard) * pools
     done = min(total, sum(per_shard[k[0]] for k in keys if 0 <= k[0] < len(per_shard)))
-    start, updated = _parse_time(manifest.get("started_at")), _parse_time(manifest.get("updated_at"))
-    seconds = (updated - start).total_seconds() if start and updated else 0.0
-    rate = done / seconds if seconds > 0 and done else None
-    eta = (total - done) / rate if rate and manifest.get("state") == "running" else None
+    # the rate and the time left are the driver's own (the figures its progress line prints, recorded
+    # with the counts), never one made up here from the run's start, start-up and reading included
+    pace = manifest.get("progress") if manifest.get("state") == "running" else None
+    pace = pace if isinstance(pace, dict) else {}
+    rate, eta = _number(pace.get("rate")), _number(pace.get("eta_s"))
+    unit = pace.get("unit") if isinstance(pace.get("unit"), str) and re.fullmatch(r"[a-z]{1,20}", pace["unit"]) else "rows"
     text = f"{done:,} of {total:,} rows ({done / total:.0%})" if total else "no rows"
     if rate:
-        text += f" · {rate:,.0f}/s"
+        text += f" · {rate:,.0f} {unit}/s" if rate >= 10 else f" · {rate:,.2g} {unit}/s"
     if eta is not None:
         text += f" · about {eta:,.0f} s left"
     return {"done": done, "total": total, "rate": rate, "eta_s": eta, "updated": manifest.get("updated_at"),
             "text": text}
+
+
+def _number(value: Any) -> float | None:
+    """A finite, non-negative number from a manifest, else None (a manifest is read, never trusted)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf")
+    return float(value) if ok else None
 
 
 def wall_seconds(manifest: dict[str, Any]) -> float | None:
