@@ -385,6 +385,8 @@ def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
         # a running run's state follows its manifest live
         live = runs_root / "attack-in-flight"
         shutil.copytree(runs_root / "quickstart-attack", live, dirs_exist_ok=True)
+        for name in ("report.md", "report.html"):
+            (live / name).unlink()  # a running run has no report yet
         manifest = json.loads((live / "manifest.json").read_text())
         shards = manifest["partials"]["summary"]["shards"]
         manifest.update(run_name="attack-in-flight", state="running", run_uri=str(live))
@@ -408,14 +410,37 @@ def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
         manifest["partials"]["summary"]["shards"] = shards
         (live / "manifest.json").write_text(json.dumps(manifest))
         WebDriverWait(driver, 30, ignored_exceptions=stale).until(lambda d: d.find_element(By.ID, "progress").text.startswith(f"{total:,} of"))
-        driver.get(viewer + "/")
+        # the run's page reloads when the run ends: its report appears without the user reloading
+        driver.get(viewer + "/run?id=attack-in-flight")
+        assert "no report yet" in driver.find_element(By.ID, "report").text
         manifest["state"] = "complete"
+        for name in ("report.md", "report.html"):
+            shutil.copy(runs_root / "quickstart-attack" / name, live / name)
         (live / "manifest.json").write_text(json.dumps(manifest))
+        WebDriverWait(driver, 30, ignored_exceptions=stale).until(
+            lambda d: d.find_element(By.ID, "state").text == "complete"
+            and "redline attack report" in d.find_element(By.ID, "report").text)
+        driver.get(viewer + "/")
         WebDriverWait(driver, 30, ignored_exceptions=stale).until(lambda d: d.find_element(*badge).text == "complete")
         shot("live")
+
+        # an open run list shows a run that appears: at once when nothing is ticked, else it says so
+        def new_run(name: str) -> None:
+            shutil.copytree(live, runs_root / name)
+            (runs_root / name / "manifest.json").write_text(json.dumps({**manifest, "run_name": name}))
+
+        new_run("attack-new-1")
+        WebDriverWait(driver, 30, ignored_exceptions=stale).until(
+            lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-id='attack-new-1']"))
+        driver.find_element(By.CSS_SELECTOR, "input[value='attack-new-1']").click()
+        new_run("attack-new-2")
+        WebDriverWait(driver, 30).until(lambda d: d.find_element(By.ID, "runs-changed").is_displayed())
+        assert "1 new run(s)" in driver.find_element(By.ID, "runs-changed").text
+        assert driver.find_element(By.CSS_SELECTOR, "input[value='attack-new-1']").is_selected()  # not reloaded
     finally:
         driver.quit()
-        shutil.rmtree(runs_root / "attack-in-flight", ignore_errors=True)
+        for name in ("attack-in-flight", "attack-new-1", "attack-new-2"):
+            shutil.rmtree(runs_root / name, ignore_errors=True)
     assert not errors, errors
     assert sorted(p.name for p in tmp_path.glob("*.png")) == ["compare.png", "confusion.png", "live.png", "per-text.png",
                                                                "ranges.png", "rows.png", "run.png", "runs.png"]

@@ -126,13 +126,17 @@ def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowe
                     pipelines=sorted({r.pipeline for r in runs if r.pipeline}), pipeline=pipeline, total=len(runs))
 
     async def api_runs(request: Request) -> Response:
-        """Every run, or only those named by `id` (the run list's page follows its own rows)."""
+        """Every run, or only those named by `id` (the run list's page follows its own rows), and how
+        many runs there are (of `pipeline`): a run list that shows fewer has new ones to show."""
         try:
             runs = await to_thread.run_sync(find_runs)
         except RedlineError as err:
             return JSONResponse({"error": str(err)}, status_code=502)
         wanted = set(request.query_params.getlist("id")[:RUNS_PER_PAGE])
-        return JSONResponse({"root": root, "runs": [r.as_json() for r in runs if not wanted or r.id in wanted]})
+        pipeline = request.query_params.get("pipeline") or ""
+        selected = sum(1 for r in runs if not pipeline or r.pipeline == pipeline)  # a new one: the list reloads
+        return JSONResponse({"root": root, "selected": selected,
+                             "runs": [r.as_json() for r in runs if not wanted or r.id in wanted]})
 
     def load_run(run_id: str) -> catalog.RunInfo:
         info = catalog.read_run(root, run_id)

@@ -6,20 +6,27 @@ document.querySelectorAll("select[data-autosubmit]").forEach(function (select) {
 });
 
 (function followRunningRuns() {
+  // Running rows follow their runs; a run that appears (or finishes) reloads the list, unless the
+  // user is choosing runs to compare: then a line says so and waits for them.
+  var count = document.getElementById("runs-count");
+  if (!count) return;
   var table = document.getElementById("runs");
-  if (!table || !table.querySelector("tr[data-state='running']")) return;
-  var ids = Array.prototype.map.call(table.querySelectorAll("tr[data-id]"), function (row) {
-    return "id=" + encodeURIComponent(row.dataset.id);
-  }).join("&");  // this page's runs only
+  var rows = table ? Array.prototype.slice.call(table.querySelectorAll("tr[data-id]")) : [];
+  var ids = rows.map(function (row) { return "id=" + encodeURIComponent(row.dataset.id); });
+  var query = ids.concat(count.dataset.pipeline ? ["pipeline=" + encodeURIComponent(count.dataset.pipeline)] : []).join("&");
+  var known = Number(count.dataset.selected);
+  function busy() {
+    return document.querySelector("#runs input[type=checkbox]:checked") !== null || document.activeElement.matches("input, select");
+  }
   function refresh() {
-    fetch("/api/runs?" + ids, {credentials: "same-origin"}).then(function (r) { return r.ok ? r.json() : null; })
+    fetch("/api/runs?" + query, {credentials: "same-origin"}).then(function (r) { return r.ok ? r.json() : null; })
       .then(function (data) {
-        if (!data || !data.runs) return;
-        var stillRunning = false;
+        if (!data || !data.runs) { window.setTimeout(refresh, 10000); return; }
+        var running = false, changed = data.selected > known;
         data.runs.forEach(function (run) {
-          var row = table.querySelector("tr[data-id='" + CSS.escape(run.id) + "']");
+          var row = table && table.querySelector("tr[data-id='" + CSS.escape(run.id) + "']");
           if (!row) return;
-          if (row.dataset.state === "running" && run.state !== "running") { window.location.reload(); return; }
+          if (row.dataset.state === "running" && run.state !== "running") changed = true;
           var state = row.querySelector("[data-field='state']");
           state.textContent = run.state;
           state.className = "badge " + run.state;
@@ -27,31 +34,38 @@ document.querySelectorAll("select[data-autosubmit]").forEach(function (select) {
           if (run.wall_s !== null) row.querySelector("[data-field='wall']").textContent = run.wall_s.toFixed(1) + " s";
           var progress = row.querySelector("[data-field='progress']");
           if (progress) progress.textContent = run.progress && run.state === "running" ? run.progress.text : "";
-          if (run.state === "running") stillRunning = true;
+          if (run.state === "running") running = true;
         });
-        if (stillRunning) window.setTimeout(refresh, 3000);
+        if (changed && !busy()) { window.location.reload(); return; }
+        if (changed) {
+          var note = document.getElementById("runs-changed");
+          note.hidden = false;
+          note.querySelector("span").textContent = data.selected > known ? (data.selected - known) + " new run(s)" : "a run finished";
+        }
+        window.setTimeout(refresh, running ? 3000 : 10000);
       })
       .catch(function () { window.setTimeout(refresh, 10000); });
   }
-  window.setTimeout(refresh, 3000);
+  window.setTimeout(refresh, rows.some(function (row) { return row.dataset.state === "running"; }) ? 3000 : 10000);
 })();
 
 (function followThisRun() {
+  // A running run's page follows its progress, and reloads when the run ends (its report appears).
   var line = document.getElementById("progress");
   var state = document.getElementById("state");
-  if (!line || !state || state.textContent !== "running") return;
+  if (!state || state.textContent !== "running") return;
+  var id = state.dataset.run;
   function refresh() {
-    fetch("/api/runs?id=" + encodeURIComponent(line.dataset.run), {credentials: "same-origin"})
+    fetch("/api/runs?id=" + encodeURIComponent(id), {credentials: "same-origin"})
       .then(function (r) { return r.ok ? r.json() : null; })
       .then(function (data) {
-        var run = data && data.runs && data.runs.find(function (r) { return r.id === line.dataset.run; });
+        var run = data && data.runs && data.runs.find(function (r) { return r.id === id; });
         if (!run) { window.setTimeout(refresh, 10000); return; }
-        if (run.progress) {
+        if (run.state !== "running") { window.location.reload(); return; }
+        if (run.progress && line) {
           line.textContent = run.progress.text + (run.progress.updated ? " · saved " + run.progress.updated.slice(0, 19).replace("T", " ") : "");
         }
-        state.textContent = run.state;
-        state.className = "badge " + run.state;
-        if (run.state === "running") window.setTimeout(refresh, 3000);
+        window.setTimeout(refresh, 3000);
       })
       .catch(function () { window.setTimeout(refresh, 10000); });
   }
