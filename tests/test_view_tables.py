@@ -661,3 +661,12 @@ def test_a_source_of_several_parts_numbers_conforms_and_caches_its_rows(tmp_path
     assert mem.pieces[0].take(np.array([19, 3])).column("n").to_pylist() == [19, 3]
     assert [b.column_names for b in mem.pieces[0].batches(["n", "absent"])][0] == ["n"]
     assert [b.num_rows for b in scan.TablePiece(table.slice(0, 0)).batches(["n"])] == [0]
+
+
+def test_a_score_shows_the_digits_that_tell_it_from_its_neighbours():
+    """Issue 53 item 8: a tiny BERT's 38 different scores all showed as 0.9965 or 0.003522 (4 digits)."""
+    scores = [0.99651234, 0.99654321, 0.99648, 0.0035224, 0.0035219]
+    shown = [R.cell(s) for s in scores]
+    assert shown == ["0.996512", "0.996543", "0.99648", "0.0035224", "0.0035219"]
+    assert len(set(shown)) == len(scores)
+    assert R.cell(float("nan")) == "nan" and R.cell(None) == "" and R.cell([0.5, 1e-7]) == "0.5, 1e-07"

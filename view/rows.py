@@ -424,7 +424,7 @@ def cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:.4g}"
+        return "nan" if math.isnan(value) else f"{value:.6g}"  # a tiny model's scores differ past the 4th digit
     if isinstance(value, list):
         return ", ".join(cell(v) for v in value)
     if isinstance(value, dict):
