@@ -469,3 +469,7 @@ def test_a_report_link_appears_only_once_there_is_a_report(client, runs_root, tm
     with TestClient(build_app(str(tmp_path / "runs")), base_url="http://127.0.0.1:8765") as fresh:
         page = fresh.get("/run", params={"id": "in-flight"}).text
     assert "no report yet" in page and "report.html</a>" not in page
+    (running / "report.md").write_text("# half a report\n")  # report.md written, report.html not yet
+    with TestClient(build_app(str(tmp_path / "runs")), base_url="http://127.0.0.1:8765") as fresh:
+        page = fresh.get("/run", params={"id": "in-flight"}).text
+    assert "half a report" in page and "report.html</a>" not in page  # never a link to a file that is not there

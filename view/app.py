@@ -156,6 +156,7 @@ def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowe
         context: dict[str, Any] = {"title": info.name, "run": info, "manifest_json": _pretty(info.manifest),
                                    "config_json": _pretty((info.manifest or {}).get("config")),
                                    "report_html": None, "report_error": None, "tables": [], "rows_error": None}
+        context["report_link"] = await to_thread.run_sync(_has_file, root, [*info.id.split("/"), "report.html"])
         try:
             data = await to_thread.run_sync(storage.read_below, root, [*info.id.split("/"), "report.md"], MAX_FILE_BYTES)
             context["report_html"] = report.render(data.decode(), info.id)
@@ -257,6 +258,15 @@ def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowe
 
 MAX_JSON_ITEMS = 200  # entries of one object or list shown on a page
 MAX_JSON_CHARS = 256 << 10
+
+
+def _has_file(root: str, parts: list[str]) -> bool:
+    """Whether the run holds that file (a link is shown only to a file that exists)."""
+    try:
+        storage.open_below(root, parts).close()
+    except (paths.NotFound, RedlineError):
+        return False
+    return True
 
 
 def _bounded(value: Any, depth: int = 0) -> Any:
