@@ -29,7 +29,6 @@ class Pace:
 
     def __init__(self, total: int) -> None:
         self.done, self.total = 0, total
-        self.started = time.monotonic()
         self.seen: list[tuple[float, int]] = []  # (when, done) at each result in the recent window
 
     def add(self, n: int, more: int = 0) -> None:
