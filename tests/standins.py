@@ -81,9 +81,13 @@ def openai_judge(slow_s: float = 3.0, api_key: str | None = None) -> _Server:
     answers nonsense the first time only; DOWN always 500; NOTJSON answers an HTML page; NOCHOICES a
     completion without choices; DATED a 429 whose Retry-After is an HTTP date 1.5 s ahead, then Yes.
     Model `missing` is a 404; with `api_key` a request without it is a 401. A moderation request
-    with SHORT in a text gets one result too few, with SLOW it answers after `slow_s`. Every chat request's passage and time is kept in
-    `server.httpd.log`."""
+    with SHORT in a text gets one result too few, with SLOW it answers after `slow_s`; with GATE it
+    answers after `slow_s` once two GATE requests have been open at the same time (two clients: a
+    detector's calls are one at a time), holding every GATE request until then (at most a minute),
+    so a pool that grows goes on however slow the machine and one that does not waits a minute.
+    Every chat request's passage and time is kept in `server.httpd.log`."""
     calls: dict[str, int] = defaultdict(int)
+    gate, gate_lock, gate_open = threading.Event(), threading.Lock(), [0]
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *_: object) -> None:
@@ -103,6 +107,16 @@ def openai_judge(slow_s: float = 3.0, api_key: str | None = None) -> _Server:
                     results = results[:-1]
                 if any("SLOW" in t for t in texts):
                     time.sleep(slow_s)
+                if any("GATE" in t for t in texts):
+                    with gate_lock:
+                        gate_open[0] += 1
+                        if gate_open[0] >= 2:
+                            gate.set()
+                    if not gate.wait(60):
+                        gate.set()  # a minute alone: the pool did not grow; the rest answer at once
+                    time.sleep(slow_s)
+                    with gate_lock:
+                        gate_open[0] -= 1
                 return _reply(self, 200, {"id": "modr-1", "model": body.get("model"), "results": results})
             prompt = body["messages"][-1]["content"]
             if "Passage:" in prompt:

@@ -149,21 +149,26 @@ def test_a_pool_grows_while_shards_wait_unless_it_is_fixed(ray_session, tmp_path
     0.25) the pool grows, unless `max_actors` holds it; either way every row once."""
     from standins import openai_judge
 
-    rows = [[f"SLOW text {i}", ["toxic", "fine"][i % 2]] for i in range(300)]
-    corpus = write_csv(tmp_path / "slow.csv", ["text", "label"], rows)
-    with openai_judge(slow_s=0.3) as api:  # every moderation call takes 0.3 s: 30 calls, 9 s for one actor
+    # "grows": the service holds its answers until two calls are open at once (two actors: one actor's
+    # calls come one at a time), so a pool that does not grow waits a minute and fails, however busy
+    # the machine (a timing alone failed under load: the first actor finished before a second started);
+    # "fixed": every call takes 0.3 s, 9 s for its one actor
+    corpora = {word: write_csv(tmp_path / f"{word}.csv", ["text", "label"],
+                               [[f"{word} text {i}", ["toxic", "fine"][i % 2]] for i in range(300)])
+               for word in ("GATE", "SLOW")}
+    with openai_judge(slow_s=0.3) as api:
         slow = {"name": "m", "kind": "openai-moderation", "base_url": api.url + "/v1", "num_cpus": 0.25,
                 "batch_size": 10}
-        runs = {name: run_score(make_config({"path": str(corpus), "text_column": "text", "label_column": "label",
+        runs = {name: run_score(make_config({"path": str(corpora[word]), "text_column": "text", "label_column": "label",
                                              "toxic_values": ["toxic"]},
                                             [{**slow, **extra}], str(tmp_path / "runs"), shard_size=20, run_name=name))
-                for name, extra in (("grows", {}), ("fixed", {"max_actors": 1}))}
+                for name, word, extra in (("grows", "GATE", {}), ("fixed", "SLOW", {"max_actors": 1}))}
     assert runs["grows"].manifest["actors_used"]["m"] >= 2 and runs["fixed"].manifest["actors_used"]["m"] == 1
     for result in runs.values():
         ids = read_predictions(result.run_uri).column("id").to_pylist()
         assert len(ids) == len(set(ids)) == 300
     with pytest.raises(Exception, match=r"max_actors \(1\) is below actors \(2\)"):
-        make_config({"path": str(corpus), "text_column": "text"}, [{**slow, "actors": 2, "max_actors": 1}],
+        make_config({"path": str(corpora["SLOW"]), "text_column": "text"}, [{**slow, "actors": 2, "max_actors": 1}],
                     str(tmp_path / "runs"))
 
 
