@@ -42,7 +42,10 @@ class ScoreConfig(RunConfig):
 
     corpus: CorpusConfig | list[CorpusConfig]
     detectors: list[DetectorConfig] = Field(min_length=1)
-    shard_size: int = Result(2_000, gt=0, description="Rows per output shard (the unit of resume).")
+    shard_size: int = Result(2_000, gt=0, description=(
+        "Rows per output shard (the unit of resume and of work per actor call). 10,000 or more runs a large "
+        "corpus on a fast detector faster (fewer files and summaries: 1.3x at 1M rows on 2 CPUs); keep it "
+        "small for slow (API, LLM) detectors, so work spreads across actors and a crash loses little."))
 
     @field_validator("detectors")
     @classmethod
