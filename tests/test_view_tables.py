@@ -363,6 +363,10 @@ def test_number_ranges_column_picker_and_row_permalinks_in_the_app(tmp_path):
         first = re.search(r'class="permalink" href="([^"]+)#rows"', page).group(1).replace("&amp;", "&")
         alone = client.get(first).text
         assert "1 of 100 rows" in alone and f"f_id={want[0]}" in first
+        # a row's permalink keeps the columns chosen (issue 53 item 8: the choice was lost in row links)
+        kept = re.search(r'class="permalink" href="([^"]+)#rows"', picked).group(1).replace("&amp;", "&")
+        header = re.search(r"<thead>(.*?)</thead>", client.get(kept).text, re.S).group(1)
+        assert "col=source" in kept and re.findall(r">([a-z_]+)</a>", header) == ["id", "source"]
         bad = client.get("/run", params={**base, "min_queries": "two"}).text
         assert "min_queries must be a number, not &#39;two&#39;" in bad
         text_range = client.get("/run", params={**base, "min_text": "1"}).text

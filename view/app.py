@@ -349,10 +349,11 @@ def _rows_context(cache: rows.TableCache, ref: rows.TableRef, params: Any) -> di
                     *([("q", params["q"])] if params.get("q") else [])]
 
     def permalink(row: dict[str, Any]) -> str | None:
-        """The one row, by its id, in this table (None: the table has no id column)."""
+        """The one row, by its id, in this table, with the columns chosen (None: the table has no id column)."""
         if row.get("id") is None:
             return None
-        return "/run?" + urlencode([("id", ref.run_id), ("table", ref.name), ("f_id", str(row["id"]))])
+        chosen = [("cols", "1"), *(("col", c) for c in picked)] if picked else []
+        return "/run?" + urlencode([("id", ref.run_id), ("table", ref.name), ("f_id", str(row["id"])), *chosen])
 
     numbers = {c: (params.get(f"min_{c}", ""), params.get(f"max_{c}", "")) for c in rows.number_columns(result)}
     return {"link": link, "export_query": export_query, "permalink": permalink, "columns": columns,
