@@ -572,7 +572,7 @@ def test_facets_offer_only_short_grouping_values():
     assert pair_of(pa.table({"seed_text": ["a"], "text": ["b"]})) == ("seed_text", "text")
     assert pair_of(pa.table({"text": ["a"]})) is None
     assert [cell(v) for v in (None, 0.123456, float("nan"), [1, "a"], {"k": 2.5}, "<b>")] == [
-        "", "0.1235", "nan", "1, a", "k: 2.5", "<b>"]
+        "", "0.123456", "nan", "1, a", "k: 2.5", "<b>"]
 
 
 # ---------------------------------------------------------------- goals (success read the wrong way round)
