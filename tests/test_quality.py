@@ -299,12 +299,12 @@ def test_missing_api_results_are_row_errors_never_scores(tmp_path):
     assert rows[3]["det_reason"] == "the server returned no result for this text"
 
 
-def test_a_remote_detectors_failed_batch_is_not_retried_text_by_text():
+def test_a_remote_detectors_failed_batch_is_not_retried_text_by_text(monkeypatch):
     """Row-by-row retry isolates a bad row of a local model; against an API that just failed it would
     multiply the requests by the batch size."""
-    from redline.actors.detectors import DetectorConfig
+    from redline.actors.detectors import DetectorConfig, register_detector
     from redline.actors.detectors.local import ProfanityCheckDetector
-    from redline.actors.detectors.registry import detector_kinds
+    from redline.actors.detectors.registry import DETECTORS
     from redline.actors.detectors.worker import DetectionWorker
 
     class Flaky(ProfanityCheckDetector):
@@ -314,12 +314,10 @@ def test_a_remote_detectors_failed_batch_is_not_retried_text_by_text():
             type(self).calls += 1
             raise ConnectionError("503 from upstream")
 
-    detector_kinds()["flaky-remote"] = Flaky
-    try:
-        worker = DetectionWorker(DetectorConfig.model_validate({"name": "f", "kind": "flaky-remote"}))
-        probs, score, toxic, status, reason = worker.score(["a", "b", "c", "d"])
-    finally:
-        del detector_kinds()["flaky-remote"]
+    monkeypatch.setattr(DETECTORS, "_plugins", DETECTORS.all())  # the kind registered here goes after
+    register_detector(Flaky)
+    worker = DetectionWorker(DetectorConfig.model_validate({"name": "f", "kind": "flaky-remote"}))
+    probs, score, toxic, status, reason = worker.score(["a", "b", "c", "d"])
     assert Flaky.calls == 1 and list(status) == ["error"] * 4 and "503 from upstream" in reason[0]
 
 
