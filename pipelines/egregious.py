@@ -10,6 +10,7 @@ paper's Table 3 (hit rate per list and hit type, per model) and Table 4 (example
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 from pathlib import Path
 from typing import Any, Literal
@@ -204,7 +205,10 @@ def model_targets(config: EgregiousConfig, model: EgregiousModelConfig
     return resolved_thresholds(model), *target_lists(config, model)
 
 
-def build_inputs(config: EgregiousConfig, manifest: dict[str, Any]) -> pa.Table:
+def build_inputs(config: EgregiousConfig) -> pa.Table:
+    """Every (model, list, target, search) row, built in a task on a worker: each model's target lists
+    come from a task of its own (`model_targets`); what each model's lists and thresholds were rides in
+    the table's metadata (`models`), which `input_counts` hands to the driver."""
     import ray
 
     from redline.cluster.runtime import check_placeable
@@ -229,8 +233,13 @@ def build_inputs(config: EgregiousConfig, manifest: dict[str, Any]) -> pa.Table:
                     rows["search"].append(search)
                     rows["source"].append(target.source)
                     rows["sources"].append(list(target.sources) or None)
-    manifest["models"] = per_model
-    return pa.table(rows, schema=INPUT_SCHEMA)
+    return pa.table(rows, schema=INPUT_SCHEMA.with_metadata({"models": json.dumps(per_model)}))
+
+
+def input_counts(table: pa.Table) -> dict[str, Any]:
+    """The input table's counts, and each model's lists and thresholds (`build_inputs`' metadata)."""
+    models = json.loads((table.schema.metadata or {}).get(b"models", b"{}"))
+    return {"rows_in": table.num_rows, "targets": len(set(table.column("target").to_pylist())), "models": models}
 
 
 def assemble(shard: pa.Table, results: pa.Table) -> pa.Table:
@@ -271,10 +280,10 @@ FIGURES = {"summary": EGREGIOUS, "sources": EGREGIOUS_SOURCES, "effort": EGREGIO
 
 def execute(config: EgregiousConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
     manifest = run.manifest
-    # built here: a few target lists, whose models' test inputs are decoded in Ray tasks (build_inputs)
-    shard_rows = sharded.prepare_inputs(
-        run, lambda: build_inputs(config, manifest), config.shard_size,
-        lambda t: {"rows_in": t.num_rows, "targets": len(set(t.column("target").to_pylist()))}, on_worker=False)
+    # built in a task on a worker, each model's lists in a task of its own (build_inputs); written before: kept
+    shard_rows = sharded.prepare_inputs(run, lambda: build_inputs(config), config.shard_size, input_counts)
+    if "models" in manifest.get("counts", {}):
+        manifest["models"] = manifest["counts"].pop("models")
     watch.lap("targets_s")
     thresholds = {name: [m["t_out"], m["t_in"]] for name, m in manifest["models"].items()}
     kwargs = {"models": config.models, "search": search_settings(config),

@@ -278,7 +278,7 @@ def write_report(run: RunDir, manifest: dict[str, Any]) -> None:
             "adversarial toxic rows); FPR = benign rows predicted toxic.")
     report = Report(run, "redline score report", manifest, note)
     report.table("Detectors", metrics, columns).plot("roc", plot_roc(manifest)).plot("rates", plot_rates(metrics))
-    report.table("Rows", counts, COUNT_COLUMNS)
+    report.table("Row counts", counts, COUNT_COLUMNS)  # "Rows" is the viewer's own section on the same page
     errors = manifest.get("example_errors")  # found by the run's worker; a run from before: read here
     report.table("Missed toxic rows (lowest scores first)", example_errors(run) if errors is None else errors,
                  error_cols)

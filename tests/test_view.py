@@ -6,12 +6,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import httpx
 import pyarrow.dataset as ds
@@ -335,14 +336,37 @@ def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
         assert all(int(c.text) >= least for c in driver.find_elements(By.CSS_SELECTOR, "#row-table td[data-col=queries]"))
         assert not driver.find_elements(By.CSS_SELECTOR, "#row-table td[data-col=victim]")
         assert f"min_queries={least}" in driver.current_url and "col=recipe" in driver.current_url
+        # a permalink holds what was chosen, not every empty field of the form (issue 53 item 8: ~1,000 characters)
+        asked = parse_qsl(urlsplit(driver.current_url).query, keep_blank_values=True)
+        assert asked and all(value for _, value in asked), driver.current_url
         export = httpx.get(driver.find_element(By.ID, "export-csv").get_attribute("href"), timeout=30)
         assert [r["id"] for r in csv.DictReader(io.StringIO(export.text))] == [r["id"] for r in ranged]
         shot("ranges")
 
-        # a row's permalink opens that row alone
-        first = driver.find_element(By.CSS_SELECTOR, "#row-table a.permalink")
-        first.click()
+        # the keyboard: "/" to the search, j / k along the rows, Enter opens the row alone (its permalink)
+        from selenium.webdriver.common.action_chains import ActionChains
+        from selenium.webdriver.common.keys import Keys
+
+        body = driver.find_element(By.TAG_NAME, "body")
+        ActionChains(driver).move_to_element(body).click(driver.find_element(By.TAG_NAME, "h1")).perform()
+        ActionChains(driver).send_keys("/").perform()
+        assert driver.switch_to.active_element.get_attribute("name") == "q"
+        driver.switch_to.active_element.send_keys(Keys.ESCAPE)
+        driver.execute_script("document.activeElement.blur()")
+        ActionChains(driver).send_keys("jjk").perform()
+        rows_now = driver.find_elements(By.CSS_SELECTOR, "#row-table tbody tr")
+        assert [r.get_attribute("class") for r in rows_now[:2]] == ["current", ""]
+        ActionChains(driver).send_keys("j").perform()
+        second = rows_now[1].find_element(By.CSS_SELECTOR, "a.permalink").get_attribute("href")
+        ActionChains(driver).send_keys(Keys.ENTER).perform()
         wait.until(lambda d: d.find_element(By.ID, "row-count").text.startswith(f"1 of {len(attempts)} rows"))
+        assert driver.current_url.split("#")[0] == second.split("#")[0]
+        # the system's dark theme is followed (prefers-color-scheme)
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+        dark = driver.execute_script("return getComputedStyle(document.body).backgroundColor")
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "light"}]})
+        assert dark == "rgb(21, 22, 27)" and driver.execute_script(
+            "return getComputedStyle(document.body).backgroundColor") == "rgb(255, 255, 255)"
 
         # a score run: each detector's confusion matrix, a cell opening exactly its rows
         score = next(run for run, pipeline in pipelines.items() if pipeline == "score")
@@ -461,7 +485,10 @@ def test_a_report_link_appears_only_once_there_is_a_report(client, runs_root, tm
 
     from redline.view.app import build_app
 
-    assert "report.html</a>" in client.get("/run", params={"id": "score-two-detectors"}).text
+    page = client.get("/run", params={"id": "score-two-detectors"}).text
+    assert "report.html</a>" in page
+    # one "Rows" heading: the viewer's rows; the report's counts have a heading of their own (issue 53 item 8)
+    assert re.findall(r"<h[1-6][^>]*>Rows</h[1-6]>", page) == ["<h2>Rows</h2>"] and ">Row counts</h2>" in page
     running = tmp_path / "runs" / "in-flight"
     running.mkdir(parents=True)
     manifest = json.loads((runs_root / "score-two-detectors" / "manifest.json").read_text())

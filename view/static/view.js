@@ -2,7 +2,19 @@
 "use strict";
 
 document.querySelectorAll("select[data-autosubmit]").forEach(function (select) {
-  select.addEventListener("change", function () { select.form.submit(); });
+  select.addEventListener("change", function () { select.form.requestSubmit(); });
+});
+
+// A filter form sends only what was chosen: its empty fields stay out of the URL (a permalink stays short).
+document.querySelectorAll("form#filters").forEach(function (form) {
+  form.addEventListener("submit", function () {
+    form.querySelectorAll("input, select").forEach(function (field) {
+      if (field.type !== "checkbox" && field.value === "") field.disabled = true;
+    });
+  });
+  window.addEventListener("pageshow", function () {  // back to this page: its fields usable again
+    form.querySelectorAll("[disabled]").forEach(function (field) { field.disabled = false; });
+  });
 });
 
 (function followRunningRuns() {
@@ -70,4 +82,30 @@ document.querySelectorAll("select[data-autosubmit]").forEach(function (select) {
       .catch(function () { window.setTimeout(refresh, 10000); });
   }
   window.setTimeout(refresh, 3000);
+})();
+
+(function keys() {
+  // Keyboard: "/" to the text search; j / k to the next / previous row; Enter opens that row alone.
+  var table = document.getElementById("row-table");
+  var current = -1;
+  function rows() { return table ? table.querySelectorAll("tbody tr") : []; }
+  function select(i) {
+    var all = rows();
+    if (!all.length) return;
+    if (current >= 0 && all[current]) all[current].classList.remove("current");
+    current = Math.max(0, Math.min(all.length - 1, i));
+    all[current].classList.add("current");
+    all[current].scrollIntoView({block: "nearest"});
+  }
+  document.addEventListener("keydown", function (event) {
+    if (event.ctrlKey || event.metaKey || event.altKey || event.target.matches("input, select, textarea")) return;
+    var search = document.querySelector("form#filters input[name=q]");
+    if (event.key === "/" && search) { event.preventDefault(); search.focus(); }
+    else if (event.key === "j") select(current + 1);
+    else if (event.key === "k") select(current - 1);
+    else if (event.key === "Enter" && current >= 0) {
+      var link = rows()[current].querySelector("a.permalink");
+      if (link) window.location.href = link.href;
+    }
+  });
 })();
