@@ -43,11 +43,11 @@ class Inputs:
 
 def prepare_inputs(run: Run, build: Callable[[], pa.Table | Iterable[pa.Table]], shard_size: int,
                    counts: Callable[[pa.Table], dict[str, Any]], rows: Callable[[pa.Table], int] = len,
-                   on_worker: bool = True, directory: str = INPUT_DIR) -> list[int]:
+                   directory: str = INPUT_DIR) -> list[int]:
     """Input shards written once per run, and each shard's work (`rows(shard)`: the rows its actors
     take). `build` (reading the corpus, ...: one table, or its chunks as they are read, so that no
-    process holds the whole corpus; `counts` of the chunks are added up) runs in a Ray task on a worker unless `on_worker` is
-    False, so the driver never reads the corpus: it records the shard count, `counts(table)` and the
+    process holds the whole corpus; `counts` of the chunks are added up) runs in a Ray task on a worker,
+    so the driver never reads the corpus: it records the shard count, `counts(table)` and the
     rows per shard that the task returns. Resuming after every shard was written builds nothing.
     `directory`: where in the run the shards go. (`run score` and `run attack` stream instead: the
     runner reads the shards as a Ray Data source, `shard_host.Inputs`, and its pools take each shard
@@ -58,16 +58,13 @@ def prepare_inputs(run: Run, build: Callable[[], pa.Table | Iterable[pa.Table]],
     manifest = run.manifest
     n_shards, unseen = manifest.get("input_shards"), unseen_inputs(run)
     args = (run.dir.uri, n_shards, build, shard_size, counts, rows, unseen, directory)
-    if on_worker:
-        import ray
+    import ray
 
-        from redline.cluster.runtime import check_placeable
+    from redline.cluster.runtime import check_placeable
 
-        check_placeable("the task reading the inputs", 1)
-        # max_calls=1: the worker process exits after, giving back the corpus' memory
-        written = ray.get(ray.remote(num_cpus=1, max_calls=1, max_retries=2)(write_inputs).remote(*args))
-    else:
-        written = write_inputs(*args)
+    check_placeable("the task reading the inputs", 1)
+    # max_calls=1: the worker process exits after, giving back the corpus' memory
+    written = ray.get(ray.remote(num_cpus=1, max_calls=1, max_retries=2)(write_inputs).remote(*args))
     record_inputs(run, written)
     return written["rows"]
 
