@@ -40,6 +40,19 @@ else:
     os.environ["REDLINE_CACHE"] = tempfile.mkdtemp(prefix="redline-test-cache-")
     atexit.register(shutil.rmtree, os.environ["REDLINE_CACHE"], ignore_errors=True)
 
+# `pytest -n 2` (pytest-xdist, as CI runs the suite): the workers share the tiny models (built once,
+# by whichever worker needs one first, under a lock), and each worker's Ray keeps its own temp
+# directory -- Ray's job supervisor finds "its" cluster through <temp dir>/ray_current_cluster, so
+# two clusters sharing /tmp/ray send one cluster's jobs to the other.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if not XDIST_WORKER and not TEST_STATE and "REDLINE_TEST_MODELS" not in os.environ:
+    os.environ["REDLINE_TEST_MODELS"] = tempfile.mkdtemp(prefix="redline-test-models-")
+    atexit.register(shutil.rmtree, os.environ["REDLINE_TEST_MODELS"], ignore_errors=True)
+if XDIST_WORKER:
+    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix=f"ray-{XDIST_WORKER}-", dir="/tmp")  # short: socket paths
+    atexit.register(shutil.rmtree, os.environ["RAY_TMPDIR"], ignore_errors=True)
+SHARED_MODELS = Path(TEST_STATE) / "models" if TEST_STATE else Path(os.environ["REDLINE_TEST_MODELS"])
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("REDLINE_SHARED_DATA", REPO.parent / "shared" / "data"))
 DAVIDSON = SHARED_DATA / "offensive_tweet" / "labeled_data.csv"
@@ -60,6 +73,36 @@ def pytest_runtest_makereport(item, call):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, where it must run: {reason}"
+
+
+# How `pytest -n 2` shares the suite out: a file's tests stay on one worker (its module fixtures are
+# built once), files that share a costly session fixture go together, and the longest groups start
+# first so that no worker is left alone with one at the end (seconds from CI's `--durations`).
+# (xdist's own `--dist loadgroup` cannot do this on pytest 9.2: pytest-dev/pytest-xdist#1386.)
+XDIST_GROUPS = {"test_view.py": "test_cli.py"}  # the quickstart chain's runs (`quickstart_dir`)
+LONGEST_FIRST = ("test_cluster.py", "test_dialogue_safety.py", "test_cli.py", "test_hardening.py",
+                 "test_quality.py", "test_score_pipeline.py", "test_attack_pipeline.py", "test_docs.py",
+                 "test_serve.py")
+
+
+def _group(nodeid: str) -> str:
+    name = nodeid.split("::")[0].rsplit("/", 1)[-1]
+    return XDIST_GROUPS.get(name, name)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(_group(item.nodeid), len(rank)))  # stable: file order within a group
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):  # the scheduler keeps the collection's order (--no-loadscope-reorder)
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    return ByGroup(config, log)
 
 
 def free_port() -> int:
@@ -107,22 +150,18 @@ def ray_session():
     ray.shutdown()
 
 
-def model_dir(tmp_path_factory, name: str, build) -> Path:
-    """Where a tiny model fixture lives: built once per session, or once per REDLINE_TEST_STATE."""
-    if TEST_STATE:
-        out = Path(TEST_STATE) / "models" / name
-        if (out / "config.json").exists():
-            return out
-        out.parent.mkdir(parents=True, exist_ok=True)
-        staged = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{name}-"))
-        build(staged)
-        try:
+def model_dir(name: str, build) -> Path:
+    """Where a tiny model fixture lives: built once per test run (shared by xdist's workers) or once
+    per REDLINE_TEST_STATE, whichever process needs it first building it while others wait."""
+    from filelock import FileLock
+
+    out = SHARED_MODELS / name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out.parent / f".{name}.lock")):
+        if not (out / "config.json").exists():
+            staged = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{name}-"))
+            build(staged)
             staged.rename(out)
-        except OSError:  # another process built it first
-            shutil.rmtree(staged, ignore_errors=True)
-        return out
-    out = tmp_path_factory.mktemp("models") / name
-    build(out)
     return out
 
 
@@ -137,44 +176,44 @@ def sample_rows() -> list[dict]:
 
 
 @pytest.fixture(scope="session")
-def tiny_binary_model(tmp_path_factory, sample_rows) -> Path:
+def tiny_binary_model(sample_rows) -> Path:
     """A binary benign/toxic tiny BERT, built by the same builder the quickstart uses."""
     from redline.actors.tiny_models import build_tiny_classifier
 
-    return model_dir(tmp_path_factory, "tiny-binary", lambda out: build_tiny_classifier(
+    return model_dir("tiny-binary", lambda out: build_tiny_classifier(
         [r["text"] for r in sample_rows], [r["label"] for r in sample_rows], out, epochs=25, hidden_size=32,
         num_layers=1, vocab_size=600))
 
 
 @pytest.fixture(scope="session")
-def tiny_other_binary_model(tmp_path_factory, sample_rows) -> Path:
+def tiny_other_binary_model(sample_rows) -> Path:
     """A second binary tiny BERT (another seed): a transfer victim of a TaeBench that `tiny_binary_model`
     filtered (a filter's own classifier is refused as a victim)."""
     from redline.actors.tiny_models import build_tiny_classifier
 
-    return model_dir(tmp_path_factory, "tiny-binary-filter-seed1", lambda out: build_tiny_classifier(
+    return model_dir("tiny-binary-filter-seed1", lambda out: build_tiny_classifier(
         [r["text"] for r in sample_rows], [r["label"] for r in sample_rows], out, epochs=25, hidden_size=32,
         num_layers=1, vocab_size=600, seed=1))
 
 
 @pytest.fixture(scope="session")
-def tiny_multiclass_model(tmp_path_factory, sample_rows) -> Path:
+def tiny_multiclass_model(sample_rows) -> Path:
     """Three Davidson-style classes: hate / offensive / neither."""
     from redline.actors.tiny_models import build_tiny_classifier
 
     labels = [(1 if "idiot" in r["text"] else 0) if r["label"] == 1 else 2 for r in sample_rows]
-    return model_dir(tmp_path_factory, "tiny-multiclass", lambda out: build_tiny_classifier(
+    return model_dir("tiny-multiclass", lambda out: build_tiny_classifier(
         [r["text"] for r in sample_rows], labels, out, label_names=("hate", "offensive", "neither"), epochs=3,
         hidden_size=32, num_layers=1))
 
 
 @pytest.fixture(scope="session")
-def tiny_multilabel_model(tmp_path_factory, sample_rows) -> Path:
+def tiny_multilabel_model(sample_rows) -> Path:
     """Jigsaw-style sigmoid labels: toxic, insult."""
     from redline.actors.tiny_models import build_tiny_classifier
 
     labels = [[r["label"], int(r["label"] == 1 and "you" in r["text"])] for r in sample_rows]
-    return model_dir(tmp_path_factory, "tiny-multilabel", lambda out: build_tiny_classifier(
+    return model_dir("tiny-multilabel", lambda out: build_tiny_classifier(
         [r["text"] for r in sample_rows], labels, out, label_names=("toxic", "insult"), multi_label=True, epochs=3,
         hidden_size=32, num_layers=1))
 
@@ -223,10 +262,10 @@ def write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_mlm(tmp_path_factory, sample_rows) -> Path:
+def tiny_mlm(sample_rows) -> Path:
     from redline.actors.tiny_models import build_tiny_mlm
 
-    return model_dir(tmp_path_factory, "tiny-mlm", lambda out: build_tiny_mlm(
+    return model_dir("tiny-mlm", lambda out: build_tiny_mlm(
         [r["text"] for r in sample_rows] * 2, out, epochs=1, hidden_size=32, num_layers=1))
 
 
@@ -271,21 +310,21 @@ def forget_dead_drivers_requests() -> None:
 
 
 @pytest.fixture(scope="session")
-def tiny_causal_lm(tmp_path_factory, sample_rows) -> Path:
+def tiny_causal_lm(sample_rows) -> Path:
     """A tiny GPT-2 (DialoGPT-style, no chat template), built by the same builder users get."""
     from redline.actors.tiny_models import build_tiny_causal_lm
 
-    return model_dir(tmp_path_factory, "tiny-gpt2", lambda out: build_tiny_causal_lm(
+    return model_dir("tiny-gpt2", lambda out: build_tiny_causal_lm(
         [r["text"] for r in sample_rows], out, epochs=1, hidden_size=32, num_layers=1, vocab_size=500))
 
 
 @pytest.fixture(scope="session")
-def tiny_seq2seq(tmp_path_factory, sample_rows) -> Path:
+def tiny_seq2seq(sample_rows) -> Path:
     """A tiny BART (Blenderbot-style encoder-decoder) trained on consecutive sample lines."""
     from redline.actors.tiny_models import build_tiny_seq2seq
 
     texts = [r["text"] for r in sample_rows]
-    return model_dir(tmp_path_factory, "tiny-bart", lambda out: build_tiny_seq2seq(
+    return model_dir("tiny-bart", lambda out: build_tiny_seq2seq(
         list(zip(texts, texts[1:])), out, epochs=1, hidden_size=32, num_layers=1, vocab_size=500))
 
 
