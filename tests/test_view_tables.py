@@ -464,7 +464,7 @@ def test_a_score_run_per_text_with_every_detector_side_by_side_and_its_filters(t
     assert [r.name for r in refs][:2] == ["per-text", "predictions"]
     source = R.open_table(refs[0])
     assert source.num_rows == 60 and source.column_names == [
-        "id", "text", "label", "disagree", "misclassified", "score_a", "pred_a", "score_b", "pred_b"]
+        "id", "text", "label", "disagree", "misclassified", "own", "score_a", "pred_a", "score_b", "pred_b"]
     by = {p["id"]: {} for p in preds}
     for p in preds:
         by[p["id"]][p["detector"]] = p
@@ -479,6 +479,37 @@ def test_a_score_run_per_text_with_every_detector_side_by_side_and_its_filters(t
                                                                    ("d/test/2", 0.02, False)]
     assert by["d/test/7"]["b"]["pred_toxic"] is None and R.query(source, {"id": "d/test/7"}, None, 1, 1).rows[0]["disagree"] is False
     assert per_text.parts_by_shard(["predictions/part-00003-1.parquet", "x.parquet"]) == {3: {1: "predictions/part-00003-1.parquet"}}
+
+
+def test_a_transfer_runs_per_text_never_counts_a_detectors_own_examples_as_its_mistakes(tmp_path):
+    """Examples made against a detector fool it by construction: the transfer figures leave them out
+    of its rates (`own_n`), and the per-text view marks them `own` and leaves them out of its
+    `misclassified`, so a filter counts what the report counts."""
+    from redline.pipelines.figures import TRANSFER
+
+    rows = []  # TAE made against a or b, BAE made against a, their seeds; each detector calls all benign
+    for i in range(12):
+        split, source = ("tae", "a") if i < 5 else ("tae", "b") if i < 9 else ("bae", "a") if i < 11 else ("seed", "s1")
+        label = 0 if split == "bae" else 1
+        for det in ("a", "b"):
+            pred = det == "b" and i == 0 or split == "bae" and det == "b"
+            rows.append({"id": f"x{i}", "text": f"t{i}", "label": label, "split": split, "source": source, "status": "ok",
+                         "dataset": "d", "detector": det, "pred_toxic": pred, "toxic_score": float(pred)})
+    root = tmp_path / "runs"
+    for k, det in enumerate(("a", "b")):
+        write(root / "t" / "predictions" / f"part-00000-{k}.parquet", pa.Table.from_pylist([r for r in rows if r["detector"] == det]))
+    source = R.open_table(R.tables(str(root), "t")[0])
+    by_id = {r["id"]: r for r in R.query(source, {}, None, 1, 100).rows}
+    assert [by_id[f"x{i}"]["own"] for i in range(12)] == ["a"] * 5 + ["b"] * 4 + ["a"] * 2 + [None]
+    for det in ("a", "b"):
+        wrong = {r["id"] for r in R.query(source, {"misclassified": det}, None, 1, 100).rows}
+        figures = {r["victim"]: r for r in TRANSFER.rows(TRANSFER.partials(pa.Table.from_pylist(
+            [r for r in rows if r["detector"] == det])))}[det]
+        # the report's mistakes: TAE called benign, BAE called toxic, seeds called benign -- own examples apart
+        assert len(wrong) == round(figures["tae_rate"] * figures["tae_n"]) + round(
+            (figures["bae_rate"] or 0) * figures["bae_n"]) + round(figures["seed_rate"] * figures["seed_n"])
+        assert not any(by_id[i]["own"] == det for i in wrong)
+    assert {r["id"] for r in R.query(source, {"own": "b"}, None, 1, 100).rows} == {f"x{i}" for i in range(5, 9)}
 
 
 def test_each_pipelines_tables_open_on_their_own_first_columns():
