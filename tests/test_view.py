@@ -394,6 +394,15 @@ def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
         wait.until(lambda d: d.find_element(By.ID, "row-count").text.startswith(f"{split:,} of {texts:,} rows"))
         assert {c.text for c in driver.find_elements(By.CSS_SELECTOR, "#row-table td[data-col=disagree]")} <= {"True"}
         shot("per-text")
+        # the toxic texts that fool every detector: two choices, no range
+        driver.get(viewer + "/run?" + urlencode({"id": score}))
+        judged = {p["id"] for p in predictions if p["pred_toxic"] is not None}
+        fooled = judged & {p["id"] for p in predictions if p["label"] == 1} - {p["id"] for p in predictions if p["pred_toxic"]}
+        Select(driver.find_element(By.NAME, "f_fooled")).select_by_visible_text("every")  # the form is sent at once
+        wait.until(lambda d: "f_fooled=every" in d.current_url)
+        Select(driver.find_element(By.NAME, "f_label")).select_by_visible_text("toxic")
+        wait.until(lambda d: "f_label=toxic" in d.current_url)
+        wait.until(lambda d: d.find_element(By.ID, "row-count").text.startswith(f"{len(fooled):,} of {texts:,} rows"))
 
         # compare two transfer runs: both tables and the grouped bars
         driver.get(viewer + "/?pipeline=transfer")

@@ -464,13 +464,23 @@ def test_a_score_run_per_text_with_every_detector_side_by_side_and_its_filters(t
     assert [r.name for r in refs][:2] == ["per-text", "predictions"]
     source = R.open_table(refs[0])
     assert source.num_rows == 60 and source.column_names == [
-        "id", "text", "label", "disagree", "misclassified", "own", "score_a", "pred_a", "score_b", "pred_b"]
+        "id", "text", "label", "disagree", "misclassified", "fooled", "own", "score_a", "pred_a", "score_b", "pred_b"]
     by = {p["id"]: {} for p in preds}
     for p in preds:
         by[p["id"]][p["detector"]] = p
     disagree = [i for i, d in by.items() if d["b"]["pred_toxic"] is not None and d["a"]["pred_toxic"] != d["b"]["pred_toxic"]]
     wrong_a = [i for i, d in by.items() if d["a"]["label"] is not None and d["a"]["pred_toxic"] != bool(d["a"]["label"])]
     assert R.facets(source)["disagree"] == ["true", "false"] and R.facets(source)["misclassified"] == ["a"]
+    # which texts fool every detector that judged them, one filter; and the label as a filter of its own
+    judged = {i: [d for d in "ab" if v[d]["pred_toxic"] is not None] for i, v in by.items()}
+    every = [i for i, v in by.items() if v["a"]["label"] is not None
+             and all(v[d]["pred_toxic"] != bool(v[d]["label"]) for d in judged[i])]
+    assert [r["id"] for r in R.query(source, {"fooled": "every"}, None, 1, 100).rows] == every
+    assert sorted(R.facets(source)["label"]) == ["benign", "toxic"] and sorted(R.facets(source)["fooled"]) == [
+        "every", "none", "some"]
+    toxic_fooled = R.query(source, {"fooled": "every", "label": "toxic"}, None, 1, 100).rows
+    assert [r["id"] for r in toxic_fooled] == [i for i in every if by[i]["a"]["label"] == 1] and toxic_fooled
+    assert R.query(source, {"id": "d/test/59"}, None, 1, 1).rows[0]["fooled"] is None  # no label, no verdict on it
     page = R.query(source, {"disagree": "true"}, None, 1, 100)
     assert [r["id"] for r in page.rows] == disagree
     assert [r["id"] for r in R.query(source, {"misclassified": "a"}, None, 1, 100).rows] == wrong_a
@@ -509,6 +519,9 @@ def test_a_transfer_runs_per_text_never_counts_a_detectors_own_examples_as_its_m
         assert len(wrong) == round(figures["tae_rate"] * figures["tae_n"]) + round(
             (figures["bae_rate"] or 0) * figures["bae_n"]) + round(figures["seed_rate"] * figures["seed_n"])
         assert not any(by_id[i]["own"] == det for i in wrong)
+    # a TAE is judged only by the detector it was not made against: x0 b gets right, x1 b and x5 a get wrong;
+    # a BAE made against a (x9) is judged by b alone, which calls it toxic; a seed (x11) by both, both fooled
+    assert [by_id[f"x{i}"]["fooled"] for i in (0, 1, 5, 9, 11)] == ["none", "every", "every", "every", "every"]
     assert {r["id"] for r in R.query(source, {"own": "b"}, None, 1, 100).rows} == {f"x{i}" for i in range(5, 9)}
 
 

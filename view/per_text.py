@@ -1,8 +1,10 @@
-"""A score run's predictions seen one row per text: the label, and each detector's score and verdict
-side by side, with `disagree` (the detectors' verdicts differ) and `misclassified` (the detectors
-whose verdict is not the label) to filter on. In a transfer run an adversarial example made against
-one of the detectors is that detector's `own`: it fools it by construction, so, as in the run's
-figures (`figures.OWN`, the same declaration), it is never counted as that detector's mistake.
+"""A score run's predictions seen one row per text: the label ("toxic" or "benign"), and each
+detector's score and verdict side by side, with `disagree` (the detectors' verdicts differ),
+`misclassified` (the detectors whose verdict is not the label) and `fooled` (every, some or none of
+the detectors that judged the text got it wrong) to filter on. In a transfer run an adversarial
+example made against one of the detectors is that detector's `own`: it fools it by construction,
+so, as in the run's figures (`figures.OWN`, the same declaration), it is never counted as that
+detector's mistake, nor as one that judged it.
 
 Each input shard's parts (one per detector, `part-SSSSS-K.parquet`) hold the same ids, so the pivot
 is done shard by shard, when a request scans it: the table is never held whole.
@@ -25,7 +27,8 @@ from redline.view.scan import FilePiece, Source
 NAME = "per-text"
 PART = re.compile(r"part-(\d{5})-(\d+)\.parquet$")
 KEPT = ["id", "text", "label"]
-MARKS = ["split", "source"]  # what decides whether a row is a detector's own example
+MARKS = ["split", "source"]
+LABELS = ("benign", "toxic")  # what decides whether a row is a detector's own example
 
 
 def parts_by_shard(files: list[str]) -> dict[int, dict[int, str]]:
@@ -73,8 +76,14 @@ class ShardPivot:
         wrong = [[d for d, v, k, o in zip(preds, verdicts[:, i], known[:, i], mine[:, i]) if k and not o
                   and label is not None and not np.isnan(label[i]) and bool(v) != bool(label[i])] for i in range(n)]
         owner = [next((d for d, o in zip(preds, mine[:, i]) if o), None) for i in range(n)]
+        judged = (known & ~mine).sum(axis=0)  # the detectors whose verdict on the text counts
+        fooled = [None if label is None or np.isnan(label[i]) or not judged[i] else
+                  "every" if len(wrong[i]) == judged[i] else "some" if wrong[i] else "none" for i in range(n)]
         columns = {**{c: base.column(c) for c in base.column_names}, "disagree": pa.array(toxic & benign),
-                   "misclassified": pa.array(wrong, pa.list_(pa.string())), "own": pa.array(owner, pa.string())}
+                   "misclassified": pa.array(wrong, pa.list_(pa.string())), "fooled": pa.array(fooled, pa.string()),
+                   "own": pa.array(owner, pa.string())}
+        if label is not None:
+            columns["label"] = pa.array([None if np.isnan(v) else LABELS[int(v)] for v in label], pa.string())
         for d in preds:
             columns[f"score_{d}"], columns[f"pred_{d}"] = scores[d], preds[d]
         return pa.table(columns)
@@ -110,9 +119,9 @@ def open_per_text(root: str, run_id: str, files: list[str], key: object) -> Sour
         names[pool] = str(first.column("detector")[0]) if first is not None and first.num_rows else f"detector-{pool}"
     detectors = [names[p] for p in sorted(names)]
     pieces = [ShardPivot(parts, names) for parts in opened]
-    fields = [pa.field("id", pa.string()), pa.field("text", pa.string()), pa.field("label", pa.int8()),
+    fields = [pa.field("id", pa.string()), pa.field("text", pa.string()), pa.field("label", pa.string()),
               pa.field("disagree", pa.bool_()), pa.field("misclassified", pa.list_(pa.string())),
-              pa.field("own", pa.string())]
+              pa.field("fooled", pa.string()), pa.field("own", pa.string())]
     for d in detectors:
         fields += [pa.field(f"score_{d}", pa.float64()), pa.field(f"pred_{d}", pa.bool_())]
     return Source(NAME, pieces, pa.schema(fields), key)
