@@ -718,3 +718,35 @@ def test_a_score_shows_the_digits_that_tell_it_from_its_neighbours():
     assert shown == ["0.996512", "0.996543", "0.99648", "0.0035224", "0.0035219"]
     assert len(set(shown)) == len(scores)
     assert R.cell(float("nan")) == "nan" and R.cell(None) == "" and R.cell([0.5, 1e-7]) == "0.5, 1e-07"
+
+
+def test_the_run_list_sorts_and_charts_runs_by_any_headline_figure(tmp_path):
+    """Which of these runs has the best F1: one choice sorts the list by that figure (runs without it
+    last) and draws it, one bar per run; a figure the runs do not show is refused."""
+    import json
+    import re
+
+    from starlette.testclient import TestClient
+
+    from redline.view.app import build_app
+
+    root = tmp_path / "runs"
+    f1 = {"run-a": 0.61, "run-b": 0.93, "run-c": None, "run-d": 0.12}
+    for i, (name, value) in enumerate(f1.items()):
+        (root / name).mkdir(parents=True)
+        summary = [] if value is None else [{"detector": "kw", "dataset": "all", "f1_toxic": value, "n": 10}]
+        (root / name / "manifest.json").write_text(json.dumps({
+            "pipeline": "score", "state": "complete", "run_name": name, "summary": summary,
+            "started_at": f"2026-11-26T00:00:0{i}+00:00"}))
+    with TestClient(build_app(str(root)), base_url="http://127.0.0.1:8765") as client:
+        page = client.get("/", params={"pipeline": "score"}).text
+        names = re.findall(r'<option value="([^"]+)"', page.split('name="by"')[1].split("</select>")[0])
+        wanted = next(n for n in names if "F1" in n and n.startswith("kw"))
+        for order, expected in (("desc", ["run-b", "run-a", "run-d", "run-c"]), ("asc", ["run-d", "run-a", "run-b", "run-c"])):
+            page = client.get("/", params={"pipeline": "score", "by": wanted, "order": order}).text
+            assert re.findall(r'data-id="([^"]+)"', page) == expected
+            chart = page.split('id="runs-chart"')[1].split("</figure>")[0]
+            assert chart.count("<rect") >= 3 and "run-c" not in chart  # a bar per run that has the figure
+        refused = client.get("/", params={"by": "nope · F1"})
+        assert refused.status_code == 400 and "sort by one of the figures" in refused.text
+        assert client.get("/", params={"by": wanted, "order": "sideways"}).status_code == 400

@@ -120,10 +120,23 @@ def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowe
             page_no = min(pages, max(1, int(request.query_params.get("page", "1"))))
         except ValueError:
             return error_page("page must be a whole number", 400)
+        names = catalog.figure_names(selected)
+        by = request.query_params.get("by") or ""
+        order = request.query_params.get("order") or "desc"
+        if by and by not in names or order not in ("asc", "desc"):
+            return error_page("sort by one of the figures these runs show, in order asc or desc", 400)
+        chart = ""
+        if by:  # every run of the list in the figure's order, and a bar per run that has it
+            ranked = catalog.by_figure(selected, by, order == "desc")
+            selected = [r for r, _ in ranked]
+            valued = [(r.id, v) for r, v in ranked if v is not None][:RUNS_PER_PAGE]
+            chart = charts.grouped_bars([i for i, _ in valued], [(by, [v for _, v in valued])], by, by)
         shown = selected[(page_no - 1) * RUNS_PER_PAGE: page_no * RUNS_PER_PAGE]
+        keep = {k: v for k, v in (("pipeline", pipeline), ("by", by), ("order", order if by else "")) if v}
         return page("runs.html", title="runs", runs=shown, selected=len(selected), page_no=page_no, pages=pages,
-                    first=(page_no - 1) * RUNS_PER_PAGE + 1,
-                    pipelines=sorted({r.pipeline for r in runs if r.pipeline}), pipeline=pipeline, total=len(runs))
+                    first=(page_no - 1) * RUNS_PER_PAGE + 1, figure_names=names, by=by, order=order, chart=chart,
+                    keep=keep, pipelines=sorted({r.pipeline for r in runs if r.pipeline}), pipeline=pipeline,
+                    total=len(runs))
 
     async def api_runs(request: Request) -> Response:
         """Every run, or only those named by `id` (the run list's page follows its own rows), and how

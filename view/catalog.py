@@ -298,6 +298,27 @@ def figures(headline: Headline, summary: list[dict[str, Any]]) -> list[Figure]:
     return out
 
 
+def figure_name(f: Figure) -> str:
+    """A headline figure's name across runs: the summary row's label and the figure's heading."""
+    return f"{f.label} · {f.heading}" if f.label else f.heading
+
+
+def figure_names(runs: list[RunInfo], limit: int = 200) -> list[str]:
+    """The numeric headline figures `runs` hold, in the order they first appear (at most `limit`)."""
+    names = dict.fromkeys(figure_name(f) for r in runs for f in r.figures if _number(f.value) is not None)
+    return list(names)[:limit]
+
+
+def by_figure(runs: list[RunInfo], name: str, descending: bool) -> list[tuple[RunInfo, float | None]]:
+    """`runs` ordered by the figure `name` (runs without it last, newest first), each with its value."""
+    def value(r: RunInfo) -> float | None:
+        return next((_number(f.value) for f in r.figures if figure_name(f) == name), None)
+
+    valued = [(r, value(r)) for r in runs]
+    has = sorted((x for x in valued if x[1] is not None), key=lambda x: x[1], reverse=descending)
+    return has + [x for x in valued if x[1] is None]
+
+
 def primary(headline: Headline, row: dict[str, Any]) -> tuple[str, float] | None:
     """The figure a compare chart draws for one summary row: (its heading, value)."""
     for key, heading, _ in headline.values:
