@@ -750,3 +750,40 @@ def test_the_run_list_sorts_and_charts_runs_by_any_headline_figure(tmp_path):
         refused = client.get("/", params={"by": "nope · F1"})
         assert refused.status_code == 400 and "sort by one of the figures" in refused.text
         assert client.get("/", params={"by": wanted, "order": "sideways"}).status_code == 400
+
+
+def test_one_text_is_found_in_every_runs_tables_within_a_time_budget(tmp_path):
+    """Where else does this text appear: every run's tables searched, newest run first, each table with
+    its count and first matches and a link to them; a search past its budget says where it stopped."""
+    import json
+    import re
+
+    from starlette.testclient import TestClient
+
+    from redline.view import search
+    from redline.view.app import build_app
+
+    root = tmp_path / "runs"
+    texts = {"old": ["you absolute idiot", "nice day"], "new": ["what an IDIOT move", "idiot", "hello"],
+             "none": ["fine", "ok"]}
+    for i, (name, values) in enumerate(texts.items()):
+        (root / name).mkdir(parents=True)
+        (root / name / "manifest.json").write_text(json.dumps({"pipeline": "score", "state": "complete",
+                                                                "started_at": f"2026-11-26T00:00:0{i}+00:00"}))
+        write(root / name / "attempts" / "part-00000.parquet",
+              pa.table({"id": [f"{name}{k}" for k in range(len(values))], "text": values}))
+    with TestClient(build_app(str(root)), base_url="http://127.0.0.1:8765") as client:
+        page = client.get("/search", params={"q": "idiot"}).text
+        hits = re.findall(r'<tr data-run="([^"]+)" data-table="([^"]+)">', page)
+        assert hits == [("new", "attempts"), ("old", "attempts")]  # newest run first; a run without it is not listed
+        assert "searched 3 tables of 3 runs" in page and "what an IDIOT move" in page
+        assert "/run?id=new&amp;table=attempts&amp;q=idiot" in page
+        rows_new = page.split('data-run="new"')[1].split("</tr>")[0]
+        assert '<td class="num">2</td>' in rows_new
+        assert client.get("/search", params={"q": "x" * 201}).status_code == 400
+        assert 'name="q"' in client.get("/search").text and 'action="/search"' in client.get("/").text
+    from redline.view import catalog, rows
+
+    runs = catalog.find_runs(str(root))
+    stopped = search.search_runs(rows.TableCache(), str(root), runs, "idiot", budget_s=-1)
+    assert stopped.stopped and stopped.runs_searched == 0 and not stopped.hits

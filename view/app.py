@@ -32,7 +32,7 @@ from redline.cluster import access, paths, storage
 from redline.errors import RedlineError, first_line
 from redline.pipelines.registry import entry
 from redline.pipelines.schema import first_columns
-from redline.view import catalog, charts, report, rows
+from redline.view import catalog, charts, report, rows, search
 
 HERE = Path(__file__).parent
 COOKIE = "redline_view_key"
@@ -255,6 +255,18 @@ def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowe
         headers = {"Content-Disposition": f'attachment; filename="{name}.{fmt}"', "X-Content-Type-Options": "nosniff"}
         return StreamingResponse(stream, media_type=rows.EXPORT_FORMATS[fmt], headers=headers)
 
+    async def search_page(request: Request) -> Response:
+        """One text across every run's tables, newest run first."""
+        text = request.query_params.get("q") or ""
+        if not text.strip():
+            return page("search.html", title="search", q="", found=None)
+        try:
+            runs = await to_thread.run_sync(find_runs)
+            found = await to_thread.run_sync(search.search_runs, cache, root, runs, text)
+        except RedlineError as err:
+            return error_page(str(err), 400)
+        return page("search.html", title=f"search: {text[:40]}", q=text, found=found, text_of=_match_text)
+
     async def healthz(_: Request) -> Response:
         return JSONResponse({"ok": True})
 
@@ -262,6 +274,7 @@ def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowe
         return RedirectResponse("/static/favicon.svg", status_code=301)
 
     routes = [Route("/", run_list), Route("/api/runs", api_runs), Route("/run", run_page), Route("/compare", compare),
+              Route("/search", search_page),
               Route("/file", run_file), Route("/export", export), Route("/healthz", healthz), Route("/favicon.ico", favicon),
               Mount("/static", StaticFiles(directory=HERE / "static"), name="static")]
     app = Starlette(routes=routes)
@@ -372,6 +385,14 @@ def _rows_context(cache: rows.TableCache, ref: rows.TableRef, params: Any) -> di
     return {"link": link, "export_query": export_query, "permalink": permalink, "columns": columns,
             "numbers": numbers, "ranges": ranges, "table": ref.name, "facets": facets, "filters": filters, "result": result, "shown": shown, "diffs": diffs,
             "sort": params.get("sort") or "", "q": params.get("q") or ""}
+
+
+def _match_text(row: dict[str, Any]) -> str:
+    """A matching row in one line: its first text-like value, cut."""
+    for key in ("text", "perturbed_text", "response", "seed_text", "context", "target", "trigger"):
+        if isinstance(row.get(key), str):
+            return row[key][:200]
+    return next((v[:200] for v in row.values() if isinstance(v, str)), "")
 
 
 def _confusion(info: catalog.RunInfo) -> list[dict[str, Any]]:

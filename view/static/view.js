@@ -99,7 +99,7 @@ document.querySelectorAll("form#filters").forEach(function (form) {
   }
   document.addEventListener("keydown", function (event) {
     if (event.ctrlKey || event.metaKey || event.altKey || event.target.matches("input, select, textarea")) return;
-    var search = document.querySelector("form#filters input[name=q]");
+    var search = document.querySelector("form#filters input[name=q]") || document.querySelector("form.search-all input[name=q]");
     if (event.key === "/" && search) { event.preventDefault(); search.focus(); }
     else if (event.key === "j") select(current + 1);
     else if (event.key === "k") select(current - 1);
