@@ -787,3 +787,47 @@ def test_one_text_is_found_in_every_runs_tables_within_a_time_budget(tmp_path):
     runs = catalog.find_runs(str(root))
     stopped = search.search_runs(rows.TableCache(), str(root), runs, "idiot", budget_s=-1)
     assert stopped.stopped and stopped.runs_searched == 0 and not stopped.hits
+
+
+def test_a_row_page_shows_one_example_in_full_with_what_every_table_and_run_knows_of_it(tmp_path):
+    """inspect's viewer opens one sample and shows everything about it: here a row's every column, its
+    word diff, the same id in the run's other tables (a stage's verdict and reason), the run's config,
+    and the same text in other runs."""
+    import json
+
+    from starlette.testclient import TestClient
+
+    from redline.view.app import build_app
+
+    root = tmp_path / "runs"
+    for i, name in enumerate(("bench", "later")):
+        (root / name).mkdir(parents=True)
+        (root / name / "manifest.json").write_text(json.dumps({
+            "pipeline": "attack", "state": "complete", "started_at": f"2026-11-26T00:00:0{i}+00:00",
+            "config": {"recipes": ["deepwordbug"], "run_name": name}}))
+    write(root / "bench" / "attempts" / "part-00000.parquet", pa.table({
+        "id": ["a1", "a2"], "status": ["success", "failed"], "seed_text": ["you are an idiot", "have a day"],
+        "perturbed_text": ["you are an idi0t", "have a dya"], "victim": ["p", "p"]}))
+    write(root / "bench" / "work" / "label-judge" / "part-00000.parquet", pa.table({
+        "id": ["a1"], "verdict": ["toxic"], "reason": ["an insult, spelled <b>oddly</b>"]}))
+    write(root / "later" / "attempts" / "part-00000.parquet", pa.table({
+        "id": ["z9"], "status": ["success"], "seed_text": ["x"], "perturbed_text": ["you are an idi0t"], "victim": ["q"]}))
+    with TestClient(build_app(str(root)), base_url="http://127.0.0.1:8765") as client:
+        run_page = client.get("/run", params={"id": "bench", "table": "attempts"}).text
+        assert 'class="row-page" href="/row?id=bench&amp;table=attempts&amp;row=a1"' in run_page
+        page = client.get("/row", params={"id": "bench", "table": "attempts", "row": "a1"})
+        assert page.status_code == 200
+        text = page.text
+        diff = text.split('id="row-diff"')[1].split("</section>")[0]
+        assert "<del>idiot</del>" in diff and "<mark>idi0t</mark>" in diff  # the word the attack changed
+        fields = text.split('id="row-fields"')[1].split("</section>")[0]
+        assert all(f'data-col="{c}"' in fields for c in ("id", "status", "seed_text", "perturbed_text", "victim"))
+        related = text.split('id="row-related"')[1].split("</section>")[0]
+        assert 'data-table="work/label-judge"' in related and "toxic" in related
+        assert "&lt;b&gt;oddly&lt;/b&gt;" in related  # a reason is text, never markup
+        elsewhere = text.split('id="row-elsewhere"')[1].split("</section>")[0]
+        assert 'data-run="later"' in elsewhere and 'data-run="bench"' not in elsewhere
+        assert "deepwordbug" in text.split('id="row-config"')[1]
+        assert client.get("/row", params={"id": "bench", "table": "attempts", "row": "nope"}).status_code == 404
+        assert client.get("/row", params={"id": "bench", "table": "nope", "row": "a1"}).status_code == 404
+        assert client.get("/row", params={"id": "../etc", "table": "attempts", "row": "a1"}).status_code in (400, 404)

@@ -32,7 +32,7 @@ from redline.cluster import access, paths, storage
 from redline.errors import RedlineError, first_line
 from redline.pipelines.registry import entry
 from redline.pipelines.schema import first_columns
-from redline.view import catalog, charts, report, rows, search
+from redline.view import catalog, charts, report, row_page, rows, search
 
 HERE = Path(__file__).parent
 COOKIE = "redline_view_key"
@@ -265,7 +265,22 @@ def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowe
             found = await to_thread.run_sync(search.search_runs, cache, root, runs, text)
         except RedlineError as err:
             return error_page(str(err), 400)
-        return page("search.html", title=f"search: {text[:40]}", q=text, found=found, text_of=_match_text)
+        return page("search.html", title=f"search: {text[:40]}", q=text, found=found, text_of=row_page.text_of)
+
+    async def row_view(request: Request) -> Response:
+        """One row in full, with what the run and other runs know about it."""
+        params = request.query_params
+        try:
+            info = await to_thread.run_sync(load_run, params.get("id", ""))
+            runs = await to_thread.run_sync(find_runs)
+            context = await to_thread.run_sync(row_page.row_context, cache, root, info, params.get("table", ""),
+                                               params.get("row", ""), runs)
+        except RedlineError as err:
+            return error_page(str(err), 400)
+        except LookupError as err:
+            return error_page(str(err), 404)
+        return page("row.html", title=f"{info.name} · {context['row_id'][:40]}", run=info, text_of=row_page.text_of,
+                    config_json=_pretty((info.manifest or {}).get("config")), **context)
 
     async def healthz(_: Request) -> Response:
         return JSONResponse({"ok": True})
@@ -274,7 +289,7 @@ def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowe
         return RedirectResponse("/static/favicon.svg", status_code=301)
 
     routes = [Route("/", run_list), Route("/api/runs", api_runs), Route("/run", run_page), Route("/compare", compare),
-              Route("/search", search_page),
+              Route("/search", search_page), Route("/row", row_view),
               Route("/file", run_file), Route("/export", export), Route("/healthz", healthz), Route("/favicon.ico", favicon),
               Mount("/static", StaticFiles(directory=HERE / "static"), name="static")]
     app = Starlette(routes=routes)
@@ -374,6 +389,12 @@ def _rows_context(cache: rows.TableCache, ref: rows.TableRef, params: Any) -> di
                     *[(k, v) for k, v in sorted(params.items()) if RANGE.match(k) and v.strip()],
                     *([("q", params["q"])] if params.get("q") else [])]
 
+    def full(row: dict[str, Any]) -> str | None:
+        """The row's own page (None: the table has no id column)."""
+        if row.get("id") is None:
+            return None
+        return "/row?" + urlencode([("id", ref.run_id), ("table", ref.name), ("row", str(row["id"]))])
+
     def permalink(row: dict[str, Any]) -> str | None:
         """The one row, by its id, in this table, with the columns chosen (None: the table has no id column)."""
         if row.get("id") is None:
@@ -382,17 +403,9 @@ def _rows_context(cache: rows.TableCache, ref: rows.TableRef, params: Any) -> di
         return "/run?" + urlencode([("id", ref.run_id), ("table", ref.name), ("f_id", str(row["id"])), *chosen])
 
     numbers = {c: (params.get(f"min_{c}", ""), params.get(f"max_{c}", "")) for c in rows.number_columns(result)}
-    return {"link": link, "export_query": export_query, "permalink": permalink, "columns": columns,
+    return {"link": link, "export_query": export_query, "permalink": permalink, "full": full, "columns": columns,
             "numbers": numbers, "ranges": ranges, "table": ref.name, "facets": facets, "filters": filters, "result": result, "shown": shown, "diffs": diffs,
             "sort": params.get("sort") or "", "q": params.get("q") or ""}
-
-
-def _match_text(row: dict[str, Any]) -> str:
-    """A matching row in one line: its first text-like value, cut."""
-    for key in ("text", "perturbed_text", "response", "seed_text", "context", "target", "trigger"):
-        if isinstance(row.get(key), str):
-            return row[key][:200]
-    return next((v[:200] for v in row.values() if isinstance(v, str)), "")
 
 
 def _confusion(info: catalog.RunInfo) -> list[dict[str, Any]]:
