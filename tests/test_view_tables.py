@@ -831,3 +831,41 @@ def test_a_row_page_shows_one_example_in_full_with_what_every_table_and_run_know
         assert client.get("/row", params={"id": "bench", "table": "attempts", "row": "nope"}).status_code == 404
         assert client.get("/row", params={"id": "bench", "table": "nope", "row": "a1"}).status_code == 404
         assert client.get("/row", params={"id": "../etc", "table": "attempts", "row": "a1"}).status_code in (400, 404)
+
+
+def test_compare_shows_every_figure_by_run_with_n_interval_and_difference_a_chosen_chart_and_the_config_diff(tmp_path):
+    """Runs against runs: the metric-by-run grid (n and interval where the figure has them, the
+    difference from the first run), any figure charted, and the one setting the runs differ in."""
+    import json
+    import re
+
+    from starlette.testclient import TestClient
+
+    from redline.pipelines.uncertainty import wilson
+    from redline.view.app import build_app
+
+    root = tmp_path / "runs"
+    runs = {"t1": (0.5, 40, "tiny-a"), "t2": (0.25, 20, "tiny-b")}
+    for name, (rate, n, model) in runs.items():
+        (root / name).mkdir(parents=True)
+        (root / name / "manifest.json").write_text(json.dumps({
+            "pipeline": "transfer", "state": "complete", "run_name": name,
+            "config": {"taebench": "runs/tb", "victims": [{"name": "kw", "kind": "hf", "model": model}], "run_name": name},
+            "summary": [{"victim": "kw", "dataset": "all", "tae_rate": rate, "tae_n": n, "bae_rate": None, "bae_n": 0,
+                         "seed_rate": 0.1, "seed_n": 10, "own_n": 3}]}))
+    with TestClient(build_app(str(root)), base_url="http://127.0.0.1:8765") as client:
+        page = client.get("/compare", params=[("id", "t1"), ("id", "t2")])
+        assert page.status_code == 200
+        grid = page.text.split('id="grid"')[1].split("</section>")[0]
+        line = grid.split('data-figure="tae_rate"')[1].split("</tr>")[0]
+        low, high = wilson(5, 20)
+        assert "n 40" in line and "n 20" in line and f"[{low:.3f}, {high:.3f}]" in line and "Δ -0.250" in line
+        assert 'data-figure="bae_rate"' not in grid  # a figure no run has is left out
+        chart = page.text.split('id="chart"')[1].split("</section>")[0]
+        assert "ASR TAE (FNR) by run" in chart  # the first headline figure by default
+        chosen = client.get("/compare", params=[("id", "t1"), ("id", "t2"), ("figure", "seed_rate")]).text
+        assert "FNR on seeds by run" in chosen.split('id="chart"')[1]
+        assert client.get("/compare", params=[("id", "t1"), ("id", "t2"), ("figure", "nope")]).status_code == 400
+        settings = page.text.split('id="config-diff"')[1].split("</section>")[0]
+        assert re.findall(r'data-setting="([^"]+)"', settings) == ["victims.0.model"]
+        assert "&#34;tiny-a&#34;" in settings or '"tiny-a"' in settings

@@ -32,7 +32,7 @@ from redline.cluster import access, paths, storage
 from redline.errors import RedlineError, first_line
 from redline.pipelines.registry import entry
 from redline.pipelines.schema import first_columns
-from redline.view import catalog, charts, report, row_page, rows, search
+from redline.view import catalog, charts, compare, report, row_page, rows, search
 
 HERE = Path(__file__).parent
 COOKIE = "redline_view_key"
@@ -216,7 +216,11 @@ def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowe
         kinds = sorted({i.pipeline for i in infos})
         if len(kinds) > 1:
             return error_page(f"compare runs of one pipeline (these are {', '.join(kinds)})", 400)
-        return page("compare.html", title=f"compare {len(infos)} {kinds[0]} runs", **_compare_context(infos))
+        try:
+            context = _compare_context(infos, request.query_params.get("figure") or None)
+        except RedlineError as err:
+            return error_page(str(err), 400)
+        return page("compare.html", title=f"compare {len(infos)} {kinds[0]} runs", **context)
 
     async def run_file(request: Request) -> Response:
         """A report file of a run: only regular files of a directory that is a run, never through a link."""
@@ -428,30 +432,20 @@ def _confusion(info: catalog.RunInfo) -> list[dict[str, Any]]:
     return out
 
 
-def _compare_context(infos: list[catalog.RunInfo]) -> dict[str, Any]:
+def _compare_context(infos: list[catalog.RunInfo], chosen: str | None) -> dict[str, Any]:
+    """The grid of every figure by run, one figure charted across them (`chosen`, else the first
+    headline figure), the settings their configs differ in, and each run's own summary table."""
     pipeline = infos[0].pipeline
-    e = entry(pipeline)
+    table = entry(pipeline).table
     from redline.pipelines.registry import pipeline as load_pipeline
 
     spec = load_pipeline(pipeline)
     tables = [(i, catalog.summary_rows(i.manifest), spec.columns(i.manifest or {})) for i in infos]
-    chart = None
-    if e.headline is not None:
-        groups: list[str] = []
-        series = []
-        heading = ""
-        for info, summary, _ in tables:
-            values: dict[str, float] = {}
-            for row in summary:
-                picked = catalog.primary(e.headline, row)
-                if picked is not None:
-                    label = catalog.row_label(row, e.headline.keys)
-                    heading = heading or picked[0]
-                    values[label] = picked[1]
-                    if label not in groups:
-                        groups.append(label)
-            series.append((info.name, values))
-        if groups:
-            chart = charts.grouped_bars(groups, [(name, [v.get(g) for g in groups]) for name, v in series],
-                                        f"{heading} by run", heading)
-    return {"runs": infos, "tables": tables, "chart": chart, "pipeline": pipeline}
+    lines, cells = compare.grid(table, infos)
+    numeric = [f.key for f in compare.numeric_figures(table)]
+    if chosen is not None and chosen not in numeric:
+        raise RedlineError(f"chart one of this pipeline's figures ({', '.join(numeric)}), not {chosen[:40]!r}")
+    key = chosen or next((k for k in table.headline if k in numeric), numeric[0] if numeric else None)
+    return {"runs": infos, "tables": tables, "chart": compare.chart(table, infos, key) if key else None,
+            "pipeline": pipeline, "grid": list(zip(lines, cells)), "figures": [table.figure(k) for k in numeric],
+            "figure": key, "config_diff": compare.config_diff(infos)}

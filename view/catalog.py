@@ -317,12 +317,3 @@ def by_figure(runs: list[RunInfo], name: str, descending: bool) -> list[tuple[Ru
     valued = [(r, value(r)) for r in runs]
     has = sorted((x for x in valued if x[1] is not None), key=lambda x: x[1], reverse=descending)
     return has + [x for x in valued if x[1] is None]
-
-
-def primary(headline: Headline, row: dict[str, Any]) -> tuple[str, float] | None:
-    """The figure a compare chart draws for one summary row: (its heading, value)."""
-    for key, heading, _ in headline.values:
-        value = row.get(key)
-        if isinstance(value, (int, float)):
-            return heading, float(value)
-    return None
