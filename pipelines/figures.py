@@ -87,6 +87,16 @@ class Table:
                 return f
         raise KeyError(key)
 
+    def count_of(self, figure: Figure) -> Figure | None:
+        """The counted figure a rate is a share of (its ratio's denominator, declared here as a count),
+        so the rate can carry its n and interval; None for any other figure. Counts are matched by
+        their partial sum's stable name (two declarations of one count hold different functions)."""
+        den = figure.compute.denominator if isinstance(figure.compute, A.Ratio) else None
+        if not isinstance(den, A.Aggregate):
+            return None
+        return next((f for f in self.values if f.format == "d" and isinstance(f.compute, A.Aggregate)
+                     and f.compute.name == den.name), None)
+
     def columns(self, rows: list[dict[str, Any]] | None = None, *, brief: bool = False,
                 extra: tuple[Figure, ...] = ()) -> Columns:
         """Report columns: every figure (or the brief ones), `extra` figures after the keys (a run's

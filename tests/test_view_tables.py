@@ -869,3 +869,32 @@ def test_compare_shows_every_figure_by_run_with_n_interval_and_difference_a_chos
         settings = page.text.split('id="config-diff"')[1].split("</section>")[0]
         assert re.findall(r'data-setting="([^"]+)"', settings) == ["victims.0.model"]
         assert "&#34;tiny-a&#34;" in settings or '"tiny-a"' in settings
+
+
+def test_compare_lists_the_texts_whose_verdict_changed_between_two_score_runs(tmp_path):
+    """promptfoo's "Different" view: two score runs of one corpus, the (text, detector) pairs whose
+    verdict differs between them, with the label and both verdicts."""
+    import json
+    import re
+
+    from starlette.testclient import TestClient
+
+    from redline.view.app import build_app
+
+    root = tmp_path / "runs"
+    flips = {3, 8, 11}
+    for name in ("before", "after"):
+        (root / name).mkdir(parents=True)
+        (root / name / "manifest.json").write_text(json.dumps({"pipeline": "score", "state": "complete", "run_name": name,
+                                                                "summary": []}))
+        preds = [{"id": f"r{i}", "text": f"text {i}", "label": i % 2, "detector": det, "status": "ok",
+                  "pred_toxic": (i % 3 == 0) != (name == "after" and det == "a" and i in flips),
+                  "toxic_score": 0.5} for i in range(20) for det in ("a", "b")]
+        for k, det in enumerate(("a", "b")):
+            write(root / name / "predictions" / f"part-00000-{k}.parquet",
+                  pa.Table.from_pylist([p for p in preds if p["detector"] == det]))
+    with TestClient(build_app(str(root)), base_url="http://127.0.0.1:8765") as client:
+        page = client.get("/compare", params=[("id", "before"), ("id", "after")]).text
+        section = page.split('id="changed"')[1].split("</section>")[0]
+        assert "3 of 40 (text, detector) pairs scored in both changed" in section
+        assert sorted(re.findall(r'<tr data-id="([^"]+)">', section)) == ["r11", "r3", "r8"]

@@ -217,7 +217,8 @@ def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowe
         if len(kinds) > 1:
             return error_page(f"compare runs of one pipeline (these are {', '.join(kinds)})", 400)
         try:
-            context = _compare_context(infos, request.query_params.get("figure") or None)
+            context = await to_thread.run_sync(_compare_context, cache, root, infos,
+                                               request.query_params.get("figure") or None)
         except RedlineError as err:
             return error_page(str(err), 400)
         return page("compare.html", title=f"compare {len(infos)} {kinds[0]} runs", **context)
@@ -432,7 +433,8 @@ def _confusion(info: catalog.RunInfo) -> list[dict[str, Any]]:
     return out
 
 
-def _compare_context(infos: list[catalog.RunInfo], chosen: str | None) -> dict[str, Any]:
+def _compare_context(cache: rows.TableCache, root: str, infos: list[catalog.RunInfo],
+                     chosen: str | None) -> dict[str, Any]:
     """The grid of every figure by run, one figure charted across them (`chosen`, else the first
     headline figure), the settings their configs differ in, and each run's own summary table."""
     pipeline = infos[0].pipeline
@@ -448,4 +450,5 @@ def _compare_context(infos: list[catalog.RunInfo], chosen: str | None) -> dict[s
     key = chosen or next((k for k in table.headline if k in numeric), numeric[0] if numeric else None)
     return {"runs": infos, "tables": tables, "chart": compare.chart(table, infos, key) if key else None,
             "pipeline": pipeline, "grid": list(zip(lines, cells)), "figures": [table.figure(k) for k in numeric],
-            "figure": key, "config_diff": compare.config_diff(infos)}
+            "figure": key, "config_diff": compare.config_diff(infos),
+            "changed": compare.changed(cache, root, infos[0], infos[1]) if pipeline in ("score", "transfer") else None}

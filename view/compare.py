@@ -1,14 +1,17 @@
 """Runs of one pipeline side by side: a grid of every figure by run (with its n and 95% interval
 where the figure is a share of a counted figure, and its difference from the first run), a chart
-of one chosen figure across the runs, and the settings their configs differ in."""
+of one chosen figure across the runs, the settings their configs differ in, and for two score or
+transfer runs of one corpus the texts whose verdict changed between them."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from redline.pipelines import aggregates as A
+import pyarrow as pa
+
 from redline.pipelines.figures import Figure, Table
 from redline.pipelines.uncertainty import wilson
 from redline.view import charts
@@ -30,20 +33,6 @@ def numeric_figures(table: Table) -> list[Figure]:
     return [f for f in table.values if f.shown and f.format not in ("s", "d") and f.compute is not None]
 
 
-def _counted(value: A.Value | None) -> str | None:
-    """What a count counts, by its stable name (the row conditions' functions differ between two
-    declarations of the same count)."""
-    return value.name if isinstance(value, A.Aggregate) else None
-
-
-def count_of(table: Table, figure: Figure) -> Figure | None:
-    """The counted figure a rate is a share of (its Ratio's denominator, declared as a count), if any."""
-    if not isinstance(figure.compute, A.Ratio) or _counted(figure.compute.denominator) is None:
-        return None
-    wanted = _counted(figure.compute.denominator)
-    return next((f for f in table.values if f.format == "d" and _counted(f.compute) == wanted), None)
-
-
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -56,7 +45,7 @@ def grid(table: Table, runs: list[RunInfo]) -> tuple[list[tuple[str, Figure]], l
     lines, cells = [], []
     for label in labels:
         for figure in numeric_figures(table):
-            counted = count_of(table, figure)
+            counted = table.count_of(figure)
             line = []
             for rows in by_run:
                 row = rows.get(label, {})
@@ -110,3 +99,55 @@ def config_diff(runs: list[RunInfo]) -> list[tuple[str, list[str | None]]]:
     flat = [flatten((run.manifest or {}).get("config") or {}) for run in runs]
     keys = list(dict.fromkeys(k for f in flat for k in f if k not in ("run_name", "output")))
     return [(k, [f.get(k) for f in flat]) for k in keys if len({f.get(k) for f in flat}) > 1]
+
+
+MAX_CHANGED_ROWS = 500_000  # prediction rows read per run for "what changed" (a request's work budget)
+SHOWN_CHANGED = 100
+
+
+def _predictions(cache: Any, root: str, run: RunInfo) -> Any:
+    from redline.view import rows
+
+    ref = next((r for r in rows.tables(root, run.id) if r.name == "predictions"), None)
+    return None if ref is None else cache.get(ref)
+
+
+def _verdicts(source: Any, columns: list[str]) -> Iterator[pa.Table]:
+    read = 0
+    for piece in source.pieces:
+        for batch in piece.batches(columns):
+            yield batch
+            read += batch.num_rows
+            if read >= MAX_CHANGED_ROWS:
+                return
+
+
+def changed(cache: Any, root: str, a: RunInfo, b: RunInfo) -> dict[str, Any] | None:
+    """The texts whose verdict changed between run `a` and run `b` (same ids, same detector), for two
+    score or transfer runs of one corpus; None when either has no predictions."""
+    first, second = _predictions(cache, root, a), _predictions(cache, root, b)
+    if first is None or second is None:
+        return None
+    before: dict[tuple[str, str], bool | None] = {}
+    for batch in _verdicts(first, ["id", "detector", "pred_toxic"]):
+        before.update(zip(zip(batch.column("id").to_pylist(), batch.column("detector").to_pylist()),
+                          batch.column("pred_toxic").to_pylist()))
+    shown: list[dict[str, Any]] = []
+    total = compared = read = 0
+    for batch in _verdicts(second, ["id", "detector", "pred_toxic", "text", "label"]):
+        read += batch.num_rows
+        cols = {c: batch.column(c).to_pylist() if c in batch.column_names else [None] * batch.num_rows
+                for c in ("id", "detector", "pred_toxic", "text", "label")}
+        for i, key in enumerate(zip(cols["id"], cols["detector"])):
+            if key not in before:
+                continue
+            compared += 1
+            was, now = before[key], cols["pred_toxic"][i]
+            if was is None or now is None or was == now:
+                continue
+            total += 1
+            if len(shown) < SHOWN_CHANGED:
+                shown.append({"id": key[0], "detector": key[1], "text": (cols["text"][i] or "")[:300],
+                              "label": cols["label"][i], "before": was, "after": now})
+    complete = len(before) < MAX_CHANGED_ROWS and read < MAX_CHANGED_ROWS
+    return {"a": a, "b": b, "total": total, "compared": compared, "rows": shown, "complete": complete}
