@@ -475,9 +475,3 @@ CARD = Table(
     brief=("part", "figure", "subject", "value", "n", "low", "high", "conclusive", "rank"),
     headline=("value",),
 )
-
-# Each pipeline's summary table, by registry name.
-TABLES: dict[str, Table] = {
-    "score": SCORE, "attack": ATTACK, "taebench": TAEBENCH, "transfer": TRANSFER, "advtrain": ADVTRAIN,
-    "diasafety": DIASAFETY, "egregious": EGREGIOUS, "dialogue-safety-train": DIALOGUE_SAFETY_TRAIN, "eval": CARD,
-}

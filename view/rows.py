@@ -41,12 +41,14 @@ from redline.pipelines.table_index import (
     read_index,
     too_varied,
 )
+from redline.pipelines.registry import entries
 from redline.view import per_text, plan
 from redline.view.scan import Source
 
 PAIRS = (("seed_text", "perturbed_text"), ("seed_text", "text"))  # (before, after) shown as a diff
-FIRST = ("attempts", "per-text", "predictions", "triggers", "scored", "taebench", "taebench_plus")  # each pipeline's
-# main rows (`scored/<model>`: a DiaSafety run's, one table per model)
+# each pipeline's main row tables, as its registry entry declares them (`scored/<model>`: a DiaSafety
+# run's, one table per model), and the per-text view of a score run's predictions
+FIRST = frozenset({per_text.NAME, *(name for e in entries() for name in e.rows)})
 MAX_INDEX_BYTES = 64 * 2**20  # a table's index past this is not read (5,000 parts: ~0.3 MB)
 HIDDEN_LAST = ("input", "work")  # planned work and stages' parts, not results: listed after the results
 
