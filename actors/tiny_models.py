@@ -12,6 +12,7 @@ import json
 import logging
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,27 +75,31 @@ def train_wordpiece_tokenizer(texts: Sequence[str], vocab_size: int = 4000, mode
     )
 
 
-def build_tiny_classifier(
-    texts: Sequence[str],
-    labels: Sequence[int] | Sequence[Sequence[int]],
-    out_dir: str | Path,
-    *,
-    label_names: Sequence[str] = ("benign", "toxic"),
-    multi_label: bool = False,
-    vocab_size: int = 4000,
-    hidden_size: int = 64,
-    num_layers: int = 2,
-    num_heads: int = 2,
-    max_length: int = 64,
-    epochs: int = 4,
-    batch_size: int = 32,
-    learning_rate: float = 2e-3,
-    seed: int = 0,
-) -> Path:
-    """Train and save a tiny BERT sequence classifier; returns the directory.
+@dataclass(frozen=True)
+class TinyBert:
+    """A tiny BERT's shape and how it is trained."""
+
+    vocab_size: int = 4000
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 2
+    max_length: int = 64
+    epochs: int = 4
+    batch_size: int = 32
+    learning_rate: float = 2e-3
+    seed: int = 0
+
+
+def build_tiny_classifier(texts: Sequence[str], labels: Sequence[int] | Sequence[Sequence[int]], out_dir: str | Path,
+                          *, label_names: Sequence[str] = ("benign", "toxic"), multi_label: bool = False,
+                          spec: TinyBert = TinyBert()) -> Path:
+    """Train and save a tiny BERT sequence classifier of `spec`'s shape; returns the directory.
 
     `labels` are class indices into `label_names`, or for `multi_label` one 0/1 vector per text.
     """
+    vocab_size, hidden_size, num_layers, num_heads, max_length = (
+        spec.vocab_size, spec.hidden_size, spec.num_layers, spec.num_heads, spec.max_length)
+    epochs, batch_size, learning_rate, seed = spec.epochs, spec.batch_size, spec.learning_rate, spec.seed
     import torch
     from transformers import BertConfig, BertForSequenceClassification
     from transformers.utils import logging as hf_logging

@@ -62,7 +62,7 @@ def main() -> None:
     import ray
 
     from redline.actors.detectors import DetectorConfig, build_detector
-    from redline.actors.tiny_models import build_tiny_classifier
+    from redline.actors.tiny_models import TinyBert, build_tiny_classifier
     from redline.cluster.config import validate_config
     from redline.cluster.runtime import ensure_ray
     from redline.pipelines.attack import AttackConfig, run_attack
@@ -77,7 +77,8 @@ def main() -> None:
             victims[name] = {"name": name, "kind": "profanity-check", "batch_size": 8192}
         elif name == "tiny-bert":
             train = corpus[:4000]
-            model = build_tiny_classifier([r["text"] for r in train], [r["label"] for r in train], work / "tiny-bert", epochs=3)
+            model = build_tiny_classifier([r["text"] for r in train], [r["label"] for r in train], work / "tiny-bert",
+                                          spec=TinyBert(epochs=3))
             victims[name] = {"name": name, "kind": "hf", "model": str(model), "batch_size": 256}
         else:
             raise SystemExit(f"unknown victim {name} (profanity-check, tiny-bert)")

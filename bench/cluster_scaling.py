@@ -111,7 +111,7 @@ def main() -> None:
     args = parser.parse_args()
     if not DAVIDSON.is_file():
         sys.exit(f"needs {DAVIDSON}")
-    from redline.actors.tiny_models import build_tiny_classifier
+    from redline.actors.tiny_models import TinyBert, build_tiny_classifier
     from redline.pipelines.corpora import CorpusConfig, read_corpus
 
     root = Path(tempfile.mkdtemp(prefix="redline-scaling-"))
@@ -119,7 +119,7 @@ def main() -> None:
         rows = [r for r in read_corpus(CorpusConfig(path=str(DAVIDSON), preset="davidson", limit=2000)).to_pylist()
                 if r["status"] == "ok"]
         model = build_tiny_classifier([r["text"] for r in rows], [r["label"] for r in rows], root / "tiny-bert",
-                                      epochs=2, hidden_size=64, num_layers=2)
+                                      spec=TinyBert(epochs=2, hidden_size=64, num_layers=2))
         n = args.cpus
         setups = [("baseline: 1 node x %d CPUs" % n, [n]), ("split: 2 nodes x %d CPUs" % max(1, n // 2), [max(1, n // 2)] * 2),
                   ("double: 2 nodes x %d CPUs" % n, [n, n])]

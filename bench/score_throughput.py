@@ -36,7 +36,7 @@ def main() -> None:
     import ray
 
     from redline.actors.detectors import DetectorConfig, build_detector
-    from redline.actors.tiny_models import build_tiny_classifier
+    from redline.actors.tiny_models import TinyBert, build_tiny_classifier
     from redline.cluster.config import validate_config
     from redline.cluster.runtime import ensure_ray
     from redline.pipelines.corpora import CorpusConfig, read_corpus
@@ -47,7 +47,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="redline-bench-"))
     train = corpus.slice(0, 4000).to_pylist()
     model = build_tiny_classifier([r["text"] for r in train], [r["label"] for r in train], work / "tiny",
-                                  epochs=1, hidden_size=64, num_layers=2)
+                                  spec=TinyBert(epochs=1, hidden_size=64, num_layers=2))
     detectors = {
         "profanity-check": {"kind": "profanity-check", "batch_size": 2048},
         "tiny-bert": {"kind": "hf", "model": str(model), "batch_size": 128, "max_length": 64},

@@ -70,7 +70,7 @@ def main() -> None:
     args = parser.parse_args()
 
 
-    from redline.actors.tiny_models import build_tiny_causal_lm, build_tiny_classifier
+    from redline.actors.tiny_models import TinyBert, build_tiny_causal_lm, build_tiny_classifier
     from redline.pipelines.corpora import CorpusConfig, read_corpus
     from redline.pipelines.quickstart import sample_path
     from redline.serve import runner
@@ -82,7 +82,7 @@ def main() -> None:
                                                 label_column="label", toxic_values=["toxic"])).to_pylist()
             if r["status"] == "ok"]
     texts = [r["text"] for r in rows]
-    bert = build_tiny_classifier(texts, [r["label"] for r in rows], work / "tiny-bert", epochs=5)
+    bert = build_tiny_classifier(texts, [r["label"] for r in rows], work / "tiny-bert", spec=TinyBert(epochs=5))
     gpt = build_tiny_causal_lm(texts, work / "tiny-gpt2", epochs=1)
 
     def app(name: str, batched: bool) -> ServeConfig:

@@ -42,7 +42,7 @@ def main() -> None:
     args = parser.parse_args()
 
 
-    from redline.actors.tiny_models import build_tiny_classifier, build_tiny_judge_lm
+    from redline.actors.tiny_models import TinyBert, build_tiny_classifier, build_tiny_judge_lm
     from redline.cluster.config import validate_config
     from redline.cluster.net import free_port
     from redline.pipelines.attack import AttackConfig, run_attack
@@ -60,9 +60,9 @@ def main() -> None:
     filter_part, victim_part, seed_part = rows[:n], rows[n:2 * n], rows[2 * n:]
     started = time.perf_counter()
     classifier = build_tiny_classifier([r["text"] for r in filter_part], [r["label"] for r in filter_part],
-                                       work / "filter-bert", epochs=4)
+                                       work / "filter-bert", spec=TinyBert(epochs=4))
     victim_bert = build_tiny_classifier([r["text"] for r in victim_part], [r["label"] for r in victim_part],
-                                        work / "victim-bert", epochs=4, seed=1)
+                                        work / "victim-bert", spec=TinyBert(epochs=4, seed=1))
     judge_rows = filter_part[:args.judge_rows]
     judge = build_tiny_judge_lm([r["text"] for r in judge_rows], [r["label"] for r in judge_rows],
                                 QUICKSTART_JUDGE_TEMPLATE, work / "judge", epochs=30)

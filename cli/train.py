@@ -35,7 +35,7 @@ def train_tiny(
 
     The result is a normal Hugging Face model directory: use it as `kind: hf, model: DIR`.
     """
-    from redline.actors.tiny_models import build_tiny_classifier
+    from redline.actors.tiny_models import TinyBert, build_tiny_classifier
     from redline.cluster.config import validate_config
     from redline.pipelines.corpora import CorpusConfig, read_corpus
 
@@ -49,7 +49,7 @@ def train_tiny(
     with console.status(f"training a tiny classifier on {len(rows):,} rows"):
         with local_output(out) as local:
             build_tiny_classifier([r["text"] for r in rows], [int(r["label"]) for r in rows], local,
-                                  epochs=epochs, hidden_size=hidden_size, num_layers=layers)
+                                  spec=TinyBert(epochs=epochs, hidden_size=hidden_size, num_layers=layers))
     console.print(f"saved: [bold]{out}[/bold] (use it as: kind: hf, model: {out})")
 
 

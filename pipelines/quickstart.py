@@ -36,7 +36,7 @@ def quickstart_filter_model(models_dir: Path) -> Path:
 
 def _sample_classifier(models_dir: Path, name: str, **settings: Any) -> Path:
     """A tiny BERT trained on the bundled train split, in `<name>-<sample digest>` (reused when there)."""
-    from redline.actors.tiny_models import build_tiny_classifier
+    from redline.actors.tiny_models import TinyBert, build_tiny_classifier
     from redline.pipelines.corpora import CorpusConfig, read_corpus
 
     train = sample_path("toxic_sample_train.csv")
@@ -48,7 +48,7 @@ def _sample_classifier(models_dir: Path, name: str, **settings: Any) -> Path:
                                      toxic_values=["toxic"], split="train", dataset="redline-sample"))
     rows = [r for r in table.to_pylist() if r["status"] == "ok"]
     return build_tiny_classifier([r["text"] for r in rows], [r["label"] for r in rows], out,
-                                 **{"epochs": 30, "num_layers": 1, "vocab_size": 600, **settings})
+                                 spec=TinyBert(**{"epochs": 30, "num_layers": 1, "vocab_size": 600, **settings}))
 
 
 def quickstart_config(output: str, model_dir: Path) -> ScoreConfig:
@@ -153,7 +153,7 @@ def diasafety_data_dir() -> Path:
 def _dialogue_models(output: str, *, force: bool, verbose: bool, say: Any, steps: int) -> tuple[Path, Any]:
     """A tiny dialogue model, and tiny one-vs-all DiaSafety context classifiers trained on a slice."""
     from redline.actors.dialogue_safety.classifiers import load_rows
-    from redline.actors.tiny_models import build_tiny_causal_lm, build_tiny_classifier
+    from redline.actors.tiny_models import TinyBert, build_tiny_causal_lm, build_tiny_classifier
     from redline.pipelines.diasafety_train import (
         DialogueSafetyTrainConfig,
         run_dialogue_safety_training,
@@ -166,8 +166,8 @@ def _dialogue_models(output: str, *, force: bool, verbose: bool, say: Any, steps
     say(f"1/{steps} building a tiny BERT base and a tiny dialogue model (no downloads)")
     base = models / "tiny-dialogue-bert"
     if not (base / "config.json").is_file():
-        build_tiny_classifier(texts, [int(r["label"] == "Unsafe") for r in rows], base, epochs=2, hidden_size=32,
-                              num_layers=1, vocab_size=2000, max_length=96)
+        build_tiny_classifier(texts, [int(r["label"] == "Unsafe") for r in rows], base,
+                              spec=TinyBert(epochs=2, hidden_size=32, num_layers=1, vocab_size=2000, max_length=96))
     bot = models / "tiny-dialogue-gpt2-dialogues"
     if not (bot / "config.json").is_file():  # trained on (context, response) dialogues, so it answers a context
         build_tiny_causal_lm([(r["context"], r["response"]) for r in rows], bot, epochs=3, hidden_size=32,

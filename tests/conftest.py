@@ -178,44 +178,44 @@ def sample_rows() -> list[dict]:
 @pytest.fixture(scope="session")
 def tiny_binary_model(sample_rows) -> Path:
     """A binary benign/toxic tiny BERT, built by the same builder the quickstart uses."""
-    from redline.actors.tiny_models import build_tiny_classifier
+    from redline.actors.tiny_models import TinyBert, build_tiny_classifier
 
     return model_dir("tiny-binary", lambda out: build_tiny_classifier(
-        [r["text"] for r in sample_rows], [r["label"] for r in sample_rows], out, epochs=25, hidden_size=32,
-        num_layers=1, vocab_size=600))
+        [r["text"] for r in sample_rows], [r["label"] for r in sample_rows], out,
+        spec=TinyBert(epochs=25, hidden_size=32, num_layers=1, vocab_size=600)))
 
 
 @pytest.fixture(scope="session")
 def tiny_other_binary_model(sample_rows) -> Path:
     """A second binary tiny BERT (another seed): a transfer victim of a TaeBench that `tiny_binary_model`
     filtered (a filter's own classifier is refused as a victim)."""
-    from redline.actors.tiny_models import build_tiny_classifier
+    from redline.actors.tiny_models import TinyBert, build_tiny_classifier
 
     return model_dir("tiny-binary-filter-seed1", lambda out: build_tiny_classifier(
-        [r["text"] for r in sample_rows], [r["label"] for r in sample_rows], out, epochs=25, hidden_size=32,
-        num_layers=1, vocab_size=600, seed=1))
+        [r["text"] for r in sample_rows], [r["label"] for r in sample_rows], out,
+        spec=TinyBert(epochs=25, hidden_size=32, num_layers=1, vocab_size=600, seed=1)))
 
 
 @pytest.fixture(scope="session")
 def tiny_multiclass_model(sample_rows) -> Path:
     """Three Davidson-style classes: hate / offensive / neither."""
-    from redline.actors.tiny_models import build_tiny_classifier
+    from redline.actors.tiny_models import TinyBert, build_tiny_classifier
 
     labels = [(1 if "idiot" in r["text"] else 0) if r["label"] == 1 else 2 for r in sample_rows]
     return model_dir("tiny-multiclass", lambda out: build_tiny_classifier(
-        [r["text"] for r in sample_rows], labels, out, label_names=("hate", "offensive", "neither"), epochs=3,
-        hidden_size=32, num_layers=1))
+        [r["text"] for r in sample_rows], labels, out, label_names=("hate", "offensive", "neither"),
+        spec=TinyBert(epochs=3, hidden_size=32, num_layers=1)))
 
 
 @pytest.fixture(scope="session")
 def tiny_multilabel_model(sample_rows) -> Path:
     """Jigsaw-style sigmoid labels: toxic, insult."""
-    from redline.actors.tiny_models import build_tiny_classifier
+    from redline.actors.tiny_models import TinyBert, build_tiny_classifier
 
     labels = [[r["label"], int(r["label"] == 1 and "you" in r["text"])] for r in sample_rows]
     return model_dir("tiny-multilabel", lambda out: build_tiny_classifier(
-        [r["text"] for r in sample_rows], labels, out, label_names=("toxic", "insult"), multi_label=True, epochs=3,
-        hidden_size=32, num_layers=1))
+        [r["text"] for r in sample_rows], labels, out, label_names=("toxic", "insult"), multi_label=True,
+        spec=TinyBert(epochs=3, hidden_size=32, num_layers=1)))
 
 
 @contextlib.contextmanager

@@ -200,8 +200,8 @@ def test_killed_attack_resumes_without_losing_or_duplicating_rows(ray_session, t
     config.write_text(yaml.safe_dump({
         "corpus": {"path": str(davidson), "preset": "davidson"},
         "victim": {"name": "p", "kind": "profanity-check", "batch_size": 4096},
-        "recipes": ["pwws"], "goals": ["tae"], "max_seeds": 1500, "batch_size": 16, "num_cpus": 0.5,
-        "output": str(tmp_path / "runs"), "run_name": "killme", "shard_size": 50,
+        "recipes": ["pwws"], "goals": ["tae"], "max_seeds": 600, "batch_size": 16, "num_cpus": 0.5,
+        "output": str(tmp_path / "runs"), "run_name": "killme", "shard_size": 20,
     }))
     env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
     cmd = [sys.executable, "-m", "redline", "run", "attack", "--config", str(config)]
@@ -215,7 +215,7 @@ def test_killed_attack_resumes_without_losing_or_duplicating_rows(ray_session, t
     rows = read_outputs(RunDir(str(tmp_path / "runs" / "killme")),
                                 "attempts")
     ids = rows.column("id").to_pylist()
-    assert len(ids) == len(set(ids)) == 1500 and manifest["counts"]["attempts_out"] == 1500
+    assert len(ids) == len(set(ids)) == 600 and manifest["counts"]["attempts_out"] == 600
 
 
 def test_the_same_config_gives_the_same_attempts_on_one_cpu_or_two(ray_session, davidson, wordnet_ready, tmp_path):
