@@ -93,38 +93,39 @@ TEMPLATES = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=
 TEMPLATES.globals.update(fmt=catalog.format_value, cell=rows.cell, urlencode=urlencode)
 
 
-def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowed_hosts: tuple[str, ...] = ()) -> Starlette:
-    """The viewer of the runs under `root`; `key`: the secret every request must carry (None: none);
-    `host`: the address it is bound to, and `allowed_hosts` other names it answers to (the Host rule)."""
-    cache, run_rows = rows.TableCache(), catalog.RunCache()
+class Viewer:
+    """The viewer's pages over the runs under `root`: one method per route."""
 
-    def find_runs() -> list[catalog.RunInfo]:
-        return catalog.find_runs(root, cache=run_rows)
+    def __init__(self, root: str) -> None:
+        self.root, self.cache, self.run_rows = root, rows.TableCache(), catalog.RunCache()
 
-    def page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
-        html = TEMPLATES.get_template(name).render(root=root, **context)
+    def find_runs(self) -> list[catalog.RunInfo]:
+        return catalog.find_runs(self.root, cache=self.run_rows)
+
+    def page(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        html = TEMPLATES.get_template(name).render(root=self.root, **context)
         return HTMLResponse(html, status_code=status, headers={"Content-Security-Policy": PAGE_POLICY})
 
-    def error_page(message: str, status: int) -> HTMLResponse:
-        return page("error.html", status, title="error", message=message)
+    def error_page(self, message: str, status: int) -> HTMLResponse:
+        return self.page("error.html", status, title="error", message=message)
 
-    async def run_list(request: Request) -> Response:
+    async def run_list(self, request: Request) -> Response:
         try:
-            runs = await to_thread.run_sync(find_runs)
+            runs = await to_thread.run_sync(self.find_runs)
         except RedlineError as err:
-            return error_page(str(err), 502)
+            return self.error_page(str(err), 502)
         pipeline = request.query_params.get("pipeline") or ""
         selected = [r for r in runs if not pipeline or r.pipeline == pipeline]
         pages = max(1, -(-len(selected) // RUNS_PER_PAGE))
         try:
             page_no = min(pages, max(1, int(request.query_params.get("page", "1"))))
         except ValueError:
-            return error_page("page must be a whole number", 400)
+            return self.error_page("page must be a whole number", 400)
         names = catalog.figure_names(selected)
         by = request.query_params.get("by") or ""
         order = request.query_params.get("order") or "desc"
         if by and by not in names or order not in ("asc", "desc"):
-            return error_page("sort by one of the figures these runs show, in order asc or desc", 400)
+            return self.error_page("sort by one of the figures these runs show, in order asc or desc", 400)
         chart = ""
         if by:  # every run of the list in the figure's order, and a bar per run that has it
             ranked = catalog.by_figure(selected, by, order == "desc")
@@ -133,45 +134,46 @@ def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowe
             chart = charts.grouped_bars([i for i, _ in valued], [(by, [v for _, v in valued])], by, by)
         shown = selected[(page_no - 1) * RUNS_PER_PAGE: page_no * RUNS_PER_PAGE]
         keep = {k: v for k, v in (("pipeline", pipeline), ("by", by), ("order", order if by else "")) if v}
-        return page("runs.html", title="runs", runs=shown, selected=len(selected), page_no=page_no, pages=pages,
-                    first=(page_no - 1) * RUNS_PER_PAGE + 1, figure_names=names, by=by, order=order, chart=chart,
-                    keep=keep, pipelines=sorted({r.pipeline for r in runs if r.pipeline}), pipeline=pipeline,
-                    total=len(runs))
+        return self.page("runs.html", title="runs", runs=shown, selected=len(selected), page_no=page_no, pages=pages,
+                         first=(page_no - 1) * RUNS_PER_PAGE + 1, figure_names=names, by=by, order=order, chart=chart,
+                         keep=keep, pipelines=sorted({r.pipeline for r in runs if r.pipeline}), pipeline=pipeline,
+                         total=len(runs))
 
-    async def api_runs(request: Request) -> Response:
+    async def api_runs(self, request: Request) -> Response:
         """Every run, or only those named by `id` (the run list's page follows its own rows), and how
         many runs there are (of `pipeline`): a run list that shows fewer has new ones to show."""
         try:
-            runs = await to_thread.run_sync(find_runs)
+            runs = await to_thread.run_sync(self.find_runs)
         except RedlineError as err:
             return JSONResponse({"error": str(err)}, status_code=502)
         wanted = set(request.query_params.getlist("id")[:RUNS_PER_PAGE])
         pipeline = request.query_params.get("pipeline") or ""
         selected = sum(1 for r in runs if not pipeline or r.pipeline == pipeline)  # a new one: the list reloads
-        return JSONResponse({"root": root, "selected": selected,
+        return JSONResponse({"root": self.root, "selected": selected,
                              "runs": [r.as_json() for r in runs if not wanted or r.id in wanted]})
 
-    def load_run(run_id: str) -> catalog.RunInfo:
-        info = catalog.read_run(root, run_id)
+    def load_run(self, run_id: str) -> catalog.RunInfo:
+        info = catalog.read_run(self.root, run_id)
         if info is None:
-            raise LookupError(f"no run '{run_id}' under {root}")
+            raise LookupError(f"no run '{run_id}' under {self.root}")
         return info
 
-    async def run_page(request: Request) -> Response:
+    async def run_page(self, request: Request) -> Response:
         params = request.query_params
         run_id = params.get("id", "")
         try:
-            info = await to_thread.run_sync(load_run, run_id)
+            info = await to_thread.run_sync(self.load_run, run_id)
         except RedlineError as err:
-            return error_page(str(err), 400)
+            return self.error_page(str(err), 400)
         except LookupError as err:
-            return error_page(str(err), 404)
+            return self.error_page(str(err), 404)
         context: dict[str, Any] = {"title": info.name, "run": info, "manifest_json": _pretty(info.manifest),
                                    "config_json": _pretty((info.manifest or {}).get("config")),
                                    "report_html": None, "report_error": None, "tables": [], "rows_error": None}
-        context["report_link"] = await to_thread.run_sync(_has_file, root, [*info.id.split("/"), "report.html"])
+        context["report_link"] = await to_thread.run_sync(_has_file, self.root, [*info.id.split("/"), "report.html"])
         try:
-            data = await to_thread.run_sync(storage.read_below, root, [*info.id.split("/"), "report.md"], MAX_FILE_BYTES)
+            data = await to_thread.run_sync(storage.read_below, self.root, [*info.id.split("/"), "report.md"],
+                                            MAX_FILE_BYTES)
             context["report_html"] = report.render(data.decode(), info.id)
         except paths.NotFound:
             context["report_error"] = "no report yet"
@@ -180,7 +182,7 @@ def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowe
         except UnicodeDecodeError:
             context["report_error"] = "report.md is not UTF-8 text"
         try:
-            refs = await to_thread.run_sync(rows.tables, root, info.id)
+            refs = await to_thread.run_sync(rows.tables, self.root, info.id)
             context["tables"] = [r.name for r in refs]
             if any(r.name == "predictions" for r in refs):
                 context["confusion"] = _confusion(info)
@@ -191,45 +193,46 @@ def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowe
                 raise RedlineError(f"no table {shown!r} in this run (its tables: "
                                    f"{', '.join(r.name for r in refs) or 'none yet'})")
             if chosen is not None:
-                context.update(await to_thread.run_sync(lambda: _rows_context(cache, chosen, params)))
+                context.update(await to_thread.run_sync(lambda: _rows_context(self.cache, chosen, params)))
         except RedlineError as err:
             context["rows_error"] = str(err)
         except pa.ArrowException as err:  # a column type the filters or sort cannot handle
             context["rows_error"] = f"cannot show these rows: {first_line(err)}"
-        return page("run.html", **context)
+        return self.page("run.html", **context)
 
-    async def compare(request: Request) -> Response:
+    async def compare(self, request: Request) -> Response:
         ids = list(dict.fromkeys(request.query_params.getlist("id")))
         if len(ids) < 2:
-            return error_page("select two or more runs of the same pipeline to compare", 400)
+            return self.error_page("select two or more runs of the same pipeline to compare", 400)
         if len(ids) > MAX_COMPARED:
-            return error_page(f"compare at most {MAX_COMPARED} runs at once ({len(ids)} selected)", 400)
+            return self.error_page(f"compare at most {MAX_COMPARED} runs at once ({len(ids)} selected)", 400)
         try:
-            infos = [await to_thread.run_sync(load_run, i) for i in ids]
+            infos = [await to_thread.run_sync(self.load_run, i) for i in ids]
         except RedlineError as err:
-            return error_page(str(err), 400)
+            return self.error_page(str(err), 400)
         except LookupError as err:
-            return error_page(str(err), 404)
+            return self.error_page(str(err), 404)
         broken = [i for i in infos if i.manifest is None]
         if broken:
-            return error_page(f"run {broken[0].id} cannot be read: {broken[0].error}", 400)
+            return self.error_page(f"run {broken[0].id} cannot be read: {broken[0].error}", 400)
         kinds = sorted({i.pipeline for i in infos})
         if len(kinds) > 1:
-            return error_page(f"compare runs of one pipeline (these are {', '.join(kinds)})", 400)
+            return self.error_page(f"compare runs of one pipeline (these are {', '.join(kinds)})", 400)
         try:
-            context = await to_thread.run_sync(_compare_context, cache, root, infos,
+            context = await to_thread.run_sync(_compare_context, self.cache, self.root, infos,
                                                request.query_params.get("figure") or None)
         except RedlineError as err:
-            return error_page(str(err), 400)
-        return page("compare.html", title=f"compare {len(infos)} {kinds[0]} runs", **context)
+            return self.error_page(str(err), 400)
+        return self.page("compare.html", title=f"compare {len(infos)} {kinds[0]} runs", **context)
 
-    async def run_file(request: Request) -> Response:
+    async def run_file(self, request: Request) -> Response:
         """A report file of a run: only regular files of a directory that is a run, never through a link."""
         run_id, name = request.query_params.get("id", ""), request.query_params.get("name", "")
         try:
             parts = _file_parts(name)
-            info = await to_thread.run_sync(load_run, run_id)
-            data = await to_thread.run_sync(storage.read_below, root, [*info.id.split("/"), *parts], MAX_FILE_BYTES)
+            info = await to_thread.run_sync(self.load_run, run_id)
+            data = await to_thread.run_sync(storage.read_below, self.root, [*info.id.split("/"), *parts],
+                                            MAX_FILE_BYTES)
         except (LookupError, paths.NotFound) as err:
             return Response(str(err), status_code=404, media_type="text/plain")
         except RedlineError as err:
@@ -237,18 +240,18 @@ def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowe
         headers = {"Content-Security-Policy": FILE_POLICY, "X-Content-Type-Options": "nosniff"}
         return Response(data, media_type=FILE_TYPES[posixpath.splitext(name)[1]], headers=headers)
 
-    async def export(request: Request) -> Response:
+    async def export(self, request: Request) -> Response:
         """The rows a run page's filters and search select, as CSV or JSON lines, streamed."""
         params = request.query_params
         fmt = params.get("format", "csv")
 
         def open_export() -> tuple[rows.TableRef, Any]:
-            info = load_run(params.get("id", ""))
-            ref = next((r for r in rows.tables(root, info.id) if r.name == params.get("table")), None)
+            info = self.load_run(params.get("id", ""))
+            ref = next((r for r in rows.tables(self.root, info.id) if r.name == params.get("table")), None)
             if ref is None:
                 raise LookupError(f"no table {params.get('table', '')!r} in run {info.id}")
             filters, ranges = _selection(params)
-            return ref, rows.export(cache.get(ref), filters, params.get("q") or None, fmt, ranges)
+            return ref, rows.export(self.cache.get(ref), filters, params.get("q") or None, fmt, ranges)
 
         try:
             ref, stream = await to_thread.run_sync(open_export)
@@ -260,44 +263,52 @@ def build_app(root: str, key: str | None = None, host: str = "127.0.0.1", allowe
         headers = {"Content-Disposition": f'attachment; filename="{name}.{fmt}"', "X-Content-Type-Options": "nosniff"}
         return StreamingResponse(stream, media_type=rows.EXPORT_FORMATS[fmt], headers=headers)
 
-    async def search_page(request: Request) -> Response:
+    async def search_page(self, request: Request) -> Response:
         """One text across every run's tables, newest run first."""
         text = request.query_params.get("q") or ""
         if not text.strip():
-            return page("search.html", title="search", q="", found=None)
+            return self.page("search.html", title="search", q="", found=None)
         try:
-            runs = await to_thread.run_sync(find_runs)
-            found = await to_thread.run_sync(search.search_runs, cache, root, runs, text)
+            runs = await to_thread.run_sync(self.find_runs)
+            found = await to_thread.run_sync(search.search_runs, self.cache, self.root, runs, text)
         except RedlineError as err:
-            return error_page(str(err), 400)
-        return page("search.html", title=f"search: {text[:40]}", q=text, found=found, text_of=row_page.text_of)
+            return self.error_page(str(err), 400)
+        return self.page("search.html", title=f"search: {text[:40]}", q=text, found=found, text_of=row_page.text_of)
 
-    async def row_view(request: Request) -> Response:
+    async def row_view(self, request: Request) -> Response:
         """One row in full, with what the run and other runs know about it."""
         params = request.query_params
         try:
-            info = await to_thread.run_sync(load_run, params.get("id", ""))
-            runs = await to_thread.run_sync(find_runs)
-            context = await to_thread.run_sync(row_page.row_context, cache, root, info, params.get("table", ""),
-                                               params.get("row", ""), runs)
+            info = await to_thread.run_sync(self.load_run, params.get("id", ""))
+            runs = await to_thread.run_sync(self.find_runs)
+            context = await to_thread.run_sync(row_page.row_context, self.cache, self.root, info,
+                                               params.get("table", ""), params.get("row", ""), runs)
         except RedlineError as err:
-            return error_page(str(err), 400)
+            return self.error_page(str(err), 400)
         except LookupError as err:
-            return error_page(str(err), 404)
-        return page("row.html", title=f"{info.name} · {context['row_id'][:40]}", run=info, text_of=row_page.text_of,
-                    config_json=_pretty((info.manifest or {}).get("config")), **context)
+            return self.error_page(str(err), 404)
+        return self.page("row.html", title=f"{info.name} · {context['row_id'][:40]}", run=info,
+                         text_of=row_page.text_of, config_json=_pretty((info.manifest or {}).get("config")), **context)
 
-    async def healthz(_: Request) -> Response:
+    async def healthz(self, _: Request) -> Response:
         return JSONResponse({"ok": True})
 
-    async def favicon(_: Request) -> Response:
+    async def favicon(self, _: Request) -> Response:
         return RedirectResponse("/static/favicon.svg", status_code=301)
 
-    routes = [Route("/", run_list), Route("/api/runs", api_runs), Route("/run", run_page), Route("/compare", compare),
-              Route("/search", search_page), Route("/row", row_view),
-              Route("/file", run_file), Route("/export", export), Route("/healthz", healthz), Route("/favicon.ico", favicon),
-              Mount("/static", StaticFiles(directory=HERE / "static"), name="static")]
-    app = Starlette(routes=routes)
+    def routes(self) -> list[Route | Mount]:
+        return [Route("/", self.run_list), Route("/api/runs", self.api_runs), Route("/run", self.run_page),
+                Route("/compare", self.compare), Route("/search", self.search_page), Route("/row", self.row_view),
+                Route("/file", self.run_file), Route("/export", self.export), Route("/healthz", self.healthz),
+                Route("/favicon.ico", self.favicon),
+                Mount("/static", StaticFiles(directory=HERE / "static"), name="static")]
+
+
+def build_app(root: str, key: str | None = None, host: str = "127.0.0.1",
+              allowed_hosts: tuple[str, ...] = ()) -> Starlette:
+    """The viewer of the runs under `root`; `key`: the secret every request must carry (None: none);
+    `host`: the address it is bound to, and `allowed_hosts` other names it answers to (the Host rule)."""
+    app = Starlette(routes=Viewer(root).routes())
     app.add_middleware(Gate, keys=access.KeyCheck(key), hosts=access.HostRule(host, allowed_hosts))
     return app
 
