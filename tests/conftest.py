@@ -40,10 +40,11 @@ else:
     os.environ["REDLINE_CACHE"] = tempfile.mkdtemp(prefix="redline-test-cache-")
     atexit.register(shutil.rmtree, os.environ["REDLINE_CACHE"], ignore_errors=True)
 
-# `pytest -n 2` (pytest-xdist, as CI runs the suite): the workers share the tiny models (built once,
-# by whichever worker needs one first, under a lock), and each worker's Ray keeps its own temp
-# directory -- Ray's job supervisor finds "its" cluster through <temp dir>/ray_current_cluster, so
-# two clusters sharing /tmp/ray send one cluster's jobs to the other.
+# `pytest -n N` (pytest-xdist, for machines with cores to spare; CI's 2 cores run the suite in one
+# process, see README "Order and load"): the workers share the tiny models (built once, by whichever
+# worker needs one first, under a lock), and each worker's Ray keeps its own temp directory -- Ray's
+# job supervisor finds "its" cluster through <temp dir>/ray_current_cluster, so two clusters sharing
+# /tmp/ray send one cluster's jobs to the other.
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 if not XDIST_WORKER and not TEST_STATE and "REDLINE_TEST_MODELS" not in os.environ:
     os.environ["REDLINE_TEST_MODELS"] = tempfile.mkdtemp(prefix="redline-test-models-")
@@ -75,7 +76,7 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = f"skipped in CI, where it must run: {reason}"
 
 
-# How `pytest -n 2` shares the suite out: a file's tests stay on one worker (its module fixtures are
+# How `pytest -n N` shares the suite out: a file's tests stay on one worker (its module fixtures are
 # built once), files that share a costly session fixture go together, and the longest groups start
 # first so that no worker is left alone with one at the end (seconds from CI's `--durations`).
 # (xdist's own `--dist loadgroup` cannot do this on pytest 9.2: pytest-dev/pytest-xdist#1386.)
@@ -91,6 +92,8 @@ def _group(nodeid: str) -> str:
 
 
 def pytest_collection_modifyitems(config, items):
+    if not XDIST_WORKER:  # one process: the files' own order
+        return
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(_group(item.nodeid), len(rank)))  # stable: file order within a group
 
