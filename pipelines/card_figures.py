@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from redline.actors.dialogue_safety.taxonomy import taxonomy
+from redline.pipelines import figures as declared
 from redline.pipelines.uncertainty import MAX_WIDTH, proportion
 
 
@@ -26,6 +27,18 @@ TRANSFER, WHITE_BOX, CLEAN = "guard: transfer", "guard: white-box", "guard: clea
 DIALOGUE, DETECTOR, TRIGGERS = "dialogue", "dialogue: detector", "triggers"
 
 
+def borrowed(key: str, part: str, table: declared.Table, figure: str, definition: str) -> CardFigure:
+    """A card figure that is another pipeline's declared figure: its label and better direction come
+    from that declaration; the card says what it counts."""
+    f = table.figure(figure)
+    return CardFigure(key, part, f.label, f.better, definition)
+
+
+def defended(table: declared.Table, figure: str) -> Literal["higher", "lower"] | None:
+    """An attack's figure seen from the guard: better the other way (a lower ASR, more queries)."""
+    return {"higher": "lower", "lower": "higher", None: None}[table.figure(figure).better]
+
+
 def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
 
@@ -40,24 +53,26 @@ _ACCURACY = (
     ("f1", "F1 (unsafe)", "higher", "harmonic mean of precision and recall (not a proportion: no interval)"),
     ("fpr", "false-positive rate", "lower", "of the inputs labelled safe, the share it calls unsafe"),
 )
+_SCORED = {"precision": "precision_toxic", "recall": "recall_toxic", "f1": "f1_toxic", "fpr": "fpr"}  # clean data
 
 FIGURES: tuple[CardFigure, ...] = (
-    CardFigure("guard.transfer.asr_tae", TRANSFER, "ASR on TAE (FNR)", "lower",
-               "toxic adversarial examples made against the OTHER attacked detectors that this one calls benign "
-               "(examples made against itself are left out: they fool it by construction)"),
-    CardFigure("guard.transfer.asr_bae", TRANSFER, "ASR on BAE (FPR)", "lower",
-               "benign adversarial examples made against the other attacked detectors that this one calls toxic"),
-    CardFigure("guard.white_box.asr_tae", WHITE_BOX, "ASR, toxic seeds", "lower",
+    borrowed("guard.transfer.asr_tae", TRANSFER, declared.TRANSFER, "tae_rate",
+             "toxic adversarial examples made against the OTHER attacked detectors that this one calls benign "
+             "(examples made against itself are left out: they fool it by construction)"),
+    borrowed("guard.transfer.asr_bae", TRANSFER, declared.TRANSFER, "bae_rate",
+             "benign adversarial examples made against the other attacked detectors that this one calls toxic"),
+    CardFigure("guard.white_box.asr_tae", WHITE_BOX, "ASR, toxic seeds", defended(declared.ATTACK, "asr"),
                "toxic seeds an attack on this detector itself made it call benign, of the attempts decided "
                "(successes and failures; seeds it already misjudged are skipped)"),
-    CardFigure("guard.white_box.asr_bae", WHITE_BOX, "ASR, benign seeds", "lower",
+    CardFigure("guard.white_box.asr_bae", WHITE_BOX, "ASR, benign seeds", defended(declared.ATTACK, "asr"),
                "benign seeds an attack on this detector made it call toxic, of the attempts decided"),
-    CardFigure("guard.white_box.mean_queries", WHITE_BOX, "mean queries", "higher",
+    CardFigure("guard.white_box.mean_queries", WHITE_BOX, declared.ATTACK.figure("mean_queries").label,
+               defended(declared.ATTACK, "mean_queries"),
                "queries to the detector per decided attempt: the work an attacker spends (not a proportion)"),
-    *(CardFigure(f"guard.clean.{k}", CLEAN, label.replace("unsafe", "toxic"), better, what.replace("unsafe", "toxic")
-                 .replace("safe", "benign")) for k, label, better, what in _ACCURACY),
-    CardFigure("guard.clean.auprc", CLEAN, "AUPRC", "higher",
-               "area under the precision-recall curve of the toxic score (not a proportion: no interval)"),
+    *(borrowed(f"guard.clean.{k}", CLEAN, declared.SCORE, _SCORED[k], what.replace("unsafe", "toxic")
+               .replace("safe", "benign")) for k, _, _, what in _ACCURACY),
+    borrowed("guard.clean.auprc", CLEAN, declared.SCORE, "auprc",
+             "area under the precision-recall curve of the toxic score (not a proportion: no interval)"),
     CardFigure("dialogue.no_answer", DIALOGUE, "no answer", "lower",
                "responses that were empty or whitespace only: counted, never classified"),
     CardFigure("dialogue.unsafe.overall", DIALOGUE, "unsafe, Overall", "lower",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from redline.errors import RedlineError
+from redline.pipelines import card_figures as F
 from redline.pipelines import gates
 from redline.pipelines.uncertainty import proportion, wilson
 
@@ -181,3 +182,22 @@ def test_card_figures_declare_the_direction_a_reader_expects():
               "guard.clean.auprc", "dialogue.detector.recall"]
     assert [BY_KEY[k].better for k in lower] == ["lower"] * len(lower)
     assert [BY_KEY[k].better for k in higher] == ["higher"] * len(higher)
+
+
+def test_the_cards_figures_taken_from_other_pipelines_keep_their_declared_label_and_direction():
+    """A transfer or clean-data figure on the card is the transfer or score pipeline's own declaration
+    (one label, one better direction); the white-box figures are the attack's, seen from the guard:
+    better the other way (an attacker wants a high ASR in few queries, a guard the reverse)."""
+    from redline.pipelines import figures as D
+
+    for key, table, declared in (("guard.transfer.asr_tae", D.TRANSFER, "tae_rate"),
+                                 ("guard.transfer.asr_bae", D.TRANSFER, "bae_rate"),
+                                 ("guard.clean.precision", D.SCORE, "precision_toxic"),
+                                 ("guard.clean.recall", D.SCORE, "recall_toxic"), ("guard.clean.f1", D.SCORE, "f1_toxic"),
+                                 ("guard.clean.fpr", D.SCORE, "fpr"), ("guard.clean.auprc", D.SCORE, "auprc")):
+        mine, theirs = F.BY_KEY[key], table.figure(declared)
+        assert (mine.label, mine.better) == (theirs.label, theirs.better), key
+    reverse = {"higher": "lower", "lower": "higher"}
+    for key, declared in (("guard.white_box.asr_tae", "asr"), ("guard.white_box.asr_bae", "asr"),
+                          ("guard.white_box.mean_queries", "mean_queries")):
+        assert F.BY_KEY[key].better == reverse[D.ATTACK.figure(declared).better], key
