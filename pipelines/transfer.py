@@ -105,7 +105,7 @@ def preflight(config: TransferConfig) -> None:
 
 def plot_transfer(rows: list[dict[str, Any]]) -> bytes | None:
     return grouped_bars([r for r in rows if r["dataset"] == "all"], "victim",
-                        [("seed_rate", "FNR on seeds"), ("tae_rate", "ASR on TAE (FNR)"), ("bae_rate", "ASR on BAE (FPR)")],
+                        [(k, TRANSFER.figure(k).label) for k in ("seed_rate", "tae_rate", "bae_rate")],
                         "transfer attack: how often TaeBench fools each detector")
 
 
