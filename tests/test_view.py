@@ -415,6 +415,15 @@ def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
         assert len(driver.find_elements(By.CSS_SELECTOR, "#chart svg rect[fill]")) >= 5  # 3 + 2 bars, legend
         shot("compare")
 
+        # a phone-width window: the page is no wider than the screen (its tables scroll in their box)
+        driver.set_window_size(420, 900)
+        for path in ("/", "/run?" + urlencode({"id": "quickstart-attack"}), "/compare?id=quickstart-transfer&id=transfer-two-victims"):
+            driver.get(viewer + path)
+            width = driver.execute_script("return document.documentElement.scrollWidth")
+            inner = driver.execute_script("return window.innerWidth")
+            assert width <= inner, f"{path} is {width} px wide in a {inner} px window"
+        driver.set_window_size(1400, 1000)
+
         # a running run's state follows its manifest live
         live = runs_root / "attack-in-flight"
         shutil.copytree(runs_root / "quickstart-attack", live, dirs_exist_ok=True)

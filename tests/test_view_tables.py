@@ -898,3 +898,29 @@ def test_compare_lists_the_texts_whose_verdict_changed_between_two_score_runs(tm
         section = page.split('id="changed"')[1].split("</section>")[0]
         assert "3 of 40 (text, detector) pairs scored in both changed" in section
         assert sorted(re.findall(r'<tr data-id="([^"]+)">', section)) == ["r11", "r3", "r8"]
+
+
+def test_a_table_switch_keeps_the_columns_chosen_and_long_choices_show_their_last_parts(tmp_path):
+    """The column choice survives a switch to another table of the run (the columns it has); a filter
+    over long paths (a corpus' provenance) shows each by its last two parts, the full path its title."""
+    import json
+
+    from starlette.testclient import TestClient
+
+    from redline.view.app import build_app
+
+    root = tmp_path / "runs"
+    (root / "r").mkdir(parents=True)
+    (root / "r" / "manifest.json").write_text(json.dumps({"pipeline": "attack", "state": "complete"}))
+    long = "/data/corpora/2026/november/davidson/labeled_data.csv"
+    write(root / "r" / "attempts" / "part-00000.parquet", pa.table({
+        "id": ["a", "b"], "status": ["success", "failed"], "source": [long, "/x/y/other.csv"], "queries": [3, 4]}))
+    write(root / "r" / "taebench" / "part-00000.parquet", pa.table({"id": ["a"], "status": ["kept"], "text": ["t"]}))
+    with TestClient(build_app(str(root)), base_url="http://127.0.0.1:8765") as client:
+        page = client.get("/run", params=[("id", "r"), ("table", "attempts"), ("cols", "1"), ("col", "id"),
+                                          ("col", "status")]).text
+        nav = page.split('<nav class="tables">')[1].split("</nav>")[0]
+        assert "/run?id=r&amp;table=taebench&amp;cols=1&amp;col=id&amp;col=status#rows" in nav
+        assert f'<option value="{long}" title="{long}" >…/davidson/labeled_data.csv</option>' in page
+        plain = client.get("/run", params={"id": "r", "table": "attempts"}).text
+        assert "/run?id=r&amp;table=taebench#rows" in plain.split('<nav class="tables">')[1]

@@ -90,7 +90,15 @@ class Gate:
 
 
 TEMPLATES = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
-TEMPLATES.globals.update(fmt=catalog.format_value, cell=rows.cell, urlencode=urlencode)
+def _short(value: str) -> str:
+    """A long path-like choice by its last two parts (a provenance dropdown of corpus paths); the full
+    value is the option's value and title."""
+    parts = value.rstrip("/").split("/")
+    return value if len(parts) <= 2 or len(value) <= 40 else "…/" + "/".join(parts[-2:])
+
+
+TEMPLATES.globals.update(fmt=catalog.format_value, cell=rows.cell, urlencode=urlencode, short=_short)
+TEMPLATES.filters["pair"] = lambda value, key: (key, value)
 
 
 class Viewer:
@@ -419,9 +427,10 @@ def _rows_context(cache: rows.TableCache, ref: rows.TableRef, params: Any) -> di
         return "/run?" + urlencode([("id", ref.run_id), ("table", ref.name), ("f_id", str(row["id"])), *chosen])
 
     numbers = {c: (params.get(f"min_{c}", ""), params.get(f"max_{c}", "")) for c in rows.number_columns(result)}
-    return {"link": link, "export_query": export_query, "permalink": permalink, "full": full, "columns": columns,
-            "numbers": numbers, "ranges": ranges, "table": ref.name, "facets": facets, "filters": filters, "result": result, "shown": shown, "diffs": diffs,
-            "sort": params.get("sort") or "", "q": params.get("q") or ""}
+    return {"link": link, "export_query": export_query, "permalink": permalink, "full": full, "picked": picked,
+            "columns": columns, "numbers": numbers, "ranges": ranges, "table": ref.name, "facets": facets,
+            "filters": filters, "result": result, "shown": shown, "diffs": diffs, "sort": params.get("sort") or "",
+            "q": params.get("q") or ""}
 
 
 def _confusion(info: catalog.RunInfo) -> list[dict[str, Any]]:

@@ -18,7 +18,9 @@ def grouped_bars(groups: list[str], series: list[tuple[str, list[float | None]]]
     ymax = 1.0 if peak <= 1.0 else _nice(peak)
     group_w = plot_w / max(1, len(groups))
     bar_w = group_w * 0.8 / max(1, len(series))
-    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' class='chart' width='{width}' height='{height + 22 * len(series) + 16}' "
+    full_height = height + 22 * len(series) + 16
+    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' class='chart' width='{width}' height='{full_height}' "
+             f"viewBox='0 0 {width} {full_height}' "
              f"role='img' aria-label='{escape(title)}'>",
              f"<text x='{left}' y='18' class='chart-title'>{escape(title)}</text>"]
     for i in range(5):
