@@ -281,6 +281,8 @@ def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
 
     def shot(name: str) -> None:
         driver.save_screenshot(str(tmp_path / f"{name}.png"))
+        if os.environ.get("REDLINE_VIEW_SHOTS"):  # README's screenshots: REDLINE_VIEW_SHOTS=docs pytest -k browser
+            driver.save_screenshot(str(Path(os.environ["REDLINE_VIEW_SHOTS"]) / f"view-{name}.png"))
         errors.extend(f"{name}: {e['message']}" for e in driver.get_log("browser") if e["level"] == "SEVERE")
 
     # a page that reloads between finding an element and reading it: look again, never fail on it
@@ -414,6 +416,18 @@ def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
         assert sorted(compared) == ["quickstart-transfer", "transfer-two-victims"]
         assert len(driver.find_elements(By.CSS_SELECTOR, "#chart svg rect[fill]")) >= 5  # 3 + 2 bars, legend
         shot("compare")
+        driver.execute_script("document.getElementById('grid').scrollIntoView()")
+        assert driver.find_elements(By.CSS_SELECTOR, "#grid tr[data-figure=tae_rate]")  # every figure by run
+        shot("compare-grid")
+
+        # one example in full: an attack's successful attempt, its diff and what the run knows of it
+        attempts = ds.dataset(runs_root / "quickstart-attack" / "attempts").to_table().to_pylist()
+        success = next(a for a in attempts if a["status"] == "success")
+        driver.get(viewer + "/row?" + urlencode({"id": "quickstart-attack", "table": "attempts", "row": success["id"]}))
+        assert driver.find_elements(By.CSS_SELECTOR, "#row-diff mark, #row-diff del")  # the words the attack changed
+        shown = driver.find_element(By.CSS_SELECTOR, "#row-fields td[data-col=perturbed_text]").text
+        assert shown.split() == success["perturbed_text"].split()
+        shot("row")
 
         # a phone-width window: the page is no wider than the screen (its tables scroll in their box)
         driver.set_window_size(420, 900)
@@ -484,8 +498,9 @@ def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
         for name in ("attack-in-flight", "attack-new-1", "attack-new-2"):
             shutil.rmtree(runs_root / name, ignore_errors=True)
     assert not errors, errors
-    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["compare.png", "confusion.png", "live.png", "per-text.png",
-                                                               "ranges.png", "rows.png", "run.png", "runs.png"]
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["compare-grid.png", "compare.png", "confusion.png", "live.png",
+                                                               "per-text.png", "ranges.png", "row.png", "rows.png", "run.png",
+                                                               "runs.png"]
 
 
 def test_an_unknown_table_is_said_never_swapped_for_another(client):
