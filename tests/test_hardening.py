@@ -308,7 +308,8 @@ COLUMN_CASES = [
 
 
 @pytest.mark.parametrize("case,corpus,fragment", COLUMN_CASES, ids=[c[0] for c in COLUMN_CASES])
-def test_every_corpus_column_is_checked_against_its_role(case, corpus, fragment, capsys, tmp_path, monkeypatch):
+def test_every_corpus_column_is_checked_against_its_role(case, corpus, fragment, capsys, tmp_path, monkeypatch,
+                                                        ray_session):  # the corpus is read on a worker
     monkeypatch.chdir(tmp_path)
     expect_error(capsys, tmp_path, score(tmp_path, score_config(tmp_path, corpus=corpus(tmp_path))), fragment)
 
