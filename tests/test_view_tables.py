@@ -810,6 +810,9 @@ def test_a_row_page_shows_one_example_in_full_with_what_every_table_and_run_know
         "perturbed_text": ["you are an idi0t", "have a dya"], "victim": ["p", "p"]}))
     write(root / "bench" / "work" / "label-judge" / "part-00000.parquet", pa.table({
         "id": ["a1"], "verdict": ["toxic"], "reason": ["an insult, spelled <b>oddly</b>"]}))
+    (root / "blank").mkdir()
+    (root / "blank" / "manifest.json").write_text(json.dumps({"pipeline": "attack", "state": "complete"}))
+    write(root / "blank" / "attempts" / "part-00000.parquet", pa.table({"id": ["b1"], "text": ["   "]}))
     write(root / "later" / "attempts" / "part-00000.parquet", pa.table({
         "id": ["z9"], "status": ["success"], "seed_text": ["x"], "perturbed_text": ["you are an idi0t"], "victim": ["q"]}))
     with TestClient(build_app(str(root)), base_url="http://127.0.0.1:8765") as client:
@@ -829,6 +832,8 @@ def test_a_row_page_shows_one_example_in_full_with_what_every_table_and_run_know
         assert 'data-run="later"' in elsewhere and 'data-run="bench"' not in elsewhere
         assert "deepwordbug" in text.split('id="row-config"')[1]
         assert client.get("/row", params={"id": "bench", "table": "attempts", "row": "nope"}).status_code == 404
+        blank = client.get("/row", params={"id": "blank", "table": "attempts", "row": "b1"})  # nothing to look for
+        assert blank.status_code == 200 and "This row has no text to look for." in blank.text
         assert client.get("/row", params={"id": "bench", "table": "nope", "row": "a1"}).status_code == 404
         assert client.get("/row", params={"id": "../etc", "table": "attempts", "row": "a1"}).status_code in (400, 404)
 

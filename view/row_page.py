@@ -45,6 +45,7 @@ def row_context(cache: rows.TableCache, root: str, info: RunInfo, table: str, ro
         if page.rows:
             related.append({"table": other.name, "rows": page.rows, "total": page.total})
     text = text_of(row)
-    others = search.search_runs(cache, root, [r for r in runs if r.id != info.id], text, ELSEWHERE_S) if text else None
+    others = (search.search_runs(cache, root, [r for r in runs if r.id != info.id], text, ELSEWHERE_S)
+              if text.strip() else None)  # a blank text is nothing to look for
     return {"row": row, "table": table, "row_id": row_id, "pair": found.pair, "diff": diff, "related": related,
             "text": text, "elsewhere": others}

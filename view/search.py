@@ -7,8 +7,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from redline.errors import RedlineError
-from redline.view import rows
+import pyarrow as pa
+
+from redline.errors import RedlineError, first_line
+from redline.view import per_text, rows
 from redline.view.catalog import RunInfo
 
 MAX_QUERY_CHARS = 200
@@ -55,10 +57,18 @@ def search_runs(cache: rows.TableCache, root: str, runs: list[RunInfo], text: st
             found.errors.append(f"{run.id}: {err}")
             continue
         for ref in refs:
+            if ref.name == per_text.NAME:  # the predictions' texts again, pivoted: searched there
+                continue
+            if time.monotonic() > deadline:  # a run of many tables stops at the budget too
+                found.stopped = True
+                return found
             try:
                 page = cache.query(ref, {}, None, 1, SHOWN, text)
             except RedlineError as err:
                 found.errors.append(f"{run.id} {ref.name}: {err}")
+                continue
+            except pa.ArrowException as err:  # a column type the search cannot read
+                found.errors.append(f"{run.id} {ref.name}: cannot search it ({first_line(err)})")
                 continue
             found.tables_searched += 1
             if page.total:
