@@ -57,6 +57,60 @@ def test_profanity_check_matches_the_package_and_is_a_real_victim():
     assert toxic.tolist() == [True, False, True, False]
 
 
+def test_profanity_check_scores_without_sklearn_are_the_packages_own_bit_for_bit(davidson, tmp_path, monkeypatch):
+    """Actors score with the package's model read once into plain arrays (no sklearn import per actor):
+    the numbers are exactly the package's, on every Davidson tweet and on texts with no known word."""
+    import pyarrow.csv as pacsv
+    from profanity_check import profanity_check as package
+
+    from redline.actors.detectors import profanity_arrays
+
+    monkeypatch.setenv("REDLINE_CACHE", str(tmp_path / "cache"))
+    texts = pacsv.read_csv(davidson, parse_options=pacsv.ParseOptions(newlines_in_values=True)).column("tweet")
+    texts = [*texts.to_pylist(), "", "   ", "the and of", "Ünïcödé STRASSE fuck", "fuck " * 5000]
+    want = package.model.predict_proba(package.vectorizer.transform(texts))[:, 1]
+    made = profanity_arrays.cached()  # read from sklearn, then kept in the cache
+    assert list((tmp_path / "cache").glob("profanity-check-*.npz"))
+    reloaded = profanity_arrays.cached()
+    for arrays in (made, reloaded):
+        np.testing.assert_array_equal(arrays.predict_proba(texts), want)
+    score = build_detector(det(kind="profanity-check")).detect(texts[:2000])[1]
+    np.testing.assert_array_equal(score, want[:2000])
+
+
+def test_the_profanity_arrays_cache_is_data_checked_before_use(tmp_path, monkeypatch):
+    """A corrupt, truncated or linked cache file is never used (nor followed): the model is read again."""
+    import subprocess
+    import sys
+
+    from redline.actors.detectors import profanity_arrays
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("REDLINE_CACHE", str(cache))
+    want = profanity_arrays.cached().predict_proba(TEXTS)
+    path = next(cache.glob("profanity-check-*.npz"))
+    # a later process scores without importing sklearn at all
+    probe = ("import sys; from redline.actors.detectors import DetectorConfig, build_detector;"
+             "d = build_detector(DetectorConfig(name='p', kind='profanity-check'));"
+             f"print(d.detect({TEXTS!r})[1].tolist(), 'sklearn' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "REDLINE_CACHE": str(cache)}).stdout.split("] ")
+    assert out[1].strip() == "False" and np.array(eval(out[0] + "]")).tolist() == want.tolist()
+
+    good = path.read_bytes()
+    for planted in (b"not an npz", good[: len(good) // 2]):
+        path.write_bytes(planted)
+        np.testing.assert_array_equal(profanity_arrays.cached().predict_proba(TEXTS), want)
+        assert path.read_bytes() == good  # made again from the package
+    elsewhere = tmp_path / "elsewhere.npz"
+    elsewhere.write_bytes(good)
+    path.unlink()
+    path.symlink_to(elsewhere)
+    assert profanity_arrays.load(path) is None  # a link is not followed
+    np.testing.assert_array_equal(profanity_arrays.cached().predict_proba(TEXTS), want)
+    assert not path.is_symlink()
+
+
 def test_scores_keep_double_precision_near_certainty():
     # Attack search climbs differences of 1e-8 on seeds the victim is sure about; float32 would
     # round both texts to 1.0 and the search would stall (what lowered our PWWS ASR vs TextAttack).

@@ -30,11 +30,15 @@ class ProfanityCheckDetector(Detector):
 
     def __init__(self, config: DetectorConfig) -> None:
         super().__init__(config)
-        # The package's own predict_prob applies a Python function per row; calling the fitted
-        # vectorizer and model directly gives the same numbers several times faster.
-        from profanity_check import profanity_check as pc
+        from redline.actors.detectors import profanity_arrays
 
-        self._vectorizer, self._model = pc.vectorizer, pc.model
+        # The package's own numbers without importing sklearn in every actor (profanity_arrays.py);
+        # sklearn itself only where the package's model is one those arrays do not reproduce.
+        self._arrays = profanity_arrays.cached()
+        if self._arrays is None:
+            from profanity_check import profanity_check as pc
+
+            self._vectorizer, self._model = pc.vectorizer, pc.model
         self._rule = single_label_rule(config, "offensive")
 
     @property
@@ -44,6 +48,8 @@ class ProfanityCheckDetector(Detector):
     def predict_proba(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, 1))
+        if self._arrays is not None:
+            return self._arrays.predict_proba(texts)[:, None]
         return self._model.predict_proba(self._vectorizer.transform(texts))[:, 1:2]
 
 
