@@ -559,11 +559,11 @@ def test_a_service_that_answers_garbage_stops_the_client_after_a_few_requests(mo
 
 
 @pytest.fixture(scope="module")
-def attack_run(tmp_path_factory, ray_session):
-    """A finished attack run for the judge stages to read."""
-    out = tmp_path_factory.mktemp("hardening-attack")
-    assert main(["quickstart", "attack", "--output", str(out)]) == 0
-    return out / "quickstart-attack"
+def attack_run(quickstart_dir, ray_session):
+    """A finished attack run for the judge stages to read (only read): the quickstart's, which the CLI's
+    quickstart test runs too (whichever runs second reuses it)."""
+    assert main(["quickstart", "attack", "--output", str(quickstart_dir)]) == 0
+    return quickstart_dir / "quickstart-attack"
 
 
 @pytest.mark.parametrize("mode,code,fragment", [
@@ -572,8 +572,10 @@ def attack_run(tmp_path_factory, ray_session):
     ("crash", 2, "failed 3 requests in a row"),
     ("429:100000", 2, "asked to wait 100,000 s"),
 ])
-def test_a_failing_judge_is_one_line_never_a_traceback(mode, code, fragment, attack_run, tmp_path, monkeypatch):
-    """Run as a real command, so what the user sees is exactly what is asserted: one line on stderr."""
+def test_a_failing_judge_is_one_line_never_a_traceback(mode, code, fragment, attack_run, ray_session, tmp_path,
+                                                      monkeypatch):
+    """Run as a real command, so what the user sees is exactly what is asserted: one line on stderr
+    (on the session's Ray, as a command run on a cluster)."""
     service = _Service(mode)
     config = {"attacks": [str(attack_run)], "grammar": None, "naturalness": None,
               "judge": {"base_url": service.url, "model": "judge", "cache_dir": None, "max_retries": 1,
@@ -583,7 +585,8 @@ def test_a_failing_judge_is_one_line_never_a_traceback(mode, code, fragment, att
               "output": str(tmp_path / "runs")}
     path = tmp_path / "tb.yaml"
     path.write_text(yaml.safe_dump(config))
-    env = {**os.environ, "OPENAI_API_KEY": "x", "REDLINE_PROGRESS": "0"}
+    env = {**os.environ, "OPENAI_API_KEY": "x", "REDLINE_PROGRESS": "0",
+           "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
     env.pop("REDLINE_QUIET_RAY", None)
     proc = subprocess.run([str(Path(sys.executable).parent / "redline"), "run", "taebench", "-c", str(path)],
                           capture_output=True, text=True, env=env, timeout=300)
