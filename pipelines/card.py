@@ -28,6 +28,7 @@ from redline.cluster.runs import Run, RunDir, Stopwatch
 from redline.cluster.runtime import on_a_worker
 from redline.errors import RedlineError
 from redline.pipelines import card_figures as F
+from redline.pipelines import sharded
 from redline.pipelines.figures import CARD, EGREGIOUS, TRANSFER
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.schema import NO_ANSWER
@@ -224,7 +225,8 @@ def execute(config: CardConfig, run: Run, watch: Stopwatch, verbose: bool) -> li
             rows += F.transfer_rows(results["transfer"].summary, d.name, runs["transfer"])
         sections["transfer"] = results["transfer"].summary
     for d in config.attacked():
-        rows += F.white_box_rows(results[f"attack-{d.name}"].summary, d.name, runs[f"attack-{d.name}"])
+        rows += F.white_box_rows(sharded.manifest_partials(results[f"attack-{d.name}"].manifest), d.name,
+                                 runs[f"attack-{d.name}"])
     if "clean" in results:
         for d in config.detectors:
             rows += F.clean_rows(results["clean"].summary, d.name, runs["clean"])

@@ -5,11 +5,13 @@ the references' on the same figure."""
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from redline.actors.dialogue_safety.taxonomy import taxonomy
+from redline.pipelines import aggregates as A
 from redline.pipelines import figures as declared
 from redline.pipelines.uncertainty import MAX_WIDTH, proportion
 
@@ -122,10 +124,6 @@ def ranked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _ratio(hit: int, total: int) -> float | None:
-    return hit / total if total else None
-
-
 def transfer_rows(summary: list[dict[str, Any]], detector: str, run: str) -> list[dict[str, Any]]:
     r = next((x for x in summary if x.get("victim") == detector and x.get("dataset") == "all"), {})
     own = f"{r.get('own_n') or 0} made against it left out; FNR on seeds "
@@ -134,23 +132,32 @@ def transfer_rows(summary: list[dict[str, Any]], detector: str, run: str) -> lis
             row("guard.transfer.asr_bae", detector, r.get("bae_rate"), r.get("bae_n"), "", run)]
 
 
-def white_box_rows(summary: list[dict[str, Any]], detector: str, run: str) -> list[dict[str, Any]]:
-    """ASR per goal pooled over recipes (successes of decided attempts), and mean queries."""
-    out, queries, decided_all = [], 0.0, 0
+def white_box_rows(partials: A.Partials, detector: str, run: str) -> list[dict[str, Any]]:
+    """ASR per goal pooled over recipes, and mean queries over both goals: the attack run's merged
+    partial sums (by recipe, goal and victim) added over the groups pooled, then its table's own
+    figures computed on them."""
+    groups = [(dict(zip(declared.ATTACK.groups, group)), sums) for group, sums in partials.items()]
+    asr, queries = declared.ATTACK.figure("asr").compute, declared.ATTACK.figure("mean_queries").compute
+    skipped = declared.ATTACK.figure("skipped").compute
+    assert isinstance(asr, A.Ratio) and isinstance(queries, A.Ratio) and skipped is not None
+    out = []
     for goal in ("tae", "bae"):
-        mine = [r for r in summary if r.get("goal") == goal]
-        success = sum(r.get("success") or 0 for r in mine)
-        decided = success + sum(r.get("failed") or 0 for r in mine)
-        queries += sum((r.get("mean_queries") or 0.0) * ((r.get("success") or 0) + (r.get("failed") or 0))
-                       for r in mine)
-        decided_all += decided
-        skipped = sum(r.get("skipped") or 0 for r in mine)
-        recipes = ", ".join(sorted({r["recipe"] for r in mine}))
-        out.append(row(f"guard.white_box.asr_{goal}", detector, _ratio(success, decided), decided,
-                       f"{skipped} skipped; recipes: {recipes or '–'}", run))
-    out.append(row("guard.white_box.mean_queries", detector, queries / decided_all if decided_all else None,
-                   decided_all, "", run, interval=None))
+        mine = [g for g in groups if g[0].get("goal") == goal]
+        sums = _pooled(s for _, s in mine)
+        recipes = ", ".join(sorted({str(g["recipe"]) for g, _ in mine}))
+        out.append(row(f"guard.white_box.asr_{goal}", detector, asr.value(sums), asr.denominator.value(sums),
+                       f"{skipped.value(sums)} skipped; recipes: {recipes or '–'}", run))
+    sums = _pooled(s for _, s in groups)
+    out.append(row("guard.white_box.mean_queries", detector, queries.value(sums), asr.denominator.value(sums), "",
+                   run, interval=None))
     return out
+
+
+def _pooled(parts: Any) -> A.Sums:
+    total: A.Sums = {}
+    for sums in parts:
+        A.add(total, copy.deepcopy(sums))
+    return total
 
 
 def clean_rows(summary: list[dict[str, Any]], detector: str, run: str) -> list[dict[str, Any]]:
@@ -165,13 +172,19 @@ def clean_rows(summary: list[dict[str, Any]], detector: str, run: str) -> list[d
 
 def accuracy_rows(prefix: str, subject: str, counts: dict[str, int], also: str = "",
                   run: str | None = None) -> list[dict[str, Any]]:
-    """Precision, recall, F1 and FPR of a detector from its confusion counts (`unsafe` the positive)."""
-    tp, fp, fn, tn = (counts.get(k, 0) for k in ("tp", "fp", "fn", "tn"))
-    f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else None
-    return [row(f"{prefix}.precision", subject, _ratio(tp, tp + fp), tp + fp, also, run),
-            row(f"{prefix}.recall", subject, _ratio(tp, tp + fn), tp + fn, also, run),
-            row(f"{prefix}.f1", subject, f1, tp + fp + fn + tn, also, run, interval=None),
-            row(f"{prefix}.fpr", subject, _ratio(fp, fp + tn), fp + tn, also, run)]
+    """Precision, recall, F1 and FPR of a detector from its confusion counts (`unsafe` the positive),
+    computed as the score table computes them from its own counts."""
+    outcomes = {"tp": declared.TP, "fp": declared.FP, "fn": declared.FN, "tn": declared.TN}
+    sums = {outcome.name: counts.get(k, 0) for k, outcome in outcomes.items()}
+    out = []
+    for k, _, _, _ in _ACCURACY:
+        compute = declared.SCORE.figure(_SCORED[k]).compute
+        assert isinstance(compute, A.Ratio)
+        if k == "f1":  # not a proportion: its n is every labelled input, and no interval
+            out.append(row(f"{prefix}.f1", subject, compute.value(sums), sum(sums.values()), also, run, interval=None))
+        else:
+            out.append(row(f"{prefix}.{k}", subject, compute.value(sums), compute.denominator.value(sums), also, run))
+    return out
 
 
 def dialogue_rows(board_row: dict[str, Any], categories: list[str], intervals: dict[str, tuple[float, float] | None],

@@ -213,11 +213,14 @@ def run_partials(run: Run, tables: dict[str, Table], output_dir: str,
     for part, name in parts.items():
         if any(tuple(part) not in counted[t] for t in tables):
             count_figures(run, tables, part, storage.read_parquet(run.dir.path(output_dir, name)))
-    out = {}
-    for name in tables:
-        groups = sorted(run.manifest.get("partials", {}).get(name, {}).get("groups", []), key=lambda g: tuple(g[1]))
-        out[name] = {tuple(g): sums for g, _, sums in groups}
-    return out
+    return {name: manifest_partials(run.manifest, name) for name in tables}
+
+
+def manifest_partials(manifest: dict[str, Any], table: str = "summary") -> A.Partials:
+    """A finished run's merged partial sums of one table, as its manifest keeps them (groups in the
+    rows' order)."""
+    groups = sorted(manifest.get("partials", {}).get(table, {}).get("groups", []), key=lambda g: tuple(g[1]))
+    return {tuple(g): sums for g, _, sums in groups}
 
 
 def shard_summary(run: Run, tables: dict[str, Table], output_dir: str,

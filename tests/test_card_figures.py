@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
 from redline.errors import RedlineError
+from redline.pipelines import aggregates as A
 from redline.pipelines import card_figures as F
+from redline.pipelines import figures as declared
 from redline.pipelines import gates
 from redline.pipelines.uncertainty import proportion, wilson
 
@@ -113,16 +116,27 @@ def test_each_card_figure_is_read_from_its_parts_summary_rows():
     assert (bae["key"], bae["value"], bae["n"]) == ("guard.transfer.asr_bae", 0.5, 4)
     assert F.transfer_rows([], "g", "r")[0]["also"] == "0 made against it left out; FNR on seeds –"
 
-    attack = [{"goal": "tae", "recipe": "pwws", "success": 3, "failed": 1, "skipped": 2, "mean_queries": 10.0},
-              {"goal": "tae", "recipe": "deepwordbug", "success": 1, "failed": 3, "skipped": 0, "mean_queries": 30.0},
-              {"goal": "bae", "recipe": "pwws", "success": 0, "failed": 2, "skipped": 1, "mean_queries": 40.0}]
-    asr_tae, asr_bae, queries = F.white_box_rows(attack, "g", "runs/a")
+    # the attack run's attempts, by hand: pwws/tae 3 successes, 1 failure, 2 skipped; deepwordbug/tae 1
+    # success, 3 failures; pwws/bae 2 failures, 1 skipped; an error counts nowhere
+    attempts = ([("pwws", "tae", "success", 10)] * 3 + [("pwws", "tae", "failed", 10), ("pwws", "tae", "skipped", 0),
+                ("pwws", "tae", "skipped", 0), ("deepwordbug", "tae", "success", 30)] +
+                [("deepwordbug", "tae", "failed", 30)] * 3 + [("pwws", "bae", "failed", 40)] * 2 +
+                [("pwws", "bae", "skipped", 0), ("pwws", "bae", "error", 99)])
+    table = pa.table({"recipe": [a[0] for a in attempts], "goal": [a[1] for a in attempts],
+                      "victim": ["g"] * len(attempts), "status": [a[2] for a in attempts],
+                      "queries": [a[3] for a in attempts], "reason": [None] * len(attempts),
+                      "more_examples": pa.array([[]] * len(attempts), pa.list_(pa.string())),
+                      "perturbed_pct": [1.0] * len(attempts), "similarity": [1.0] * len(attempts),
+                      "seconds": [0.1] * len(attempts)})
+    halves = A.merge(declared.ATTACK.partials(table.slice(0, 7)), declared.ATTACK.partials(table.slice(7)))
+    asr_tae, asr_bae, queries = F.white_box_rows(halves, "g", "runs/a")
     assert (asr_tae["value"], asr_tae["n"]) == (0.5, 8)  # 4 successes of 8 decided, pooled over recipes
     assert asr_tae["also"] == "2 skipped; recipes: deepwordbug, pwws"
     assert (asr_bae["value"], asr_bae["n"], asr_bae["also"]) == (0.0, 2, "1 skipped; recipes: pwws")
-    # weighted by decided attempts: (10*4 + 30*4 + 40*2) / 10
+    # every decided attempt's queries: (10*4 + 30*4 + 40*2) / 10
     assert (queries["value"], queries["n"], queries["low"]) == (24.0, 10, None)
-    assert F.white_box_rows([], "g", "r")[2]["value"] is None
+    assert (asr_tae["low"], asr_tae["high"]) == pytest.approx(wilson(4, 8))
+    assert F.white_box_rows({}, "g", "r")[2]["value"] is None
 
     clean = [{"detector": "g", "dataset": "all", "tp": 6, "fp": 2, "fn": 4, "tn": 8, "n": 20, "precision_toxic": 0.75,
               "recall_toxic": 0.6, "f1_toxic": 0.667, "fpr": 0.2, "auprc": 0.8},
