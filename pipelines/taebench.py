@@ -43,7 +43,7 @@ from redline.cluster.runtime import ensure_ray
 from redline.errors import RedlineError
 from redline.pipelines import aggregates as A
 from redline.pipelines import shard_host, sharded
-from redline.pipelines.figures import JUDGE_USAGE, TAEBENCH, TAEBENCH_STAGE, Table
+from redline.pipelines.figures import JUDGE_USAGE, TAEBENCH, TAEBENCH_STAGE, TAEBENCH_STAGES, Table
 from redline.pipelines.report import Report, png_bytes
 from redline.pipelines.stages import Step, kept_rows, run_steps
 from redline.pipelines.template import Pipeline
@@ -442,7 +442,7 @@ def plot_funnel(rows: list[dict[str, Any]]) -> bytes | None:
         return None
     fig, ax = plt.subplots(figsize=(6.5, 3.2))
     for r in overall:
-        stages = ["raw"] + [s for s in ("dedupe", "grammar", "naturalness", "label") if s in r]
+        stages = ["raw"] + [s for s in TAEBENCH_STAGES if s in r]
         ax.plot(stages, [r[s] for s in stages], marker="o", label=r["goal"].upper())
     ax.set_ylabel("examples remaining")
     ax.set_title("quality filters: examples left after each stage")
