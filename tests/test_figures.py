@@ -162,3 +162,43 @@ def test_a_figure_declares_how_it_is_computed_and_its_sums_merge():
     part = A.merge({("r",): {"sum rows": 2, "x": 1.5}}, {("q",): {"sum rows": 1}}, {("r",): {"sum rows": 3}})
     assert part == {("r",): {"sum rows": 5, "x": 1.5}, ("q",): {"sum rows": 1}}
     assert A.Mean("v").value({}) is None and A.Ratio(A.Count(), A.Count()).value({"sum rows": 0}) is None
+
+
+def test_every_row_condition_counts_the_rows_a_brute_force_check_finds_and_keeps_its_name():
+    """Each row condition of pipelines/aggregates.py, counted through the partial sums on hand-made rows
+    with nulls, against the same condition evaluated row by row in Python (a null never counts, except
+    where a condition says so: `differs` holds when either side is null). Its name keys the partial sum
+    in manifests already written, so a renamed condition would orphan their sums on resume: pinned."""
+    from redline.pipelines import aggregates as A
+
+    rows = pa.table({
+        "a": ["x", "y", None, "xz", "x", "ab"], "b": ["x", "z", None, None, "x", "ab"],
+        "n": [1, 5, None, 3, 2, 7], "m": [1, 4, 2, None, 3, 9],
+        "l": pa.array([["x"], [], None, ["y", "x"], ["z", None], ["x", "x"]], pa.list_(pa.string()))})
+    py = rows.to_pylist()
+    cases = [  # (condition, its name, the rows it holds for)
+        (A.eq("a", "x"), "a=x", lambda r: r["a"] == "x"),
+        (A.ne("a", "x"), "a!=x", lambda r: r["a"] is not None and r["a"] != "x"),
+        (A.prefixed("a", "x"), "a x*", lambda r: r["a"] is not None and r["a"].startswith("x")),
+        (A.not_prefixed("a", "x"), "a not x*", lambda r: r["a"] is not None and not r["a"].startswith("x")),
+        (A.isin("a", ("y", "ab")), "a in y,ab", lambda r: r["a"] in ("y", "ab")),
+        (A.valid("n"), "n set", lambda r: r["n"] is not None),
+        (A.missing("n"), "n unset", lambda r: r["n"] is None),
+        (A.greater("n", "m"), "n>m", lambda r: None not in (r["n"], r["m"]) and r["n"] > r["m"]),
+        (A.at_most("n", "m"), "n<=m", lambda r: None not in (r["n"], r["m"]) and r["n"] <= r["m"]),
+        (A.same("a", "b"), "a==b", lambda r: r["a"] is not None and r["a"] == r["b"]),
+        (A.differs("a", "b"), "a<>b", lambda r: r["a"] is None or r["a"] != r["b"]),
+        (A.same("a", "nope"), "a==nope", lambda r: False),
+        (A.differs("a", "nope"), "a<>nope", lambda r: True),
+        (A.has("l", "x"), "x in l", lambda r: r["l"] is not None and "x" in r["l"]),
+        (A.both(A.eq("a", "x"), A.valid("n")), "a=x & n set", lambda r: r["a"] == "x" and r["n"] is not None),
+    ]
+    sums = A.partials(rows, (), [a for w, _, _ in cases for a in (A.Count(w), A.Sum("n", w))])[()]
+    for where, name, holds in cases:
+        assert where.name == name
+        assert A.Count(where).value(sums) == sum(map(holds, py)), name
+        assert A.Sum("n", where).value(sums) == sum(r["n"] or 0 for r in py if holds(r)), name
+    assert A.both(None, A.valid("n")).name == "n set" and A.both(A.valid("n"), None).name == "n set"
+    assert A.both(None, None) is None
+    nulls = pa.table({"l": pa.nulls(3)})  # a list column of nulls only: nothing holds a value
+    assert A.Count(A.has("l", "x")).value(A.partials(nulls, (), [A.Count(A.has("l", "x"))])[()]) == 0
