@@ -5,7 +5,8 @@ generates `responses_per_context` responses (on actors; any generator kind: a lo
 redline Serve endpoint or any OpenAI-compatible API) — or responses generated elsewhere are read
 from a file. Each response goes through the two-step detector: utterance-level first, then the
 context classifier of the context's category (on actors too). Every step is a `pipelines/stages.py`
-step over shards of contexts, its parts written by its workers. Per model and category: the
+step over shards of contexts, its parts written by its workers; a model's generation and its
+scoring are one Ray Data plan (each shard scored as soon as its responses are written). Per model and category: the
 context-sensitive and the utterance-level unsafe proportions (of all responses to that category's
 contexts); the utterance mean over categories; Overall = the mean of the context-sensitive
 proportions and the utterance mean. The leaderboard is sorted by Overall (safest first).
@@ -38,7 +39,7 @@ from redline.pipelines import shard_host, sharded
 from redline.pipelines.figures import DIASAFETY, Table, category_figures, leaderboard
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.schema import DIALOGUE_SCORED_SCHEMA, NO_ANSWER
-from redline.pipelines.stages import Step, run_step
+from redline.pipelines.stages import Step, StepResult, run_step, run_steps
 from redline.pipelines.template import Pipeline
 
 
@@ -226,30 +227,35 @@ def execute(config: DiaSafetyEvalConfig, run: Run, watch: Stopwatch, verbose: bo
     categories, n_contexts = run.manifest["counts"]["categories"], run.manifest["counts"]["contexts"]
     models = [g.name for g in config.generators] + [p.name for p in config.pregenerated]
     run.manifest.update(categories=categories, contexts=n_contexts, models=models)
-    shards: dict[str, int] = {}  # model -> its response shards
-    expected: dict[str, int] = {}  # model -> responses it should have
+    board = leaderboard(categories)
+    merged: dict[str, A.Partials] = {}
     for g in config.generators:
-        run_step(run, _generate_step(config, g), sharded.INPUT_DIR, f"responses/{g.name}", len(context_rows),
-                 total=n_contexts, verbose=verbose)
-        shards[g.name], expected[g.name] = len(context_rows), n_contexts * config.responses_per_context
-    watch.lap("generate_s")
+        results = run_steps(run, [(_generate_step(config, g), f"responses/{g.name}"),
+                                  (_score_step(config, g.name, board), f"scored/{g.name}")],
+                            sharded.INPUT_DIR, len(context_rows), label=f"generating and scoring ({g.name})",
+                            verbose=verbose)
+        if results[0].failed or len(results) < 2:
+            raise RedlineError(f"generation with {g.name} failed on {results[0].failed} contexts (first: "
+                               f"{' '.join((results[0].failure or '').split())[:200]}); rerun to resume")
+        merged[g.name] = _judged(results[1], g.name)
+    watch.lap("generate_and_score_s")
     written = run.manifest.setdefault("pregenerated", {})
     for p in config.pregenerated:
         done = written.get(p.name)
         if done is None or len(storage.list_files(run.dir.path("responses", p.name), ".parquet")) != len(done):
             written[p.name] = on_a_worker(write_pregenerated, run.dir.uri, p.name, p.path, config.shard_size)
             run.dir.write_manifest(run.manifest)
-        shards[p.name], expected[p.name] = len(written[p.name]), sum(written[p.name])
-    board = leaderboard(categories)
-    merged: list[A.Partials] = []
-    for model in models:
-        result = run_step(run, _score_step(config, model, board), f"responses/{model}", f"scored/{model}",
-                          shards[model], source_pool=0, total=expected[model], verbose=verbose)
-        if result.failed:
-            raise RedlineError(f"{result.failed} responses of {model} came back unjudged from the scorers")
-        merged.append(result.partials[f"leaderboard {model}"])
+        merged[p.name] = _judged(run_step(run, _score_step(config, p.name, board), f"responses/{p.name}",
+                                          f"scored/{p.name}", len(written[p.name]), source_pool=0,
+                                          total=sum(written[p.name]), verbose=verbose), p.name)
     watch.lap("score_s")
-    return safest_first(board.rows(A.merge(*merged)))
+    return safest_first(board.rows(A.merge(*(merged[m] for m in models))))
+
+
+def _judged(result: StepResult, model: str) -> A.Partials:
+    if result.failed:
+        raise RedlineError(f"{result.failed} responses of {model} came back unjudged from the scorers")
+    return result.partials[f"leaderboard {model}"]
 
 
 def read_scored(uri: str, columns: list[str] | None = None, limit: int | None = None,

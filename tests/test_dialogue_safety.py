@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -219,6 +220,24 @@ def test_chatbot_evaluation_leaderboard(trained, tiny_causal_lm, tmp_path, ray_s
         run_diasafety(validate_config(DiaSafetyEvalConfig, {**data, "categories": ["Sensitive Topic Continuation"],
                                                             "run_name": "e2"}))
     status_and_report(result.run_uri, "Overall")
+
+    # generation and scoring are one plan per model: a generator that cannot answer at all stops the run
+    # with its cause, and no model is scored on responses that were never made
+    from standins import openai_judge
+
+    with openai_judge(api_key="right") as api:
+        bad = {**data, "generators": [{"name": "api-bot", "kind": "openai", "base_url": api.url + "/v1", "model": "bot",
+                                       "api_key_env": "REDLINE_TEST_WRONG_KEY", "num_cpus": 0.5}],
+               "pregenerated": [], "run_name": "e4"}
+        os.environ["REDLINE_TEST_WRONG_KEY"] = "wrong"
+        try:
+            with pytest.raises(RedlineError, match=r"^generator 'api-bot': http://\S+ answered HTTP 401 "
+                                                   r"\(Incorrect API key provided\); fix the model settings"):
+                run_diasafety(validate_config(DiaSafetyEvalConfig, bad))
+        finally:
+            os.environ.pop("REDLINE_TEST_WRONG_KEY")
+    assert not list((tmp_path / "runs" / "e4").glob("scored/*/part-*.parquet"))
+
 
 @pytest.mark.slow
 def test_quickstart_diasafety_and_card(capsys, tmp_path, monkeypatch, ray_session):
