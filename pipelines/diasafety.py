@@ -248,7 +248,8 @@ def execute(config: DiaSafetyEvalConfig, run: Run, watch: Stopwatch, verbose: bo
         merged[p.name] = _judged(run_step(run, _score_step(config, p.name, board), f"responses/{p.name}",
                                           f"scored/{p.name}", len(written[p.name]), source_pool=0,
                                           total=sum(written[p.name]), verbose=verbose), p.name)
-    watch.lap("score_s")
+    if config.pregenerated:
+        watch.lap("score_s")
     return safest_first(board.rows(A.merge(*(merged[m] for m in models))))
 
 
