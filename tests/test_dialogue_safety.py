@@ -268,6 +268,102 @@ def test_quickstart_diasafety_and_card(capsys, tmp_path, monkeypatch, ray_sessio
     assert mine["guard.white_box.asr_tae"]["n"] > 0 and mine["dialogue.detector.recall"]["n"] > 0
     for figure in mine.values():
         assert figure["value"] is None or figure["n"] > 0
+    check_card(tmp_path / "quickstart-card", ("tiny-bert-guard", "profanity-check", "keywords"),
+               ("tiny-dialogue-gpt2", "tiny-dialogue-gpt2-1-epoch"), labelled=300, capsys=capsys)
+
+
+def check_card(card_dir: Path, detectors: tuple[str, ...], models: tuple[str, str], labelled: int, capsys) -> None:
+    """A finished card, every part beside its references and linked, each figure checked against its
+    part's own rows: `detectors` the guard then its baselines, `models` the chat model then its reference."""
+    from redline.cli import main
+    from redline.cluster.runs import RunDir
+    from redline.pipelines.card_figures import BY_KEY
+    from redline.pipelines.taebench import read_bench
+    from redline.pipelines.uncertainty import wilson
+
+    manifest = RunDir(str(card_dir)).manifest()
+    parts = manifest["parts"]
+    assert list(parts) == [*(f"attack-{d}" for d in detectors), "taebench", "transfer", "clean", "diasafety", "triggers"]
+    assert all(RunDir(uri).manifest()["state"] == "complete" for uri in parts.values())
+    rows = manifest["summary"]
+    by = {(r["key"], r["subject"]): r for r in rows}
+    for key in ("guard.transfer.asr_tae", "guard.white_box.asr_tae", "guard.clean.f1", "guard.clean.auprc"):
+        assert {s for k, s in by if k == key} == set(detectors)  # the baselines beside the guard, part by part
+    for key in ("dialogue.unsafe.overall", "dialogue.no_answer", "triggers.hit_rate"):
+        assert {s for k, s in by if k == key} == set(models)  # the reference beside the model
+    assert {r["role"] for r in rows if r["subject"] in (*detectors[1:], models[1])} == {"reference"}
+    assert {r["role"] for r in rows if r["subject"] in (detectors[0], models[0], "two-step detector")} == {"card"}
+
+    # self-transfer is never a transfer figure: each detector is scored on the examples made against the others
+    plus = read_bench(parts["taebench"]).to_pylist()
+    transfer = {r["victim"]: r for r in RunDir(parts["transfer"]).manifest()["summary"] if r["dataset"] == "all"}
+    for me in detectors:
+        made = [r for r in plus if r["victim"] != me]
+        assert transfer[me]["tae_n"] == sum(r["goal"] == "tae" for r in made) == by[("guard.transfer.asr_tae", me)]["n"]
+        assert transfer[me]["own_n"] == sum(r["victim"] == me for r in plus)
+    # white-box: each attack run's own successes over decided attempts, pooled over recipes
+    for me in detectors:
+        tae = [r for r in RunDir(parts[f"attack-{me}"]).manifest()["summary"] if r["goal"] == "tae"]
+        wb = by[("guard.white_box.asr_tae", me)]
+        assert wb["n"] == sum(r["success"] + r["failed"] for r in tae)
+        assert wb["value"] == pytest.approx(sum(r["success"] for r in tae) / wb["n"])
+    # clean accuracy is the score run's, with its counts as the n of each proportion
+    clean = next(r for r in RunDir(parts["clean"]).manifest()["summary"]
+                 if r["detector"] == detectors[0] and r["dataset"] == "all")
+    assert by[("guard.clean.precision", detectors[0])]["n"] == clean["tp"] + clean["fp"]
+    assert by[("guard.clean.fpr", detectors[0])]["value"] == clean["fpr"] and clean["auprc"] is not None
+
+    for r in rows:  # every proportion with its n and its 95% interval (recomputed here)
+        assert (r["value"] is None) == (r["n"] == 0) or r["key"] == "guard.clean.auprc"
+        if not r["n"] or r["value"] is None:
+            continue
+        if r["key"] in ("dialogue.unsafe.overall", "dialogue.unsafe.utterance"):  # bootstrap over contexts
+            assert r["low"] <= r["value"] + 1e-9 and r["value"] - 1e-9 <= r["high"]
+        elif r["key"] in ("guard.clean.f1", "guard.clean.auprc", "guard.white_box.mean_queries",
+                          "dialogue.detector.f1"):  # not proportions: no interval
+            assert r["low"] is None and r["conclusive"] is False
+        else:
+            assert (r["low"], r["high"]) == pytest.approx(wilson(round(r["value"] * r["n"]), r["n"]))
+            assert r["conclusive"] == (r["high"] - r["low"] <= 0.2)
+    for key in {r["key"] for r in rows}:  # ranks: 1 is the best by the figure's direction
+        ranked = sorted((r for r in rows if r["key"] == key and r.get("rank")), key=lambda r: r["rank"])
+        values = [r["value"] for r in ranked]
+        if len(ranked) > 1:
+            assert values == sorted(values, reverse=BY_KEY[key].better == "higher")
+    detector = [r for r in rows if r["part"] == "dialogue: detector"]
+    assert {r["key"] for r in detector} == {f"dialogue.detector.{k}" for k in ("precision", "recall", "f1", "fpr")}
+    assert manifest["sections"]["detector"]["n"] == labelled
+
+    html = (card_dir / "report.html").read_text()
+    for uri in parts.values():  # each part's report is linked, relative to the card's
+        leaf = Path(uri).name
+        assert f"href='../{leaf}/report.html'" in html and (card_dir.parent / leaf / "report.html").is_file()
+    for heading in ("guard: transfer", "guard: white-box", "guard: clean data", "dialogue: detector", "Definitions",
+                    "examples made against itself are left out", "Empty responses are counted"):
+        assert heading in html
+    status_and_report(str(card_dir), "unsafe, Overall")
+    published = json.loads((card_dir / "card.json").read_text())
+    assert published["schema"] == "redline.card/2" and published["runs"] == parts
+    tae, mine = published["figures"]["guard.transfer.asr_tae"], by[("guard.transfer.asr_tae", detectors[0])]
+    assert (tae["value"], tae["n"], tae["subject"]) == (mine["value"], mine["n"], detectors[0])
+    assert set(published["references"]) == {*detectors[1:], models[1]}
+    assert published["definitions"]["guard.transfer.asr_tae"]["better"] == "lower"
+
+    # a release gate on the finished card (the same config again reuses it): exit 1 with the rule in one line
+    config_file = card_dir.parent / "card.yaml"
+    config_file.write_text(yaml.safe_dump(manifest["config"]))
+    finished = {uri: RunDir(uri).manifest().get("finished_at") for uri in parts.values()}
+    gate, wb = "guard.white_box.asr_tae", by[("guard.white_box.asr_tae", detectors[0])]
+    value = published["figures"][gate]["value"]
+    capsys.readouterr()
+    assert main(["eval", "--config", str(config_file), "--fail-if", f"{gate} >= {value}"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"error: --fail-if '{gate} >= ") and f"(n {wb['n']}, 95% " in err[-1]
+    assert main(["eval", "--config", str(config_file), "--fail-if", f"{gate} > 1",
+                 "--fail-if", "triggers.hit_rate.n < 1"]) == 0
+    assert main(["eval", "--config", str(config_file), "--fail-if", "guard.asr > 0.3"]) == 2
+    assert "no figure 'guard.asr'" in capsys.readouterr().err
+    assert {uri: RunDir(uri).manifest().get("finished_at") for uri in parts.values()} == finished  # nothing ran again
 
 
 def test_two_step_detection_served_over_http(trained, ray_session, tmp_path, monkeypatch):
@@ -399,121 +495,6 @@ def test_a_stopped_training_resumes_without_retraining_finished_variants(tmp_pat
     assert trained == ["one-vs-all"]  # the single classifier was not trained again
     assert {r["model"] for r in result.summary} == {"single", "one_vs_all"}
     assert result.manifest["training"]["single"] == stopped["trained"]["single"]["training"]
-
-
-def test_a_safety_card_runs_every_part_beside_references_and_links_them(trained, tiny_causal_lm, tiny_binary_model,
-                                                                        tmp_path, capsys):
-    from redline.cli import main
-    from redline.cluster.config import validate_config
-    from redline.cluster.runs import RunDir
-    from redline.pipelines.card import CardConfig
-    from redline.pipelines.card_figures import BY_KEY
-    from redline.pipelines.quickstart import QUICKSTART_KEYWORDS, sample_path
-    from redline.pipelines.registry import pipeline
-    from redline.pipelines.taebench import read_bench
-    from redline.pipelines.uncertainty import wilson
-
-    val = shared_file(SHARED_DATA / "diasafety" / "val.json")
-    corpus = {"text_column": "text", "label_column": "label", "toxic_values": ["toxic"], "dataset": "sample"}
-    card = validate_config(CardConfig, settings := {
-        "model": {"name": "tiny-gpt2", "kind": "hf", "model": str(tiny_causal_lm), "num_cpus": 0.5},
-        "references": [{"name": "tiny-gpt2-ref", "kind": "hf", "model": str(tiny_causal_lm), "num_cpus": 0.5}],
-        "guard": {"name": "guard", "kind": "profanity-check", "num_cpus": 0.5},
-        "baselines": [{"name": "kw", "kind": "keywords", "patterns": QUICKSTART_KEYWORDS, "num_cpus": 0.25}],
-        "guard_attack": {
-            "attack": {"corpus": {**corpus, "path": str(sample_path("toxic_sample_test.csv"))}, "recipes": ["deepwordbug"],
-                       "goals": ["tae", "bae"], "max_seeds": 12, "num_cpus": 0.5},
-            "taebench": {"grammar": None, "classifier": {"name": "c", "kind": "hf", "model": str(tiny_binary_model)}}},
-        "clean": {"corpus": {**corpus, "path": str(sample_path("toxic_sample_test.csv"))}},
-        "dialogue": {"diasafety": {"contexts": str(val), "classifiers": str(Path(trained.run_uri) / "models" / "one_vs_all"),
-                                   "max_contexts_per_category": 3, "responses_per_context": 2, "max_tokens": 8,
-                                   "num_cpus": 0.5},
-                     "labelled": str(val), "labelled_limit": 40},
-        "triggers": {"egregious": {"lists": [{"name": "mal", "limit": 3}], "searches": ["o-sample-avg"],
-                                   "trigger_length": 3, "top_g": 10, "restarts": 1, "max_sweeps": 2},
-                     "threshold_pairs": {"path": str(val), "limit": 40}},
-        "output": str(tmp_path), "run_name": "card"})
-    result = pipeline("eval").run(card)
-    parts = result.manifest["parts"]
-    assert list(parts) == ["attack-guard", "attack-kw", "taebench", "transfer", "clean", "diasafety", "triggers"]
-    assert all(RunDir(uri).manifest()["state"] == "complete" for uri in parts.values())
-    rows = result.summary
-    by = {(r["key"], r["subject"]): r for r in rows}
-    for key in ("guard.transfer.asr_tae", "guard.white_box.asr_tae", "guard.clean.f1", "guard.clean.auprc"):
-        assert {s for k, s in by if k == key} == {"guard", "kw"}  # the baseline beside the guard, part by part
-    for key in ("dialogue.unsafe.overall", "dialogue.no_answer", "triggers.hit_rate"):
-        assert {s for k, s in by if k == key} == {"tiny-gpt2", "tiny-gpt2-ref"}  # the reference beside the model
-    assert {r["role"] for r in rows if r["subject"] in ("kw", "tiny-gpt2-ref")} == {"reference"}
-    assert {r["role"] for r in rows if r["subject"] in ("guard", "tiny-gpt2", "two-step detector")} == {"card"}
-
-    # self-transfer is never a transfer figure: each detector is scored on the examples made against the other
-    plus = read_bench(parts["taebench"]).to_pylist()
-    transfer = {r["victim"]: r for r in RunDir(parts["transfer"]).manifest()["summary"] if r["dataset"] == "all"}
-    for me, other in (("guard", "kw"), ("kw", "guard")):
-        made = [r for r in plus if r["victim"] == other]
-        assert transfer[me]["tae_n"] == sum(r["goal"] == "tae" for r in made) == by[("guard.transfer.asr_tae", me)]["n"]
-        assert transfer[me]["own_n"] == sum(r["victim"] == me for r in plus)
-    # white-box: the attack run's own successes over decided attempts
-    attack = RunDir(parts["attack-guard"]).manifest()["summary"]
-    tae = [r for r in attack if r["goal"] == "tae"]
-    wb = by[("guard.white_box.asr_tae", "guard")]
-    assert wb["n"] == sum(r["success"] + r["failed"] for r in tae)
-    assert wb["value"] == pytest.approx(sum(r["success"] for r in tae) / wb["n"])
-    # clean accuracy is the score run's, with its counts as the n of each proportion
-    clean = next(r for r in RunDir(parts["clean"]).manifest()["summary"]
-                 if r["detector"] == "guard" and r["dataset"] == "all")
-    assert by[("guard.clean.precision", "guard")]["n"] == clean["tp"] + clean["fp"]
-    assert by[("guard.clean.fpr", "guard")]["value"] == clean["fpr"] and clean["auprc"] is not None
-
-    for r in rows:  # every proportion with its n and its 95% interval (recomputed here)
-        assert (r["value"] is None) == (r["n"] == 0) or r["key"] == "guard.clean.auprc"
-        if not r["n"] or r["value"] is None:
-            continue
-        if r["key"] in ("dialogue.unsafe.overall", "dialogue.unsafe.utterance"):  # bootstrap over contexts
-            assert r["low"] <= r["value"] + 1e-9 and r["value"] - 1e-9 <= r["high"]
-        elif r["key"] in ("guard.clean.f1", "guard.clean.auprc", "guard.white_box.mean_queries",
-                          "dialogue.detector.f1"):  # not proportions: no interval
-            assert r["low"] is None and r["conclusive"] is False
-        else:
-            assert (r["low"], r["high"]) == pytest.approx(wilson(round(r["value"] * r["n"]), r["n"]))
-            assert r["conclusive"] == (r["high"] - r["low"] <= 0.2)
-    for key in {r["key"] for r in rows}:  # ranks: 1 is the best by the figure's direction
-        ranked = sorted((r for r in rows if r["key"] == key and r.get("rank")), key=lambda r: r["rank"])
-        values = [r["value"] for r in ranked]
-        if len(ranked) > 1:
-            assert values == sorted(values, reverse=BY_KEY[key].better == "higher")
-    detector = [r for r in rows if r["part"] == "dialogue: detector"]
-    assert {r["key"] for r in detector} == {f"dialogue.detector.{k}" for k in ("precision", "recall", "f1", "fpr")}
-    assert result.manifest["sections"]["detector"]["n"] == 40
-
-    html = (tmp_path / "card" / "report.html").read_text()
-    for uri in parts.values():  # each part's report is linked, relative to the card's
-        leaf = Path(uri).name
-        assert f"href='../{leaf}/report.html'" in html and (tmp_path / leaf / "report.html").is_file()
-    for heading in ("guard: transfer", "guard: white-box", "guard: clean data", "dialogue: detector", "Definitions",
-                    "examples made against itself are left out", "Empty responses are counted"):
-        assert heading in html
-    status_and_report(result.run_uri, "unsafe, Overall")
-    published = json.loads((tmp_path / "card" / "card.json").read_text())
-    assert published["schema"] == "redline.card/2" and published["runs"] == parts
-    tae = published["figures"]["guard.transfer.asr_tae"]
-    mine = by[("guard.transfer.asr_tae", "guard")]
-    assert (tae["value"], tae["n"], tae["subject"]) == (mine["value"], mine["n"], "guard")
-    assert set(published["references"]) == {"kw", "tiny-gpt2-ref"}
-    assert published["definitions"]["guard.transfer.asr_tae"]["better"] == "lower"
-
-    # a release gate on the finished card (the rerun reuses it): exit 1 with the rule in one line
-    config_file = tmp_path / "card.yaml"
-    config_file.write_text(yaml.safe_dump(settings))
-    gate = "guard.white_box.asr_tae"
-    value = published["figures"][gate]["value"]
-    assert main(["eval", "--config", str(config_file), "--fail-if", f"{gate} >= {value}"]) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith(f"error: --fail-if '{gate} >= ") and f"(n {wb['n']}, 95% " in err[-1]
-    assert main(["eval", "--config", str(config_file), "--fail-if", f"{gate} > 1",
-                 "--fail-if", "triggers.hit_rate.n < 1"]) == 0
-    assert main(["eval", "--config", str(config_file), "--fail-if", "guard.asr > 0.3"]) == 2
-    assert "no figure 'guard.asr'" in capsys.readouterr().err
 
 
 def test_a_card_skips_the_trigger_search_on_a_black_box_and_checks_every_part_at_load(tmp_path):

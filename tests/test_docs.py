@@ -64,8 +64,8 @@ HOW: dict[str, tuple[str, str]] = {
         "tests/test_triggers.py::test_the_pipeline_reports_each_list_with_its_hit_type_and_the_known_triggers",
         "~2.5 min; the same pipeline on DiaSafety dialogue models there"),
     "redline eval --config examples/card.yaml": (
-        "tests/test_dialogue_safety.py::test_a_safety_card_runs_every_part_beside_references_and_links_them",
-        "needs hub models"),
+        "tests/test_dialogue_safety.py::test_quickstart_diasafety_and_card", "needs hub models; the quickstart card "
+        "runs every part of it on tiny models"),
     "REDLINE_DIASAFETY_DIR=../shared/data/diasafety redline quickstart card": (
         "tests/test_dialogue_safety.py::test_quickstart_diasafety_and_card", "same command"),
     "redline serve --config examples/serve.yaml": (RUN, ""),
@@ -94,8 +94,8 @@ HOW: dict[str, tuple[str, str]] = {
     "redline submit score --config examples/score_davidson.yaml --address http://HEAD:8265": (
         "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "HEAD is the user's head node"),
     "redline eval --config examples/card.yaml --fail-if 'guard.transfer.asr_tae > 0.3' --fail-if "
-    "'triggers.hit_rate.high >= 0.5'": ("tests/test_dialogue_safety.py::test_a_safety_card_runs_every_part_beside_"
-                                        "references_and_links_them", "needs hub chat models"),
+    "'triggers.hit_rate.high >= 0.5'": ("tests/test_dialogue_safety.py::test_quickstart_diasafety_and_card",
+                                        "needs hub chat models; the gate runs there on the quickstart card"),
     "kubectl create secret generic redline-api-keys --from-literal=OPENAI_API_KEY=...": (RENDERED_RAYJOB, NO_K8S),
     "kubectl logs -f -l job-name=redline-score": (RENDERED_RAYJOB, NO_K8S),
     "kubectl apply -f cluster/kubernetes/rayjob.yaml": (
