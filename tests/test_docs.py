@@ -25,6 +25,7 @@ RUN = "run here"  # executed as written by test_documented_commands_run_as_writt
 COMMAND = re.compile(r"^(?:\.venv/bin/)?(?:redline|curl|ray|kubectl|\./setup\.sh|export|REDLINE_\w+=\S+ redline)\b")
 
 RENDERED_RAYJOB = "tests/test_cluster.py::test_the_rayjob_runs_as_rendered_and_logs_plain_progress"
+KILLED_WORKER = "tests/test_cluster.py::test_killing_the_worker_node_mid_run_loses_and_duplicates_nothing"
 NO_K8S = "no Kubernetes cluster here"
 HOW: dict[str, tuple[str, str]] = {
     # (where it runs, why not here when it runs elsewhere)
@@ -83,7 +84,7 @@ HOW: dict[str, tuple[str, str]] = {
         "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "HEAD is the user's head node"),
     "export AWS_ENDPOINT_URL=...": ("tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "a placeholder"),
     "redline submit score --config examples/score_davidson.yaml --address http://HEAD:8265 --wait": (
-        "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "HEAD is the user's head node"),
+        KILLED_WORKER, "HEAD is the user's head node"),
     "redline submit taebench --config examples/taebench.yaml --address http://HEAD:8265 --secret OPENAI_API_KEY": (
         "tests/test_cluster.py::test_a_secret_lives_on_the_nodes_and_never_in_the_jobs_api",
         "HEAD is the user's head node"),
@@ -92,7 +93,7 @@ HOW: dict[str, tuple[str, str]] = {
     "redline stop JOB_ID --address http://HEAD:8265": (
         "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "HEAD is the user's head node"),
     "redline submit score --config examples/score_davidson.yaml --address http://HEAD:8265": (
-        "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "HEAD is the user's head node"),
+        KILLED_WORKER, "HEAD is the user's head node"),
     "redline eval --config examples/card.yaml --fail-if 'guard.transfer.asr_tae > 0.3' --fail-if "
     "'triggers.hit_rate.high >= 0.5'": ("tests/test_dialogue_safety.py::test_quickstart_diasafety_and_card",
                                         "needs hub chat models; the gate runs there on the quickstart card"),
@@ -107,7 +108,7 @@ HOW: dict[str, tuple[str, str]] = {
     "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=$(kubectl get secret redline -o jsonpath='{.data.auth_token}' | base64 -d)": (
         "tests/test_cli.py::test_kuberay_manifests_have_what_the_crds_require", "no Kubernetes cluster here"),
     "redline submit score --config examples/score_davidson.yaml --address http://127.0.0.1:8265": (
-        "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "the token-guarded Jobs API of KubeRay"),
+        KILLED_WORKER, "the token-guarded Jobs API of KubeRay"),
     "redline serve deploy-config --config examples/serve_kubernetes.yaml": (
         "tests/test_cli.py::test_the_rayservice_serves_the_example_config_behind_its_key", "rendered, compared"),
     "kubectl port-forward service/redline-serve-svc 8000:8000 &": (
@@ -124,8 +125,7 @@ HOW: dict[str, tuple[str, str]] = {
         "tests/test_cli.py::test_kuberay_manifests_have_what_the_crds_require", "no Kubernetes cluster here"),
     "redline submit attack --config examples/attack_quick.yaml --address http://127.0.0.1:8265 --wait": (
         "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "the Jobs API of a Kubernetes cluster"),
-    "redline submit score --config examples/score_davidson.yaml": (
-        "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "the Jobs API of a `ray up` cluster"),
+    "redline submit score --config examples/score_davidson.yaml": (KILLED_WORKER, "the Jobs API of a `ray up` cluster"),
     "ray up ray_cluster.yaml": ("tests/test_cli.py::test_ray_cluster_yaml_passes_the_launcher_schema", "needs AWS"),
     "ray dashboard ray_cluster.yaml": ("tests/test_cli.py::test_ray_cluster_yaml_passes_the_launcher_schema", "needs AWS"),
     "ray down ray_cluster.yaml": ("tests/test_cli.py::test_ray_cluster_yaml_passes_the_launcher_schema", "needs AWS"),
