@@ -236,12 +236,15 @@ def test_every_pipeline_on_two_nodes_from_s3(cluster, s3_inputs, tmp_path):
               "toxic_values": ["toxic"], "dataset": "sample"}
 
     # (score runs as the card's clean part below, and on its own in the tests after this one)
+    # two categories: two Tune trials at once on the worker node's two CPUs (every category trains as
+    # trials in test_dialogue_safety.py::test_categories_and_a_hyperparameter_grid_train_as_tune_trials)
+    categories = ["Offending User", "Risk Ignorance"]
     cluster.submit("dialogue-safety-train", {
         "train": f"{s3u}/data/ds-train.json", "val": f"{s3u}/data/ds-val.json", "base_model": f"{s3u}/models/tiny-bert",
-        "variants": ["one_vs_all"], "epochs": 1, "batch_size": 32, "max_length": 48, "learning_rate": 1e-3,
-        "tune_trials": True, "trial_cpus": 1, "output": runs, "run_name": "ds-train"}, "ds-train")
+        "categories": categories, "variants": ["one_vs_all"], "epochs": 1, "batch_size": 32, "max_length": 48,
+        "learning_rate": 1e-3, "tune_trials": True, "trial_cpus": 1, "output": runs, "run_name": "ds-train"}, "ds-train")
     m = manifest("ds-train")
-    assert m["state"] == "complete" and set(m["training"]["one_vs_all"]) == set(m["categories"])
+    assert m["state"] == "complete" and set(m["training"]["one_vs_all"]) == set(m["categories"]) == set(categories)
     assert any(k.endswith("redline_dialogue_safety.json") for k in s3_keys("runs/ds-train/models/one_vs_all/"))
 
     # training writes its models to S3 too; the search then loads them there
@@ -269,7 +272,8 @@ def test_every_pipeline_on_two_nodes_from_s3(cluster, s3_inputs, tmp_path):
                          "taebench": {"grammar": None, "classifier": tiny_bert, "test_fraction": 0.5}, "split": "all"},
         "clean": {"corpus": {**sample, "limit": 40}},
         "dialogue": {"diasafety": {"contexts": f"{s3u}/data/ds-val.json",
-                                   "classifiers": f"{runs}/ds-train/models/one_vs_all", "max_contexts_per_category": 2,
+                                   "classifiers": f"{runs}/ds-train/models/one_vs_all", "categories": categories,
+                                   "max_contexts_per_category": 2,
                                    "responses_per_context": 2, "max_tokens": 6, "scoring": {"num_cpus": 0.5},
                                    "num_cpus": 0.5},
                      "labelled": f"{s3u}/data/ds-val.json", "labelled_limit": 20},
