@@ -518,7 +518,7 @@ def test_advtrain_sweep_produces_table5(taebench_run, tmp_path, tiny_binary_mode
     status_and_report(result.run_uri, "TaeBench ASR")
 
 @pytest.mark.slow
-def test_advtrain_resumes_an_interrupted_sweep(taebench_run, tmp_path, tiny_binary_model):
+def test_advtrain_resumes_an_interrupted_sweep(taebench_run, tmp_path, tiny_binary_model, ray_session):
     import os
     import subprocess
     import sys
@@ -529,8 +529,9 @@ def test_advtrain_resumes_an_interrupted_sweep(taebench_run, tmp_path, tiny_bina
                          variants=["no_tae", "taebench", "taebench_plus"])
     cfg = tmp_path / "adv.yaml"
     cfg.write_text(yaml.safe_dump(data))
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    env.pop("RAY_ADDRESS", None)
+    # both drivers join the session's Ray (as `redline run` on a cluster does): the killed one's trial
+    # actors die with it, and the rerun starts no Ray of its own
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
     cmd = [sys.executable, "-m", "redline", "run", "advtrain", "--config", str(cfg)]
     sweep = tmp_path / "runs" / "adv" / "sweep"
     done = _kill_after_first_trial(cmd, env, sweep)
