@@ -162,7 +162,8 @@ def _worker_user() -> None:
     if probe.returncode != 0:
         pytest.skip(f"the two-node test gives the worker node its own mount namespace: {probe.stderr.strip()}")
     if subprocess.run(["id", WORKER_USER], capture_output=True).returncode != 0:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", WORKER_USER], check=True)
+        # a system user: never uid 1000, which the image CI smoke-tests beside the tests runs as
+        subprocess.run(["useradd", "--system", "--create-home", "--shell", "/bin/sh", WORKER_USER], check=True)
 
 
 @pytest.fixture(scope="module")
