@@ -12,6 +12,7 @@ from redline.cli.apps import app
 from redline.cli.runs import ForceOpt
 from redline.cli.show import console, err_console, show_result, verbose
 from redline.cluster.net import free_port
+from redline.cluster.runs import finished_run
 from redline.errors import RedlineError
 from redline.pipelines import quickstart as qs
 from redline.pipelines.registry import pipeline
@@ -32,23 +33,33 @@ def run_chain(output: str, *, force: bool = False, verbose: bool = False, say: A
     filter_model = qs.quickstart_filter_model(models)
     say("1/4 attacking profanity-check (TAE and BAE, 3 recipes)")
     attack = run_attack(qs.quickstart_attack_config(output), force=force, verbose=verbose)
-    say("2/4 serving the tiny LLM judge on Ray Serve (OpenAI-compatible API)")
-    for attempt in range(3):  # a free port can be taken by another process before Serve binds it
-        serve_cfg = ServeConfig.model_validate({
-            "port": free_port(), "app_name": "quickstart-judge", "api_key_env": None,
-            "generators": [{"name": "tiny-judge", "model": str(judge_model), "num_cpus": 0.25}]})
-        try:
-            state = runner.start(serve_cfg, verbose=verbose, announce=lambda _: None)
-            break
-        except runner.PortTaken:
-            if attempt == 2:
-                raise
-    try:
+    def taebench_config(judge_url: str) -> Any:
+        return qs.quickstart_taebench_config(output, attack.run_uri, judge_url, filter_model)
+
+    # the judge's address is where the run asks, not what it computes: a finished run of this config is
+    # reused whatever it was, and needs no judge served
+    unserved = taebench_config("http://127.0.0.1:1/v1")
+    if not force and finished_run("taebench", unserved, unserved.output, unserved.run_name):
+        say("2/4 the tiny LLM judge: not needed, the quality filters ran before")
         say("3/4 quality filters: dedupe, grammar, LLM judge AND classifier")
-        taebench = run_taebench(qs.quickstart_taebench_config(output, attack.run_uri, state["url"] + "/v1", filter_model),
-                                force=force, verbose=verbose)
-    finally:
-        runner.shutdown()
+        taebench = run_taebench(unserved, verbose=verbose)
+    else:
+        say("2/4 serving the tiny LLM judge on Ray Serve (OpenAI-compatible API)")
+        for attempt in range(3):  # a free port can be taken by another process before Serve binds it
+            serve_cfg = ServeConfig.model_validate({
+                "port": free_port(), "app_name": "quickstart-judge", "api_key_env": None,
+                "generators": [{"name": "tiny-judge", "model": str(judge_model), "num_cpus": 0.25}]})
+            try:
+                state = runner.start(serve_cfg, verbose=verbose, announce=lambda _: None)
+                break
+            except runner.PortTaken:
+                if attempt == 2:
+                    raise
+        try:
+            say("3/4 quality filters: dedupe, grammar, LLM judge AND classifier")
+            taebench = run_taebench(taebench_config(state["url"] + "/v1"), force=force, verbose=verbose)
+        finally:
+            runner.shutdown()
     say("4/4 transfer attack on three detectors")
     transfer = run_transfer(qs.quickstart_transfer_config(output, taebench.run_uri, classifier), force=force,
                             verbose=verbose)

@@ -139,6 +139,17 @@ def owns(manifest: dict[str, Any], pipeline: str, name: str) -> bool:
     return manifest.get("pipeline") == pipeline and recorded == name
 
 
+def finished_run(pipeline: str, config: BaseModel, output: str, run_name: str | None) -> bool:
+    """Whether `open_run` would reuse a finished run of this config as it is: a caller can then skip
+    what only a fresh run needs (a server to answer it, say)."""
+    key = config_hash(config)
+    name = run_name or f"{pipeline}-{key}"
+    previous = RunDir(storage.join(output, name)).manifest()
+    return (previous is not None and owns(previous, pipeline, name) and previous.get("state") == "complete"
+            and previous.get("config_hash") == key
+            and not fingerprints.changed_inputs(previous.get("inputs") or {}, fingerprints.of(input_uris(config))))
+
+
 def open_run(pipeline: str, config: BaseModel, output: str, run_name: str | None, force: bool,
              inputs: Iterable[str] | None = None) -> Run:
     """The run directory for this config: a finished run is reused unless `force`; an interrupted

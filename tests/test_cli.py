@@ -163,6 +163,11 @@ def test_quickstart_main_job_is_the_taebench_chain(capsys, quickstart_dir, ray_s
     assert str(tmp_path / "quickstart-transfer" / "report.html") in out
     assert "data:image/png;base64," in (tmp_path / "quickstart-transfer" / "report.html").read_text()
     assert f"redline view {tmp_path}" in out  # it ends with the command that opens its runs in a browser
+    # run again, every run is reused as it is: no judge is served for quality filters that already ran
+    assert main(["quickstart", "--output", str(tmp_path)]) == 0
+    again = capsys.readouterr()
+    assert "the tiny LLM judge: not needed" in again.err and "serving the tiny LLM judge" not in again.err
+    assert "TaeBench: " in again.out and str(tmp_path / "quickstart-transfer" / "report.html") in again.out
 
 
 def test_quickstart_score(capsys, tmp_path, ray_session):
