@@ -69,9 +69,10 @@ def autoscaling_cluster():
                                      "REDLINE_PROGRESS_INTERVAL": "2"}}
     finally:
         # the fake nodes are the autoscaler's children, in the head's process group
+        # `ray start --block` takes longer than 20 s to stop gracefully: 3 s, then whatever is left is killed
         os.killpg(head.pid, signal.SIGTERM)
         try:
-            head.wait(timeout=20)
+            head.wait(timeout=3)
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
             head.wait()

@@ -145,8 +145,8 @@ class Cluster:
         self.kill_worker()
         if self.head is not None:
             os.killpg(self.head.pid, signal.SIGTERM)
-            try:
-                self.head.wait(timeout=15)
+            try:  # a graceful `ray start --block` takes longer than 15 s: 3 s, then the rest is killed
+                self.head.wait(timeout=3)
             except subprocess.TimeoutExpired:
                 os.killpg(self.head.pid, signal.SIGKILL)
                 self.head.wait()
