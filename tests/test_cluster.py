@@ -237,8 +237,8 @@ def test_every_pipeline_on_two_nodes_from_s3(cluster, s3_inputs, tmp_path):
               "toxic_values": ["toxic"], "dataset": "sample"}
 
     # (score runs as the card's clean part below, and on its own in the tests after this one)
-    # two categories: two Tune trials at once on the worker node's two CPUs (every category trains as
-    # trials in test_dialogue_safety.py::test_categories_and_a_hyperparameter_grid_train_as_tune_trials)
+    # two categories: their two Tune trials run at once on the worker node's two CPUs (more categories
+    # are more trials of the same code, e.g. test_dialogue_safety.py's hyper-parameter grid)
     categories = ["Offending User", "Risk Ignorance"]
     cluster.submit("dialogue-safety-train", {
         "train": f"{s3u}/data/ds-train.json", "val": f"{s3u}/data/ds-val.json", "base_model": f"{s3u}/models/tiny-bert",
