@@ -782,21 +782,46 @@ def test_the_answer_cache_never_opens_through_a_link(tmp_path, monkeypatch, plan
 # Answers that never succeed: never a "complete" run
 
 
+def _judge(service: _Service, **over) -> dict:
+    return {"name": "j", "kind": "llm-judge", "model": "judge", "base_url": service.url, "cache_dir": None,
+            "max_retries": 1, "backoff_s": 0.01, "concurrency": 2, "max_retry_after_s": 0.2, "num_cpus": 0.25,
+            "max_failed_in_row": 100, **over}
+
+
 def _judge_score(tmp_path: Path, service: _Service, **over) -> list[str]:
-    judge = {"name": "j", "kind": "llm-judge", "model": "judge", "base_url": service.url, "cache_dir": None,
-             "max_retries": 1, "backoff_s": 0.01, "concurrency": 2, "max_retry_after_s": 0.2, "num_cpus": 0.25,
-             "max_failed_in_row": 100, **over}
-    return score(tmp_path, score_config(tmp_path, detectors=[judge]))
+    return score(tmp_path, score_config(tmp_path, detectors=[_judge(service, **over)]))
 
 
-@pytest.mark.parametrize("mode,fragment", [
+UNUSABLE = [
     ("empty", "the response has no choices"),
     ("html", "the answer's body is not JSON"),
     ("429:soon-ish", "HTTP 429"),
     ("429:Wed, 21 Oct 2015 07:28:00 GMT", "HTTP 429"),
     ("say:Maybe, hard to tell", "unparseable answer: 'Maybe, hard to tell'"),
     ("big:2000000", "over max_answer_bytes"),
-])
+]
+
+
+@pytest.mark.parametrize("mode,fragment", UNUSABLE)
+def test_an_answer_never_usable_is_every_rows_error_with_its_cause(mode, fragment, monkeypatch):
+    """Each way an answer can be unusable is an error on the row, with its cause: never a score, a
+    verdict or a row marked done (the run below fails on such rows, whatever their cause)."""
+    import numpy as np
+
+    from redline.actors.detectors import DetectorConfig, build_detector
+
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    service = _Service(mode)
+    try:
+        detector = build_detector(DetectorConfig.model_validate(_judge(service)))
+        _, score_, toxic, errors = detector.detect_rows(["a", "b", "c"])
+        assert all(e and fragment in e for e in errors), errors
+        assert np.isnan(score_).all() and not toxic.any()
+    finally:
+        service.shutdown()
+
+
+@pytest.mark.parametrize("mode,fragment", [UNUSABLE[1]])
 def test_a_detector_that_never_answers_usably_fails_the_run(mode, fragment, capsys, tmp_path, monkeypatch,
                                                            ray_session):
     monkeypatch.setenv("OPENAI_API_KEY", "x")
