@@ -243,13 +243,28 @@ def test_documented_commands_run_as_written(sandbox, tmp_path):
                 pass
             time.sleep(0.5)
         ran.add("redline serve --config examples/serve.yaml")
-        detected = run('redline detect "you are an idiot" "have a nice day"')
-        assert "toxic" in detected and "benign" in detected
+        # the state file is written before the applications deploy, so `serve stop` always finds the server
+        assert list((tmp_path / "serve-state").glob("serve-*.json"))
+        url = "http://127.0.0.1:8000"
+        detected = [ln for ln in run('redline detect "you are an idiot" "have a nice day"').splitlines()
+                    if "idiot" in ln or "nice day" in ln]
+        assert "toxic" in detected[0] and "benign" in detected[1]
+        as_json = _shell(f"redline detect --url {url}/v1/detect --detector slurs --json idiot", sandbox, env)
+        assert as_json.returncode == 0 and '"toxic": true' in as_json.stdout, as_json.stderr
         curl = [c for c in HOW if c.startswith("curl ")][0]
         assert '"flagged":true' in run(curl).replace(" ", "")
-        assert "healthy" in run("redline serve status")
-        run("redline serve stop", timeout=120)
-        server.wait(timeout=60)
+        status = run("redline serve status")
+        assert url in status and "healthy" in status
+        assert "detector-profanity-check" in status and "running 1" in status
+        second = _shell("redline serve --config examples/serve.yaml", sandbox, env)
+        assert second.returncode == 2 and "already runs on port" in second.stderr, second.stderr
+        assert f"stopped {url}" in run("redline serve stop", timeout=120)
+        out, _ = server.communicate(timeout=60)
+        assert server.returncode == 0 and f"redline serving at {url}" in out, out[-2000:]
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(url + "/healthz", timeout=2)
+        after = _shell("redline serve status", sandbox, env)
+        assert after.returncode == 1 and "no redline server" in after.stdout
     finally:
         if server.poll() is None:
             server.kill()
