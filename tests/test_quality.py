@@ -216,7 +216,8 @@ def test_taebench_without_grammar_server_is_an_error_unless_allowed(attack_run, 
 
 def test_a_judge_that_fails_or_says_nothing_usable_fails_the_stage(attack_run, tmp_path, tiny_binary_model):
     """Auth/not-found errors stop the run naming the endpoint and status; a judge whose every answer
-    is unparseable does not complete an empty benchmark; after the fix, a rerun resumes and completes."""
+    is unparseable does not complete an empty benchmark (the same judge answering usably completes one:
+    test_taebench_pipeline_end_to_end)."""
     from redline.errors import RedlineError
     from redline.pipelines.taebench import run_taebench
 
@@ -236,9 +237,6 @@ def test_a_judge_that_fails_or_says_nothing_usable_fails_the_stage(attack_run, t
         with pytest.raises(RedlineError, match=r"failed 10 requests in a row \(last: an answer it could not use"):
             run_taebench(cfg)
         assert json.loads((tmp_path / "runs" / "garbled" / "manifest.json").read_text())["state"] == "failed"
-        cfg = cfg.model_copy(update={"judge": cfg.judge.model_copy(update={"template": None})})
-        done = run_taebench(cfg.model_copy(update={"run_name": "fixed"}))
-        assert done.manifest["state"] == "complete" and done.manifest["counts"]["taebench"] > 0
 
 
 def test_api_detector_kinds_against_local_servers(tmp_path, monkeypatch):
