@@ -229,7 +229,7 @@ def test_the_worker_node_cannot_read_the_drivers_disk(cluster, tmp_path):
     assert cluster.cpus() == 2  # the head has none: every task, actor and replica runs on the worker node
 
 
-def test_every_pipeline_on_two_nodes_from_s3(cluster, s3_inputs, tmp_path):
+def test_every_pipeline_on_two_nodes_from_s3(cluster, s3_inputs):
     s3u = s3_inputs
     runs = f"{s3u}/runs"
     tiny_bert = {"name": "tiny-bert", "kind": "hf", "model": f"{s3u}/models/tiny-bert", "num_cpus": 0.5}
@@ -248,22 +248,10 @@ def test_every_pipeline_on_two_nodes_from_s3(cluster, s3_inputs, tmp_path):
     assert m["state"] == "complete" and set(m["training"]["one_vs_all"]) == set(m["categories"]) == set(categories)
     assert any(k.endswith("redline_dialogue_safety.json") for k in s3_keys("runs/ds-train/models/one_vs_all/"))
 
-    # training writes its models to S3 too; the search then loads them there
-    trig = {"pairs": {"path": f"{s3u}/data/ds-train.json"}, "vocab_size": 300, "embedding_dim": 16, "hidden_dim": 32,
-            "epochs": 1, "output": f"{s3u}/models"}
-    for kind in ("seq2seq", "lm"):
-        (tmp_path / f"{kind}.yaml").write_text(yaml.safe_dump({**trig, "name": kind}))
-        proc = cluster.redline("train", kind, "-c", str(tmp_path / f"{kind}.yaml"))
-        assert proc.returncode == 0, proc.stderr
-    cluster.submit("egregious", {
-        "models": [{"name": "s2s", "path": f"{s3u}/models/seq2seq", "lm": f"{s3u}/models/lm"}],
-        "lists": [{"name": "mal", "limit": 3}, {"name": "random", "limit": 3}], "searches": ["o-sample-avg"],
-        "trigger_length": 3, "top_g": 10, "restarts": 2, "max_sweeps": 2, "num_cpus": 1, "output": runs,
-        "run_name": "egregious"}, "egregious")
-    assert {r["list"] for r in manifest("egregious")["summary"]} == {"mal", "random"}
-
     # the safety card runs attack, taebench, transfer, score, diasafety and egregious as runs of their own
-    # on the cluster, every input on S3: each is checked here as its own run (they are not run again apart)
+    # on the cluster, every input on S3: each is checked here as its own run (they are not run again apart;
+    # egregious on the LSTM seq2seq and LM the paper trains runs in test_triggers.py, their training
+    # writes to S3 through the same artifacts path as ds-train's classifiers above)
     cluster.submit("eval", {
         "model": {"name": "tiny-gpt2", "kind": "hf", "model": f"{s3u}/models/tiny-gpt2", "num_cpus": 0.5},
         "guard": {"name": "guard", "kind": "profanity-check", "num_cpus": 0.5},

@@ -60,7 +60,8 @@ HOW: dict[str, tuple[str, str]] = {
     "redline train lm --config examples/trigger_models.yaml": (
         "tests/test_triggers.py::test_training_saves_models_with_thresholds", "hours on 2 cores at the paper's size"),
     "redline run egregious --config examples/egregious.yaml": (
-        "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "needs the trained paper-size models"),
+        "tests/test_triggers.py::test_egregious_pipeline_on_lstm_and_causal_lm", "needs the trained paper-size models; "
+        "the same pipeline on tiny LSTM and causal LMs there, and on two nodes as the card's triggers part"),
     "REDLINE_DIASAFETY_DIR=../shared/data/diasafety redline quickstart egregious": (
         "tests/test_triggers.py::test_the_pipeline_reports_each_list_with_its_hit_type_and_the_known_triggers",
         "~2.5 min; the same pipeline on DiaSafety dialogue models there"),

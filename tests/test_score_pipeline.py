@@ -152,10 +152,11 @@ def test_a_pool_grows_while_shards_wait_unless_it_is_fixed(ray_session, tmp_path
     # "grows": the service holds its answers until two calls are open at once (two actors: one actor's
     # calls come one at a time), so a pool that does not grow waits a minute and fails, however busy
     # the machine (a timing alone failed under load: the first actor finished before a second started);
-    # "fixed": every call takes 0.3 s, 9 s for its one actor
+    # "fixed": every call takes 0.3 s, 3 s for its one actor while the other shards wait
+    sizes = {"GATE": 300, "SLOW": 100}
     corpora = {word: write_csv(tmp_path / f"{word}.csv", ["text", "label"],
-                               [[f"{word} text {i}", ["toxic", "fine"][i % 2]] for i in range(300)])
-               for word in ("GATE", "SLOW")}
+                               [[f"{word} text {i}", ["toxic", "fine"][i % 2]] for i in range(n)])
+               for word, n in sizes.items()}
     with openai_judge(slow_s=0.3) as api:
         slow = {"name": "m", "kind": "openai-moderation", "base_url": api.url + "/v1", "num_cpus": 0.25,
                 "batch_size": 10}
@@ -164,9 +165,9 @@ def test_a_pool_grows_while_shards_wait_unless_it_is_fixed(ray_session, tmp_path
                                             [{**slow, **extra}], str(tmp_path / "runs"), shard_size=20, run_name=name))
                 for name, word, extra in (("grows", "GATE", {}), ("fixed", "SLOW", {"max_actors": 1}))}
     assert runs["grows"].manifest["actors_used"]["m"] >= 2 and runs["fixed"].manifest["actors_used"]["m"] == 1
-    for result in runs.values():
-        ids = read_predictions(result.run_uri).column("id").to_pylist()
-        assert len(ids) == len(set(ids)) == 300
+    for name, word in (("grows", "GATE"), ("fixed", "SLOW")):
+        ids = read_predictions(runs[name].run_uri).column("id").to_pylist()
+        assert len(ids) == len(set(ids)) == sizes[word]
     with pytest.raises(Exception, match=r"max_actors \(1\) is below actors \(2\)"):
         make_config({"path": str(corpora["SLOW"]), "text_column": "text"}, [{**slow, "actors": 2, "max_actors": 1}],
                     str(tmp_path / "runs"))
