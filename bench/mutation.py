@@ -3,6 +3,7 @@
     .venv/bin/python bench/mutation.py [--only cluster/access.py ...] [--children 2] [--show-survivors]
     .venv/bin/python bench/mutation.py --survivors --only actors/attack/search.py   # after writing tests
     .venv/bin/python bench/mutation.py --report-only                                # every module, as last measured
+    .venv/bin/python bench/mutation.py --ci            # what .ci/run runs: the figure modules changed since measured
 
 mutmut is not a project dependency: the first run makes its own environment in bench/.mutmut-venv
 (mutmut from PyPI, plus a path file that lends it this checkout's installed dependencies). Each run
@@ -21,11 +22,17 @@ Prints one JSON line per module (mutants, killed, survived, timeouts, equivalent
 total, then each surviving mutant that is not in EQUIVALENT with its diff (with --show-survivors),
 and each equivalent one with one line of why. Score = (killed + timeouts) / (mutants - equivalent);
 a mutant no test runs counts as a survivor. Exits 1 when a module is below 80%.
+
+The modules that make published figures (CI_MODULES) keep 85%: a run that measures one of them writes its
+score and the hash of the source it was measured on into mutation-record.json (committed). `--ci`
+measures only those whose source changed since (the modules a change touches; the whole bench takes
+longer than CI's budget allows), then prints every one's score and fails if one is below 85%.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -39,7 +46,9 @@ VENV = ROOT / "bench" / ".mutmut-venv"
 WORK = ROOT / "bench" / ".mutmut-work"
 STATE = ROOT / "bench" / ".mutmut-state"  # tiny models and caches the tests keep between mutants
 RESULTS = ROOT / "bench" / ".mutmut-results.json"  # each module's latest verdicts, kept across runs
+RECORD = ROOT / "bench" / "mutation-record.json"  # committed: each CI module's score and the source it was measured on
 MUTMUT = "mutmut==3.8.1"
+BAR = 0.85  # the score every module in CI_MODULES keeps (issue 56)
 
 # module -> the test files whose in-process tests cover it
 TARGETS: dict[str, list[str]] = {
@@ -70,6 +79,12 @@ TARGETS: dict[str, list[str]] = {
     "view/scan.py": ["tests/test_view_tables.py"],
     "cluster/leases.py": ["tests/test_leases.py"],
 }
+
+# the modules that turn rows into the figures a user publishes: `--ci` (run by .ci/run) measures those whose
+# source differs from the one RECORD was measured on, and fails below BAR
+CI_MODULES = ("pipelines/aggregates.py", "pipelines/figures.py", "pipelines/card_figures.py", "pipelines/uncertainty.py",
+              "pipelines/table_index.py", "view/plan.py", "actors/attack/constraints.py", "actors/triggers/hits.py",
+              "cluster/paths.py", "serve/gate.py")
 
 # mutant name -> why it cannot change behaviour, reviewed by hand against its diff (`mutmut show NAME`).
 # Names number the mutants of one version of a module: when a module changes, its survivors are reviewed
@@ -136,19 +151,78 @@ OUT_OF_PROCESS_FIXTURES = ("ray_session", "server", "moto_endpoint", "s3_env", "
 # in-process tests too slow to run once per mutant (each covers what faster tests check one rule at a time)
 SLOW_TESTS = ("test_every_registered_recipe_runs_on_a_tiny_victim",)
 
+# modules whose tables are built by their own functions while they are imported (figures.py's TABLES:
+# `leaderboard()`, `_split(...)`, ...). mutmut forks each mutant's run from a process that imported them
+# already, so such a mutant would never run: its runs import redline (and the test modules) afresh, and
+# the functions hit while importing count as run by every test whose module holds one of its objects.
+IMPORT_TIME = ("redline.pipelines.figures",)
+
 INPROCESS_PLUGIN = f'''
 """Keep only in-process tests (written by bench/mutation.py)."""
+import os
+import sys
+from pathlib import Path
+
 import pytest
 
 OUT = {OUT_OF_PROCESS_FIXTURES!r}
 SLOW = {SLOW_TESTS!r}
+IMPORT_TIME = {IMPORT_TIME!r}
+TESTS = Path(__file__).resolve().parent
+KEEP = ("conftest", "inprocess")
+_import_hits = set()
+
+
+def _mutant():
+    return os.environ.get("MUTANT_UNDER_TEST", "")
+
+
+def _fresh_imports():
+    """A run that must see import-time code (an import-time module's mutant; the clean, stats and
+    listing runs, so that the tests are known to pass the same way) imports redline and the test
+    modules again: conftest is kept (its fixtures import redline when they run)."""
+    mutant = _mutant()
+    if mutant and not any(mutant.startswith(m + ".") for m in IMPORT_TIME) and mutant != "stats" \
+            and mutant != "list_all_tests":
+        return
+    for name, module in list(sys.modules.items()):
+        where = getattr(module, "__file__", None) or ""
+        if name.split(".")[0] == "redline" or (where.startswith(str(TESTS)) and name not in KEEP):
+            del sys.modules[name]
+
+
+def _imported_objects(module):
+    for value in vars(module).values():
+        yield getattr(value, "__name__", None) if isinstance(value, type(sys)) else getattr(value, "__module__", None)
+        yield type(value).__module__
+
+
+def pytest_collection_finish(session):
+    """In the stats run, the import-time functions hit while the test modules were imported belong to
+    every test whose module holds an object of that module, not to whichever test happens to run first."""
+    if _mutant() != "stats":
+        return
+    from mutmut.state import state
+
+    global _import_hits
+    _import_hits = {{n for n in state()._stats if any(n.startswith(m + ".") for m in IMPORT_TIME)}}
+    state()._stats.difference_update(_import_hits)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item, nextitem):
+    if _mutant() != "stats" or not _import_hits:
+        return
+    from mutmut.state import state
+
+    owners = set(_imported_objects(item.module))
+    state()._stats.update(n for n in _import_hits if n.rsplit(".", 1)[0] in owners)
 
 
 def pytest_sessionstart(session):
     """mutmut forks each mutant's run from a process that already ran every test once: a memoised
     function (functools.cache / lru_cache) would answer from that clean run and hide its mutants."""
-    import sys
-
+    _fresh_imports()
     for name, module in list(sys.modules.items()):
         if not name.startswith("redline"):
             continue
@@ -249,15 +323,49 @@ def results(targets: dict[str, list[str]]) -> tuple[list[dict], list[str]]:
     return rows, survivors
 
 
+def source_hash(module: str) -> str:
+    return hashlib.sha256((ROOT / module).read_bytes()).hexdigest()
+
+
 def keep_results(targets: dict[str, list[str]]) -> None:
-    """Merge this run's verdicts into RESULTS, so modules measured in separate runs report together."""
+    """Merge this run's verdicts into RESULTS, so modules measured in separate runs report together, and the
+    CI modules' scores into RECORD with the source they were measured on."""
     kept = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     at = time.strftime("%Y-%m-%d %H:%M")
+    measured = []
     for module in targets:
         meta = WORK / "mutants" / "redline" / (module + ".meta")
         if meta.exists():
             kept[module] = {"at": at, "exit_code_by_key": json.loads(meta.read_text())["exit_code_by_key"]}
+            measured.append(module)
     RESULTS.write_text(json.dumps(kept, indent=1, sort_keys=True))
+    record = json.loads(RECORD.read_text()) if RECORD.exists() else {}
+    for row in results({m: targets[m] for m in measured if m in CI_MODULES})[0]:
+        record[row["module"]] = {"sha256": source_hash(row["module"]), "measured": row["measured"],
+                                 **{k: row[k] for k in ("mutants", "killed", "timeouts", "survived", "no_tests",
+                                                        "equivalent", "score")}}
+    RECORD.write_text(json.dumps(dict(sorted(record.items())), indent=1) + "\n")
+
+
+def stale_modules() -> list[str]:
+    """The CI modules whose source is not the one their recorded score was measured on."""
+    record = json.loads(RECORD.read_text()) if RECORD.exists() else {}
+    return [m for m in CI_MODULES if record.get(m, {}).get("sha256") != source_hash(m)]
+
+
+def ci_report() -> int:
+    """Every CI module's score as recorded (measured on this very source) against BAR."""
+    record = json.loads(RECORD.read_text())
+    below = []
+    print(f"{'module':34} {'score':>6} {'mutants':>8} {'equivalent':>10}  measured")
+    for module in CI_MODULES:
+        row = record[module]
+        print(f"{module:34} {row['score']:>6.3f} {row['mutants']:>8} {row['equivalent']:>10}  {row['measured']}")
+        if row["score"] < BAR:
+            below.append(module)
+    if below:
+        print(f"mutation: below {BAR:.0%}: {', '.join(below)}", file=sys.stderr)
+    return 1 if below else 0
 
 
 def main() -> int:
@@ -266,10 +374,19 @@ def main() -> int:
     parser.add_argument("--children", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--show-survivors", action="store_true", help="print each survivor's diff")
     parser.add_argument("--report-only", action="store_true", help="read the last run's results, run nothing")
+    parser.add_argument("--ci", action="store_true",
+                        help=f"CI's check: measure the CI modules whose source changed since {RECORD.name} was written, "
+                             f"then print every CI module's score; exit 1 if one is below {BAR:.0%}")
     parser.add_argument("--survivors", action="store_true",
                         help="test only the last run's survivors of these modules again, against the tests as they "
                              "are now (the work folder of that run still holds its mutants)")
     args = parser.parse_args()
+    if args.ci:
+        args.only = stale_modules()
+        print(f"mutation: {len(args.only)} of {len(CI_MODULES)} figure modules changed since they were measured"
+              + (f": {', '.join(args.only)}" if args.only else ""))
+        if not args.only:
+            return ci_report()
     targets = {m: t for m, t in TARGETS.items() if not args.only or m in args.only}
     unknown = set(args.only or ()) - set(TARGETS)
     if unknown:
@@ -307,6 +424,8 @@ def main() -> int:
             print(shown.stdout)
     for name, why in EQUIVALENT.items():
         print(f"equivalent: {name}: {why}")
+    if args.ci:
+        return ci_report()
     below = [r["module"] for r in rows if r["score"] is not None and r["score"] < 0.8]
     if below:
         print(f"below 80%: {', '.join(below)}")

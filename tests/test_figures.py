@@ -3,7 +3,13 @@ one declaration, which the report tables, `status`, the viewer's headline and th
 
 from __future__ import annotations
 
+import json
+import os
+import re
+from pathlib import Path
+
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pytest
 
 from redline.pipelines import figures as F
@@ -202,3 +208,114 @@ def test_every_row_condition_counts_the_rows_a_brute_force_check_finds_and_keeps
     assert A.both(None, None) is None
     nulls = pa.table({"l": pa.nulls(3)})  # a list column of nulls only: nothing holds a value
     assert A.Count(A.has("l", "x")).value(A.partials(nulls, (), [A.Count(A.has("l", "x"))])[()]) == 0
+
+
+# ---------------------------------------------------------------- the published declarations, pinned
+
+PUBLISHED = Path(__file__).parent / "data" / "published_figures.json"
+
+
+def _declared(table: F.Table) -> dict:
+    def figure(f: F.Figure) -> list:
+        how = None if f.compute is None else f"{type(f.compute).__name__}: " + " | ".join(
+            p.name for p in f.compute.needs())
+        return [f.key, f.label, f.format, f.better, f.short, f.shown, f.rollup_only, f.description, how]
+
+    return {"keys": [figure(f) for f in table.keys], "values": [figure(f) for f in table.values],
+            "brief": table.brief and list(table.brief), "headline": list(table.headline), "first_only": table.first_only,
+            "by": list(table.by), "rollup": table.rollup, "where": table.where and table.where.name,
+            "renamed": [list(r) for r in table.renamed]}
+
+
+def published() -> dict:
+    tables = {name: value for name, value in vars(F).items() if isinstance(value, F.Table)}
+    tables["leaderboard(risk, offending)"] = F.leaderboard(("risk", "offending"))
+    tables["outcomes(detector)"] = F.outcomes("detector")
+    return {name: _declared(table) for name, table in sorted(tables.items())}
+
+
+def test_published_figures_are_the_declared_ones():
+    """What reports, cards, `--fail-if`, the summary CSV and JSON and anyone reading them rely on: each
+    table's figures with their keys, headings, formats, better directions (ranks follow them), what they
+    mean and which partial sums they are computed from. A change on purpose is rewritten with
+    `REDLINE_UPDATE_PUBLISHED=1 pytest tests/test_figures.py -k published` and reviewed in the diff."""
+    now = published()
+    if os.environ.get("REDLINE_UPDATE_PUBLISHED"):  # a figure a line (JSON strings hold no raw newline)
+        text = re.sub(r"\[\n\s+([^\[\]{}]*?)\n\s+\]", lambda m: "[" + re.sub(r"\n\s+", " ", m.group(1)) + "]",
+                      json.dumps(now, indent=1))
+        PUBLISHED.write_text(text + "\n")
+    before = json.loads(PUBLISHED.read_text())
+    changed = sorted(name for name in set(now) | set(before) if now.get(name) != before.get(name))
+    assert not changed, f"published figures changed in {changed}: if on purpose, rewrite {PUBLISHED.name} (see docstring)"
+    for table in now.values():  # every format formats a value of its kind
+        for key, _, fmt, *_ in table["keys"] + table["values"]:
+            format({"s": "x", "d": 3}.get(fmt, 0.25), fmt)
+
+
+def test_a_rate_carries_the_count_it_is_a_share_of():
+    """A rate's n (the viewer's compare page shows its interval) is the declared count of its
+    denominator; a rate whose denominator no count declares, or a figure that is no ratio, has none."""
+    assert F.TRANSFER.count_of(F.TRANSFER.figure("tae_rate")).key == "tae_n"
+    assert F.TRANSFER.count_of(F.TRANSFER.figure("bae_rate")).key == "bae_n"
+    assert F.TRANSFER.count_of(F.TRANSFER.figure("seed_rate")).key == "seed_n"
+    assert F.TRANSFER.count_of(F.TRANSFER.figure("tae_n")) is None  # a count, not a rate
+    assert F.ATTACK.count_of(F.ATTACK.figure("recipe")) is None  # a name
+    board = F.leaderboard(("risk",))
+    assert board.count_of(board.figure("no_answer")) is None  # of answered-or-empty responses: no such count
+    assert board.count_of(board.figure("risk")) is None  # of the category's judged responses: not declared
+    assert board.count_of(board.figure("overall")) is None  # a mean of rates
+
+
+def test_a_rollup_gives_all_then_each_value_and_leaves_rollup_only_figures_to_all():
+    rows = pa.table({"victim": ["a", "a", "a", "b", "b"], "dataset": ["d2", "d1", "d1", "d1", "d1"],
+                     "status": ["ok", "ok", "error", "ok", "ok"], "split": ["tae", "tae", "tae", "seed", "tae"],
+                     "pred_toxic": [False, True, None, False, True], "source": ["u", "u", "u", None, "u"]})
+    got = F.TRANSFER.summarize(rows.rename_columns(["detector", *rows.column_names[1:]]))
+    assert [(r["victim"], r["dataset"]) for r in got] == [
+        ("a", "all"), ("a", "d1"), ("a", "d2"), ("b", "all"), ("b", "d1"), ("b", "d2")]
+    by = {(r["victim"], r["dataset"]): r for r in got}
+    assert by[("a", "all")]["tae_n"] == 2 and by[("a", "all")]["tae_rate"] == 0.5
+    assert by[("a", "d1")]["tae_n"] == 1 and by[("a", "d1")]["tae_rate"] == 0.0
+    assert by[("a", "d2")]["tae_rate"] == 1.0 and by[("a", "all")]["not_scored"] == 1
+    assert by[("a", "d1")]["not_scored"] is None  # counted on `all` only
+    assert by[("b", "d2")]["tae_n"] == 0 and by[("b", "d2")]["tae_rate"] is None  # a value b has no rows of
+    assert by[("b", "all")]["seed_n"] == 1 and by[("b", "all")]["seed_rate"] == 1.0
+    one = F.TRANSFER.summarize(rows.filter(pa.compute.equal(rows["dataset"], "d1")).rename_columns(
+        ["detector", *rows.column_names[1:]]))
+    assert [(r["victim"], r["dataset"]) for r in one] == [("a", "all"), ("b", "all")]  # one value: its `all` only
+
+
+def test_a_table_counts_only_its_rows_and_reads_renamed_columns():
+    searches = pa.Table.from_pylist([
+        {"model": "m", "list": "l", "search": "s", "status": "ok", "source_reaches": True, "reached": True,
+         "objective": 1.0, "source_objective": 0.5},
+        {"model": "m", "list": "l", "search": "s", "status": "ok", "source_reaches": True, "reached": False,
+         "objective": 1.0, "source_objective": 2.0},
+        {"model": "m", "list": "l", "search": "s", "status": "ok", "source_reaches": True, "reached": False,
+         "objective": 1.0, "source_objective": 1.0},
+        {"model": "m", "list": "l", "search": "s", "status": "ok", "source_reaches": False, "reached": True,
+         "objective": 1.0, "source_objective": 0.0},
+        {"model": "m", "list": "l", "search": "s", "status": "skipped", "source_reaches": True, "reached": None,
+         "objective": None, "source_objective": None}])
+    row, = F.EGREGIOUS_SOURCES.summarize(searches)  # `where`: searched targets whose source reaches
+    assert (row["reachable"], row["found"], row["local_optima"], row["objective_defects"]) == (3, 1 / 3, 1, 1)
+    assert F.EGREGIOUS_SOURCES.summarize(searches.slice(3)) == []  # no row it counts: no group
+    scored = pa.table({"detector": ["v"], "status": ["ok"], "dataset": ["x"], "split": ["tae"], "pred_toxic": [False],
+                       "source": ["u"]})
+    assert F.TRANSFER.partials(scored) == {("v", "x"): F.TRANSFER.partials(scored)[("v", "x")]}  # detector -> victim
+
+
+def test_columns_headline_and_brief_are_read_from_the_declarations():
+    rows = [{"detector": "a", "dataset": "all", "f1_toxic": 0.5}, {"detector": "b", "tp": 3, "precision_toxic": 1.0}]
+    assert [c[0] for c in F.SCORE.columns(rows)] == [  # only the columns some row has; hidden ones never
+        "detector", "dataset", "precision_toxic", "f1_toxic"]
+    assert [c[0] for c in F.SCORE.columns(rows, brief=True)] == ["detector", "dataset", "f1_toxic"]
+    assert F.SCORE.columns(brief=True) == [c for c in F.SCORE.columns() if c[0] in F.SCORE.brief]
+    extra = F.category_figures(["risk"])
+    assert F.DIASAFETY.columns(extra=extra, brief=True)[1] == ("risk", "risk", ".3f")  # extra kept when brief
+    head = F.TRANSFER.headline_of()
+    assert head.keys == ("victim", "dataset") and head.first_only is False
+    assert head.values == (("tae_rate", "ASR TAE", ".3f"), ("bae_rate", "ASR BAE", ".3f"))  # short headings
+    assert F.EGREGIOUS.headline_of().first_only is True
+    with pytest.raises(KeyError):
+        F.SCORE.figure("nope")
