@@ -157,6 +157,11 @@ SLOW_TESTS = ("test_every_registered_recipe_runs_on_a_tiny_victim",)
 # the functions hit while importing count as run by every test whose module holds one of its objects.
 IMPORT_TIME = ("redline.pipelines.figures",)
 
+# modules whose tests run torch: a child forked from mutmut's process, whose torch already runs a thread
+# pool, crashes (SIGSEGV) when torch starts threads again, which would be read as a verdict. A run with one
+# of these forks each mutant from mutmut's fork server instead, a process that has not imported them.
+FORK_UNSAFE = ("actors/attack/constraints.py",)
+
 INPROCESS_PLUGIN = f'''
 """Keep only in-process tests (written by bench/mutation.py)."""
 import os
@@ -276,6 +281,7 @@ def write_config(targets: dict[str, list[str]]) -> None:
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-p", "inprocess", "-q", "-x"],
         "also_copy": ["tests"],
         "timeout_multiplier": 3.0,  # a mutant that loops is cut at 6x its tests' time (default 30x)
+        "process_isolation": "forkserver" if set(targets) & set(FORK_UNSAFE) else "fork",
     }
     lines = ["[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in config.items()]
     lines += ["", "[tool.pytest.ini_options]", 'testpaths = ["tests"]', 'pythonpath = ["tests"]',
@@ -303,7 +309,7 @@ def results(targets: dict[str, list[str]]) -> tuple[list[dict], list[str]]:
         codes = kept.get(module, {}).get("exit_code_by_key", {})
         row = {"module": module, "measured": kept.get(module, {}).get("at"), "mutants": len(codes), "killed": 0,
                "timeouts": 0, "survived": 0, "no_tests": 0,
-               "equivalent": 0}
+               "crashed": 0, "equivalent": 0}
         for name, code in codes.items():
             if name in EQUIVALENT:
                 row["equivalent"] += 1
@@ -313,6 +319,9 @@ def results(targets: dict[str, list[str]]) -> tuple[list[dict], list[str]]:
                 row["timeouts"] += 1
             elif code in (5, 33):
                 row["no_tests"] += 1
+                survivors.append(name)
+            elif code in (-11, -6):  # the test process crashed: no verdict (see FORK_UNSAFE), not a kill
+                row["crashed"] += 1
                 survivors.append(name)
             else:
                 row["survived"] += 1
@@ -343,7 +352,7 @@ def keep_results(targets: dict[str, list[str]]) -> None:
     for row in results({m: targets[m] for m in measured if m in CI_MODULES})[0]:
         record[row["module"]] = {"sha256": source_hash(row["module"]), "measured": row["measured"],
                                  **{k: row[k] for k in ("mutants", "killed", "timeouts", "survived", "no_tests",
-                                                        "equivalent", "score")}}
+                                                        "crashed", "equivalent", "score")}}
     RECORD.write_text(json.dumps(dict(sorted(record.items())), indent=1) + "\n")
 
 
@@ -413,7 +422,8 @@ def main() -> int:
     rows, survivors = results(targets)
     for row in rows:
         print(json.dumps(row))
-    total = {k: sum(r[k] for r in rows) for k in ("mutants", "killed", "timeouts", "survived", "no_tests", "equivalent")}
+    total = {k: sum(r[k] for r in rows) for k in ("mutants", "killed", "timeouts", "survived", "no_tests", "crashed",
+                                                  "equivalent")}
     scored = total["mutants"] - total["equivalent"]
     total["score"] = round((total["killed"] + total["timeouts"]) / scored, 3) if scored else None
     print(json.dumps({"total": total, "wall_s": wall, "children": args.children}))
