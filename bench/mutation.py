@@ -106,6 +106,8 @@ _REASONS = {
     "no-pairs": "per_category of no pairs asks no classifier and returns no verdicts, as the guard does",
     "cosine-only": "WordEmbeddingDistance reads only cosines; k sizes neighbour lists it never asks for",
     "bool-array": "a list of Python bools makes a bool array with or without dtype=bool",
+    "cutoff": "rapidfuzz's score_cutoff only caps the distance it reports at cutoff + 1 once it is passed: "
+              "`distance <= cap` holds for the same candidates with or without it",
     "softmax-shift": "softmax is shift-invariant: exp((s + max) / T) normalises to the same parent odds as "
                      "exp((s - max) / T), and goal scores lie in [0, 1], so neither overflows",
     "last-part": "every hit type holds a '-' (checked just before): its last part is the same however many "
@@ -133,6 +135,8 @@ EQUIVALENT: dict[str, str] = {
     _TWO_STEP + "xǁTwoStepDetectorǁdetect__mutmut_18": _REASONS["no-pairs"],
     **{_CONSTRAINTS + f"xǁWordEmbeddingDistanceǁ__init____mutmut_{k}": _REASONS["cosine-only"] for k in (1, 7, 10)},
     **{_CONSTRAINTS + f"xǁWordEmbeddingDistanceǁcheck__mutmut_{k}": _REASONS["bool-array"] for k in (18, 20)},
+    **{_CONSTRAINTS + f"xǁLevenshteinǁcheck__mutmut_{k}": _REASONS["bool-array"] for k in (3, 5)},
+    **{_CONSTRAINTS + f"xǁLevenshteinǁcheck__mutmut_{k}": _REASONS["cutoff"] for k in (8, 11)},
     **{f"redline.actors.triggers.hits.x_objective_of__mutmut_{k}": _REASONS["last-part"] for k in (8, 11, 12)},
     _SEARCH + "xǁAlzantotGeneticǁrun__mutmut_92": _REASONS["softmax-shift"],
     _SEARCH + "xǁAlzantotGeneticǁrun__mutmut_25": "int.from_bytes reads big-endian by default "
@@ -281,8 +285,9 @@ def write_config(targets: dict[str, list[str]]) -> None:
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-p", "inprocess", "-q", "-x"],
         "also_copy": ["tests"],
         "timeout_multiplier": 3.0,  # a mutant that loops is cut at 6x its tests' time (default 30x)
-        "process_isolation": "forkserver" if set(targets) & set(FORK_UNSAFE) else "fork",
     }
+    if set(targets) & set(FORK_UNSAFE):  # each mutant's tests then import torch & co. afresh: time for that,
+        config |= {"process_isolation": "forkserver", "timeout_constant": 60.0}  # or a timeout reads as a kill
     lines = ["[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in config.items()]
     lines += ["", "[tool.pytest.ini_options]", 'testpaths = ["tests"]', 'pythonpath = ["tests"]',
               'filterwarnings = ["ignore::DeprecationWarning"]']
@@ -337,20 +342,25 @@ def source_hash(module: str) -> str:
 
 
 def keep_results(targets: dict[str, list[str]]) -> None:
-    """Merge this run's verdicts into RESULTS, so modules measured in separate runs report together, and the
-    CI modules' scores into RECORD with the source they were measured on."""
+    """Merge this run's verdicts into RESULTS (with the hash of the source they were measured on), so modules
+    measured in separate runs report together, and the CI modules' scores into RECORD."""
     kept = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     at = time.strftime("%Y-%m-%d %H:%M")
-    measured = []
     for module in targets:
         meta = WORK / "mutants" / "redline" / (module + ".meta")
         if meta.exists():
-            kept[module] = {"at": at, "exit_code_by_key": json.loads(meta.read_text())["exit_code_by_key"]}
-            measured.append(module)
+            kept[module] = {"at": at, "sha256": source_hash(module),
+                            "exit_code_by_key": json.loads(meta.read_text())["exit_code_by_key"]}
     RESULTS.write_text(json.dumps(kept, indent=1, sort_keys=True))
+    write_record(targets)
+
+
+def write_record(targets: dict[str, list[str]]) -> None:
+    """RECORD's lines for the CI modules among `targets` that have verdicts (as EQUIVALENT reads them now)."""
+    kept = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     record = json.loads(RECORD.read_text()) if RECORD.exists() else {}
-    for row in results({m: targets[m] for m in measured if m in CI_MODULES})[0]:
-        record[row["module"]] = {"sha256": source_hash(row["module"]), "measured": row["measured"],
+    for row in results({m: targets[m] for m in targets if m in CI_MODULES and kept.get(m, {}).get("sha256")})[0]:
+        record[row["module"]] = {"sha256": kept[row["module"]]["sha256"], "measured": row["measured"],
                                  **{k: row[k] for k in ("mutants", "killed", "timeouts", "survived", "no_tests",
                                                         "crashed", "equivalent", "score")}}
     RECORD.write_text(json.dumps(dict(sorted(record.items())), indent=1) + "\n")
@@ -419,6 +429,8 @@ def main() -> int:
             print(proc.stdout[-4000:], proc.stderr[-4000:], file=sys.stderr)
             return proc.returncode
         keep_results(targets)
+    if args.report_only:
+        write_record(targets)  # the verdicts as EQUIVALENT reads them now
     rows, survivors = results(targets)
     for row in rows:
         print(json.dumps(row))

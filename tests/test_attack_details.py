@@ -704,6 +704,14 @@ def test_components_built_for_a_recipe_take_its_overrides_over_their_arguments(t
     words = by_model.space.words
     same_space = EmbeddingNeighbours(model=str(tiny_mlm))
     assert by_model.space.cosine(words[0], words[1]) == same_space.cosine(words[0], words[1])
+    from_resources = C.WordEmbeddingDistance.build({}, BuildContext(AttackResources(embedding_model=str(tiny_mlm)),
+                                                                    RecipeOptions(name="pwws")))
+    assert from_resources.space.words == words  # the recipe's embedding model, not the default vectors
+    assert C.SentenceSimilarity.build({"min_similarity": 0.8}, plain).min_similarity == 0.8
+    assert C.SentenceSimilarity.build({"min_similarity": 0.8}, BuildContext(
+        resources, RecipeOptions(name="pwws", min_similarity=0.95))).min_similarity == 0.95
+    with pytest.raises(RedlineError, match=r"^cannot load sentence encoder '/no/such/encoder': \S"):
+        C.SentenceEncoder("/no/such/encoder")
 
 
 def test_searches_report_nothing_to_modify_with_the_seed_and_its_score():
