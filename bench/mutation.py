@@ -106,6 +106,10 @@ _REASONS = {
     "no-pairs": "per_category of no pairs asks no classifier and returns no verdicts, as the guard does",
     "cosine-only": "WordEmbeddingDistance reads only cosines; k sizes neighbour lists it never asks for",
     "bool-array": "a list of Python bools makes a bool array with or without dtype=bool",
+    "batch-order": "texts are encoded longest first only so a batch pads little: each text's embedding is "
+                   "its own (padding is masked out)",
+    "cache-bound": "the tag cache is emptied one entry sooner or later: what it returns is what spaCy tags",
+    "spacy-batch": "spaCy's pipe batch size decides how many texts are tagged at once, never a tag",
     "cutoff": "rapidfuzz's score_cutoff only caps the distance it reports at cutoff + 1 once it is passed: "
               "`distance <= cap` holds for the same candidates with or without it",
     "softmax-shift": "softmax is shift-invariant: exp((s + max) / T) normalises to the same parent odds as "
@@ -137,6 +141,14 @@ EQUIVALENT: dict[str, str] = {
     **{_CONSTRAINTS + f"xǁWordEmbeddingDistanceǁcheck__mutmut_{k}": _REASONS["bool-array"] for k in (18, 20)},
     **{_CONSTRAINTS + f"xǁLevenshteinǁcheck__mutmut_{k}": _REASONS["bool-array"] for k in (3, 5)},
     **{_CONSTRAINTS + f"xǁLevenshteinǁcheck__mutmut_{k}": _REASONS["cutoff"] for k in (8, 11)},
+    **{_CONSTRAINTS + f"xǁPartOfSpeechǁtags__mutmut_{k}": _REASONS["cache-bound"] for k in (1, 2)},
+    **{_CONSTRAINTS + f"xǁSentenceEncoderǁencode__mutmut_{k}": _REASONS["cache-bound"] for k in (1, 2)},
+    **{_CONSTRAINTS + f"xǁSentenceEncoderǁencode__mutmut_{k}": _REASONS["batch-order"] for k in (5, 8, 9, 12)},
+    _CONSTRAINTS + "xǁSentenceEncoderǁencode__mutmut_27": "an integer mask times float hidden states is float: "
+                                                          "the same products",
+    _CONSTRAINTS + "xǁSentenceEncoderǁencode__mutmut_34": "the pooled sum divided or multiplied by its positive "
+                                                          "token count points the same way: normalised, the same",
+    **{_CONSTRAINTS + f"xǁPartOfSpeechǁtags__mutmut_{k}": _REASONS["spacy-batch"] for k in (11, 13, 14)},
     **{f"redline.actors.triggers.hits.x_objective_of__mutmut_{k}": _REASONS["last-part"] for k in (8, 11, 12)},
     _SEARCH + "xǁAlzantotGeneticǁrun__mutmut_92": _REASONS["softmax-shift"],
     _SEARCH + "xǁAlzantotGeneticǁrun__mutmut_25": "int.from_bytes reads big-endian by default "
@@ -161,9 +173,10 @@ SLOW_TESTS = ("test_every_registered_recipe_runs_on_a_tiny_victim",)
 # the functions hit while importing count as run by every test whose module holds one of its objects.
 IMPORT_TIME = ("redline.pipelines.figures",)
 
-# modules whose tests run torch: a child forked from mutmut's process, whose torch already runs a thread
-# pool, crashes (SIGSEGV) when torch starts threads again, which would be read as a verdict. A run with one
-# of these forks each mutant from mutmut's fork server instead, a process that has not imported them.
+# modules whose tests run torch models: a child forked from mutmut's process while torch's thread pool runs
+# crashes (SIGSEGV) when it uses the pool. A run with one of these gives the tests one torch thread
+# (tests/conftest.py), so no pool runs when mutmut forks (a fork server, importing torch afresh per mutant,
+# took ~10x as long).
 FORK_UNSAFE = ("actors/attack/constraints.py",)
 
 INPROCESS_PLUGIN = f'''
@@ -286,8 +299,6 @@ def write_config(targets: dict[str, list[str]]) -> None:
         "also_copy": ["tests"],
         "timeout_multiplier": 3.0,  # a mutant that loops is cut at 6x its tests' time (default 30x)
     }
-    if set(targets) & set(FORK_UNSAFE):  # each mutant's tests then import torch & co. afresh: time for that,
-        config |= {"process_isolation": "forkserver", "timeout_constant": 60.0}  # or a timeout reads as a kill
     lines = ["[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in config.items()]
     lines += ["", "[tool.pytest.ini_options]", 'testpaths = ["tests"]', 'pythonpath = ["tests"]',
               'filterwarnings = ["ignore::DeprecationWarning"]']
@@ -412,7 +423,8 @@ def main() -> int:
         parser.error(f"not a target: {', '.join(sorted(unknown))} (see TARGETS in {__file__})")
     mutmut = ensure_venv()
     env = {**os.environ, "REDLINE_SHARED_DATA": os.environ.get("REDLINE_SHARED_DATA", str(ROOT.parent / "shared" / "data")),
-           "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", "REDLINE_PROGRESS": "0", "REDLINE_TEST_STATE": str(STATE)}
+           "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", "REDLINE_PROGRESS": "0", "REDLINE_TEST_STATE": str(STATE),
+           **({"REDLINE_TEST_TORCH_THREADS": "1"} if set(targets) & set(FORK_UNSAFE) else {})}
     wall = None
     if not args.report_only:
         names: list[str] = []

@@ -20,8 +20,9 @@ import torch
 # One intra-op thread count on every machine: a float reduction is split the same way everywhere, so a
 # model the tests train in this process (and every figure drawn from it) does not depend on the core
 # count or OMP_NUM_THREADS (two runs of a training could differ only in thread count and find 45 or
-# 134 targets).
-TORCH_THREADS = 2
+# 134 targets). The mutation bench asks for one (REDLINE_TEST_TORCH_THREADS) where it forks a process per
+# mutant: a child forked while torch's thread pool runs crashes when it uses the pool.
+TORCH_THREADS = int(os.environ.get("REDLINE_TEST_TORCH_THREADS", "2"))
 torch.set_num_threads(TORCH_THREADS)
 
 # Before anything imports ray: token auth costs seconds per init and is pointless on loopback.

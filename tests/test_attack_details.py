@@ -708,6 +708,9 @@ def test_components_built_for_a_recipe_take_its_overrides_over_their_arguments(t
                                                                     RecipeOptions(name="pwws")))
     assert from_resources.space.words == words  # the recipe's embedding model, not the default vectors
     assert C.SentenceSimilarity.build({"min_similarity": 0.8}, plain).min_similarity == 0.8
+    own = C.SentenceSimilarity.build({}, BuildContext(AttackResources(sentence_encoder=str(tiny_mlm)),
+                                                      RecipeOptions(name="pwws")))
+    assert own.encoder.name == str(tiny_mlm)  # the recipe's encoder, not the default MiniLM
     assert C.SentenceSimilarity.build({"min_similarity": 0.8}, BuildContext(
         resources, RecipeOptions(name="pwws", min_similarity=0.95))).min_similarity == 0.95
     with pytest.raises(RedlineError, match=r"^cannot load sentence encoder '/no/such/encoder': \S"):
