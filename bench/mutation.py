@@ -204,8 +204,7 @@ def _fresh_imports():
     listing runs, so that the tests are known to pass the same way) imports redline and the test
     modules again: conftest is kept (its fixtures import redline when they run)."""
     mutant = _mutant()
-    if mutant and not any(mutant.startswith(m + ".") for m in IMPORT_TIME) and mutant != "stats" \
-            and mutant != "list_all_tests":
+    if mutant not in ("", "stats", "list_all_tests") and not any(mutant.startswith(m + ".") for m in IMPORT_TIME):
         return
     for name, module in list(sys.modules.items()):
         where = getattr(module, "__file__", None) or ""
@@ -403,7 +402,8 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", help="modules to mutate (paths as in TARGETS)")
     parser.add_argument("--children", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--show-survivors", action="store_true", help="print each survivor's diff")
-    parser.add_argument("--report-only", action="store_true", help="read the last run's results, run nothing")
+    parser.add_argument("--report-only", action="store_true", help="read the last run's results, run nothing (the CI modules' "
+                        "lines in the record are rewritten from them, as EQUIVALENT reads them now)")
     parser.add_argument("--ci", action="store_true",
                         help=f"CI's check: measure the CI modules whose source changed since {RECORD.name} was written, "
                              f"then print every CI module's score; exit 1 if one is below {BAR:.0%}")
