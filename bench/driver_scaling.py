@@ -1,7 +1,7 @@
 """How much of a run passes through the driver: `run score` at growing corpus sizes and `run attack` on the
 CPU proxy of the GPU path, each against its ceiling and its peer, with the driver's own load sampled.
 
-    .venv/bin/python bench/driver_scaling.py                        # 100k, 1M, 4M rows; attack 2k, 8k seeds
+    .venv/bin/python bench/driver_scaling.py                        # 100k, 1M, 4M rows (and 4M as 8 files); attack 2k, 8k seeds
     .venv/bin/python bench/driver_scaling.py --rows 100000 --seeds 2000 --skip-peer   # a quick look
 
 The victim is `../shared/gpu/proxy/make_victim.py`'s near-free classifier with a BERT-base vocabulary (so
@@ -15,7 +15,9 @@ A markdown table of every figure ends the output. Targets (issue 31, 2 cores, 2 
 at 1M rows >= 80% of the bare loop and at least as fast as the peer; driver RSS grows < 100 MB from 100k to
 4M rows; driver CPU <= 5% of the run's; attack at 8k seeds >= 70% of victim-bound. Issue 50 adds: the largest
 process of the run grows < 150 MB from 1M to 4M rows, and the first output part at 4M rows comes <= 2x as late
-as at 100k (`first_part_s`, from the command's start, Ray's start-up included).
+as at 100k (`first_part_s`, from the command's start, Ray's start-up included), and a corpus given as several
+files (`--files`, at the sizes `--files-rows`) is read by one task per file: `read_tasks_at_once` is the most
+of them whose reads overlapped in time (from the manifest's `input_reads`), on how many nodes.
 """
 
 from __future__ import annotations
@@ -108,6 +110,16 @@ def command_of(pid: int) -> str:
         return "?"
 
 
+def reads_at_once(reads: list[dict]) -> int:
+    """The most read tasks whose [start, end) overlapped."""
+    events = sorted([(r["started"], 1) for r in reads] + [(r["started"] + r["seconds"], -1) for r in reads])
+    most = now = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
 def repeated_corpus(rows: int, out: Path) -> Path:
     with open(DAVIDSON, encoding="utf-8", newline="") as f:
         reader = csv.reader(f)
@@ -142,6 +154,8 @@ def main() -> int:
     parser.add_argument("--actors", type=int, default=2)
     parser.add_argument("--actor-cpus", type=float, default=0.5)
     parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--files", type=int, default=8, help="the corpus as this many CSV files, read side by side")
+    parser.add_argument("--files-rows", default="4000000", help="total sizes at which to score the corpus as --files files")
     parser.add_argument("--skip-peer", action="store_true", help="leave out plain Ray Data")
     parser.add_argument("--work", help="working directory (kept); default: a new temporary one")
     args = parser.parse_args()
@@ -175,6 +189,21 @@ def main() -> int:
                    "share_of_bare": round(rows / figures["wall_s"] / bare, 3)}
             print(json.dumps(row), flush=True)
             table.append(row)
+    for rows in (int(r) for r in args.files_rows.split(",") if r and args.files > 1):
+        each = rows // args.files
+        corpora = [{"path": str(repeated_corpus(each, work / f"davidson-{each}-{k}.csv")), "preset": "davidson",
+                    "dataset": f"davidson-{k}"} for k in range(args.files)]
+        figures, manifest = redline("run score", {"corpus": corpora, "detectors": [detector]}, work,
+                                    f"score-{rows}-{args.files}-files", "predictions")
+        done = manifest["counts"].get("rows_out", rows)
+        reads = manifest.get("input_reads") or []
+        row = {"what": f"redline run score, {each * args.files:,} rows as {args.files} files", **figures,
+               "rows_per_s": round(done / figures["wall_s"]), "share_of_bare": round(done / figures["wall_s"] / bare, 3),
+               "read_tasks": len(reads), "read_tasks_at_once": reads_at_once(reads),
+               "read_nodes": len({r["host"] for r in reads}),
+               "read_s_each": sorted(round(r["seconds"], 1) for r in reads)}
+        print(json.dumps(row), flush=True)
+        table.append(row)
     for seeds in (int(s) for s in args.seeds.split(",") if s):
         config = {"corpus": {"path": str(DAVIDSON), "preset": "davidson", "split": "all"},
                   "victim": {**detector, "batch_size": 4096}, "recipes": ["deepwordbug"], "goals": ["tae"],

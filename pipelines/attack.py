@@ -190,7 +190,7 @@ def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> 
     # the attempts are built by the same plan (each shard attacked as it is written), unless written before
     busy = shard_host.run_pools(run, [pool], shard_rows, label=f"attacking {config.victim.name}", verbose=verbose,
                                 unit="attempts", inputs=None if shard_rows is not None else sharded.Inputs(
-                                    partial(build_attempts, config), config.shard_size, attempt_counts,
+                                    (sharded.Source(partial(build_attempts, config)),), config.shard_size, attempt_counts,
                                     shards=_foreseen_shards(config)))[0]
     shard_rows = manifest["input_rows"]
     manifest["resumed_shards"] = len(before.intersection(range(len(shard_rows))))

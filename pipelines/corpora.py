@@ -254,6 +254,14 @@ def iter_corpus(config: CorpusConfig, chunk_rows: int = CHUNK_ROWS) -> Iterator[
         raise RedlineError(f"{config.path}: the corpus has no rows")
 
 
+def corpus_rows(config: CorpusConfig) -> int:
+    """How many rows `iter_corpus(config)` yields: the file's rows (read once, in bounded memory where
+    it streams), at most its `limit`."""
+    source = data_file(effective(config))
+    n = sum(t.num_rows for t in source.stream()) if source.streamable() else source.read().num_rows
+    return min(n, config.limit) if config.limit else n
+
+
 def _check_columns(raw: pa.Table, config: CorpusConfig) -> None:
     if config.text_column is None:
         raise RedlineError(f"{config.path}: set corpus.text_column (or a preset); columns are: {', '.join(raw.column_names)}")
@@ -302,7 +310,7 @@ def _normalised(raw: pa.Table, config: CorpusConfig, keep: np.ndarray) -> pa.Tab
     )
 
 
-def _distinct(configs: list[CorpusConfig]) -> None:
+def distinct(configs: list[CorpusConfig]) -> None:
     keys = [(dataset_name(c), c.split) for c in configs]
     if len(set(keys)) != len(keys):
         raise RedlineError("two corpora share the same dataset and split; give each a distinct `dataset` or `split`")
@@ -310,9 +318,10 @@ def _distinct(configs: list[CorpusConfig]) -> None:
 
 def iter_corpora(configs: list[CorpusConfig], chunk_rows: int = CHUNK_ROWS) -> Iterator[pa.Table]:
     """Every corpus's chunks in turn (`iter_corpus`); ids stay distinct across corpora."""
-    _distinct(configs)
+    distinct(configs)
     for config in configs:
         yield from iter_corpus(config, chunk_rows)
+
 
 
 def read_corpora(configs: list[CorpusConfig]) -> pa.Table:

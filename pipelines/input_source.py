@@ -1,8 +1,11 @@
-"""A run's input shards as a Ray Data source: one read task (on a worker, never the driver) reads the
+"""A run's input shards as a Ray Data source: a read task (on a worker, never the driver) reads a
 corpus chunk by chunk (`sharded.shards_written`), writes each input shard into the run as soon as it is
 full and emits one marker row per shard written, so the actor pools behind it in the same plan take
-shard 0 while shard 1 is being read. The last row carries what the driver records in the manifest
-(rows per shard, the corpus' counts, fingerprints of inputs the driver cannot see).
+shard 0 while shard 1 is being read. Several sources (corpus files) are read by one task each, side
+by side, as many at once as the cluster holds (`firsts`: each one's first shard number, then the
+shard count). Each task's
+last row carries what the driver records in the manifest (rows per shard, the corpus' counts,
+fingerprints of inputs the driver cannot see).
 
 Markers are rows of the runner's summary schema with `pool = -1`: a shard written (`shard >= 0`,
 `rows`: its work) or the read's end (`shard = -1`, `partials`: the JSON above). Blocks are emitted one
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -27,21 +31,27 @@ from redline.pipelines.shard_host import END, READ
 
 class InputShards(Datasource):
     def __init__(self, run_uri: str, inputs: Inputs, n_shards: int | None, unseen: dict[str, Any],
-                 schema: pa.Schema) -> None:
+                 schema: pa.Schema, firsts: list[int] | None = None) -> None:
         self.run_uri, self.inputs, self.n_shards, self.unseen, self.schema = run_uri, inputs, n_shards, unseen, schema
+        self.firsts = firsts
 
     def estimate_inmemory_data_size(self) -> int | None:
         return None
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
                        data_context: Any = None) -> list[ReadTask]:
-        return [ReadTask(self._read, BlockMetadata(num_rows=None, size_bytes=None, input_files=None, exec_stats=None),
-                         schema=self.schema)]
+        meta = BlockMetadata(num_rows=None, size_bytes=None, input_files=None, exec_stats=None)
+        if self.firsts is None:
+            return [ReadTask(partial(self._read, 0, None), meta, schema=self.schema)]
+        return [ReadTask(partial(self._read, k, first), meta, schema=self.schema)
+                for k, first in enumerate(self.firsts[:-1])]
 
-    def _read(self) -> Iterator[pa.Table]:
+    def _read(self, k: int, first: int | None) -> Iterator[pa.Table]:
         i = self.inputs
-        shards = sharded.shards_written(self.run_uri, self.n_shards, i.build, i.shard_size, i.counts, i.rows,
-                                        self.unseen)
+        # the inputs the driver cannot see are fingerprinted once, by the first source's task
+        shards = sharded.shards_written(self.run_uri, self.n_shards, i.sources[k].build, i.shard_size, i.counts,
+                                        i.rows, self.unseen if k == 0 else {}, first=first,
+                                        end=None if first is None else self.firsts[k + 1])
         while True:
             try:
                 shard, rows = next(shards)

@@ -9,9 +9,8 @@ part's partial sums; the driver only merges those. A restarted run skips parts a
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,7 +25,7 @@ from redline.cluster.tables import STATUS_ERROR, STATUS_OK, conform
 from redline.errors import RedlineError
 from redline.pipelines import aggregates as A
 from redline.pipelines import shard_host, sharded
-from redline.pipelines.corpora import CorpusConfig, iter_corpora
+from redline.pipelines.corpora import CorpusConfig, corpus_rows, distinct, iter_corpora, iter_corpus
 from redline.pipelines.figures import SCORE, Table, outcomes
 from redline.pipelines.report import COUNT_COLUMNS, Report, grouped_bars, png_bytes
 from redline.pipelines.schema import PREDICTION_SCHEMA
@@ -121,9 +120,9 @@ def scorable_rows(shard: pa.Table) -> int:
     return scorable(shard).num_rows
 
 
-def score_corpus(run: Run, config: Any, build: Callable[[], pa.Table | Iterator[pa.Table]], watch: Stopwatch, verbose: bool,
+def score_corpus(run: Run, config: Any, sources: tuple[sharded.Source, ...], watch: Stopwatch, verbose: bool,
                  summary: Table = SCORE, examples: bool = False) -> list[dict[str, Any]]:
-    """Score the corpus `build` returns with `config.detectors` into `run`'s prediction parts (one
+    """Score the corpus the `sources` yield with `config.detectors` into `run`'s prediction parts (one
     per shard and detector, written by the detector's actors; resuming any already written);
     returns `summary`'s rows, summed part by part. With `examples`, the manifest's `example_errors`
     are found in the same pass as the parts' index."""
@@ -141,7 +140,7 @@ def score_corpus(run: Run, config: Any, build: Callable[[], pa.Table | Iterator[
     # the corpus is read by the same plan (its shards taken as they are written), unless written before
     busy = shard_host.run_pools(run, pools, shard_rows, label=f"scoring with {len(pools)} detector(s)",
                                 verbose=verbose, inputs=None if shard_rows is not None else sharded.Inputs(
-                                    build, config.shard_size, corpus_counts, rows=scorable_rows))
+                                    sources, config.shard_size, corpus_counts, rows=scorable_rows))
     shard_rows = manifest["input_rows"]
     if manifest["counts"]["rows_in"] == 0:
         raise RedlineError("the corpus has no rows")
@@ -192,8 +191,17 @@ def output_counts(outcomes: list[dict[str, Any]], detector_names: list[str]) -> 
     return out
 
 
+def corpus_sources(configs: list[CorpusConfig]) -> tuple[sharded.Source, ...]:
+    """The corpora as a run's input sources: one corpus is read by one task; several are read side by
+    side, one task each (their rows counted first, `corpus_rows`); ids stay distinct across them."""
+    if len(configs) == 1:
+        return (sharded.Source(partial(iter_corpora, configs)),)
+    distinct(configs)
+    return tuple(sharded.Source(partial(iter_corpus, c), partial(corpus_rows, c)) for c in configs)
+
+
 def execute(config: ScoreConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
-    metrics = score_corpus(run, config, lambda: iter_corpora(config.corpora), watch, verbose, examples=True)
+    metrics = score_corpus(run, config, corpus_sources(config.corpora), watch, verbose, examples=True)
     storage.write_json(run.dir.path("metrics.json"), metrics)
     return metrics
 

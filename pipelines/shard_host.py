@@ -19,7 +19,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -212,9 +212,11 @@ def run_pools(run: Run, pools: list[Pool], shard_rows: list[int] | None, *, labe
     if inputs is not None:
         done = {p.id: done_parts(run, p.work.output_dir, p.work.pool) for p in pools}
         chained = _beside_the_read(pools)
-        source = _read(run, inputs)
+        firsts = _first_shards(inputs) if inputs.side_by_side else None
+        source = _read(run, inputs, firsts)
+        shards = inputs.shards if firsts is None else firsts[-1]
         _drive(run, source, chained, done, busy, label=label if chained else "reading the inputs", unit=unit,
-               note=note, total=total or 0, streaming=True, shards=inputs.shards)
+               note=note, total=total or 0, streaming=True, shards=shards, reads=len(firsts or [0, 0]) - 1)
         if chained:
             return busy
         shard_rows = run.manifest["input_rows"]
@@ -265,11 +267,11 @@ def _recount_if_gone(run: Run, pools: list[Pool]) -> None:
 
 def _drive(run: Run, stream: Any, pools: list[Pool], done: dict[int, frozenset[int]], busy: dict[int, PoolUse], *,
            label: str, unit: str, note: Callable[[Run], str] | None, total: int, streaming: bool,
-           shards: int | None = None, read: bool = True) -> None:
+           shards: int | None = None, read: bool = True, reads: int = 1) -> None:
     """Run the plan `stream` (ending in `pools`, placement checked first; `streaming`: the pools chained
     behind it) and take its rows: each summary's partial sums into the manifest, each marker's shard
-    into the bar's total (behind the input source, `read`: its last row records the input shards).
-    With `unit` "parts" the bar counts parts written, else rows."""
+    into the bar's total (behind the input source, `read`: the last row of each of its `reads` read
+    tasks, together, record the input shards). With `unit` "parts" the bar counts parts written, else rows."""
     for p in pools:
         check_placeable(p.what or f"each {p.worker.__name__} actor", p.num_cpus, p.num_gpus)
     if streaming:
@@ -277,13 +279,13 @@ def _drive(run: Run, stream: Any, pools: list[Pool], done: dict[int, frozenset[i
     figures = {p.id: p.work.figures for p in pools}
     part_pool = {p.id: p.work.pool for p in pools}  # the pool its parts are named and counted by
     saved = time.monotonic()
-    written: dict[str, Any] | None = None
+    written: list[dict[str, Any]] = []
     with progress_bar(label, total=total, unit=unit) as advance:
         for batch in stream.iter_batches(batch_size=None, batch_format="pyarrow"):
             for row in batch.to_pylist():
                 if row["pool"] == READ:
                     if row["shard"] == END:
-                        written = json.loads(row["partials"])
+                        written.append(json.loads(row["partials"]))
                     elif not pools:
                         advance(row["rows"], more=row["rows"])
                     else:  # each pool without a part for it takes the shard
@@ -310,9 +312,10 @@ def _drive(run: Run, stream: Any, pools: list[Pool], done: dict[int, frozenset[i
                 saved = time.monotonic()
     run.manifest.pop("progress", None)
     if streaming and read:
-        if written is None:
-            raise RuntimeError("the input source ended without its last row")
-        sharded.record_inputs(run, written)
+        if len(written) != reads:
+            raise RuntimeError(f"{reads - len(written)} of the input source's {reads} read tasks ended without "
+                               "their last row")
+        sharded.record_inputs(run, written[0] if reads == 1 else sharded.merge_reads(written))
     run.dir.write_manifest(run.manifest)
 
 
@@ -335,19 +338,36 @@ def _beside_the_read(pools: list[Pool]) -> list[Pool]:
                                 max(p.actors, p.max_actors)) for n, p in zip(sizes, pools)]
 
 
-def _read(run: Run, inputs: Inputs) -> Any:
-    """The plan's source: the read task writing the run's input shards (`pipelines/input_source.py`)."""
+def _first_shards(inputs: Inputs) -> list[int]:
+    """Each source's first shard number, then the shard count, from the sources' rows counted on the
+    workers (one task per source, side by side; the driver reads no corpus)."""
+    import ray
+
+    check_placeable("the tasks counting the inputs' rows", 1)
+    count = ray.remote(num_cpus=1, max_retries=2)(_size)
+    return sharded.first_shards(ray.get([count.remote(s) for s in inputs.sources]), inputs.shard_size)
+
+
+def _size(source: sharded.Source) -> int:
+    if source.size is None:
+        raise RuntimeError("a source read beside others needs its size")
+    return source.size()
+
+
+def _read(run: Run, inputs: Inputs, firsts: list[int] | None) -> Any:
+    """The plan's source: the read tasks writing the run's input shards (`pipelines/input_source.py`):
+    one, or with `firsts` one per source, each given a CPU, run as many at once as the cluster holds."""
     import ray.data
 
     from redline.pipelines.input_source import InputShards
 
     check_placeable("the task reading the inputs", 1)
     source = InputShards(run.dir.uri, inputs, run.manifest.get("input_shards"), sharded.unseen_inputs(run),
-                         SUMMARY_SCHEMA)
+                         SUMMARY_SCHEMA, firsts)
     # The read streams (a few shards held at once), so its worker process may stay: the task that
     # indexes the run's parts after the plan then starts in it at once instead of in a new process
     # (the pool's actors take the idle workers; a new one costs 1-2 s of a small run).
-    return ray.data.read_datasource(source, override_num_blocks=1, num_cpus=1)
+    return ray.data.read_datasource(source, override_num_blocks=len(firsts or [0, 0]) - 1, num_cpus=1)
 
 
 def in_flight(shards: int | None, actors: int) -> int:

@@ -6,6 +6,8 @@ counts a part written before a crash from its file. The actors that write the pa
 
 from __future__ import annotations
 
+import socket
+import time
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,17 +30,56 @@ def part_name(index: int) -> str:
 
 
 @dataclass(frozen=True)
-class Inputs:
-    """How a run's input shards are made, for a runner that reads them as it goes
-    (`shard_host.run_pools(inputs=...)`): `build()` (the corpus' chunks as they are read) cut into
-    shards of `shard_size` rows, `counts(chunk)` added up, `rows(shard)`: the work a shard is;
-    `shards`: how many it will make, when foreseen (e.g. from a seed limit), else None."""
+class Source:
+    """One source of a run's inputs (a corpus file, ...): `build()` yields its chunks as they are read;
+    `size()`, how many rows they will be — asked (on a worker) only when several sources are read side
+    by side, so that each read task knows its shard numbers before it writes one."""
 
     build: Callable[[], pa.Table | Iterable[pa.Table]]
+    size: Callable[[], int] | None = None
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """How a run's input shards are made, for a runner that reads them as it goes
+    (`shard_host.run_pools(inputs=...)`): each source's chunks cut into shards of `shard_size` rows,
+    `counts(chunk)` added up, `rows(shard)`: the work a shard is; `shards`: how many it will make, when
+    foreseen (e.g. from a seed limit), else None. One source is read by one task, its chunks in order;
+    several (each with its `size`) by one task each, side by side, as many at once as the cluster
+    holds: source k's shards are numbered after those of sources 0..k-1 and never hold another's rows."""
+
+    sources: tuple[Source, ...]
     shard_size: int
     counts: Callable[[pa.Table], dict[str, Any]]
     rows: Callable[[pa.Table], int] = len
     shards: int | None = None
+
+    @property
+    def side_by_side(self) -> bool:
+        return len(self.sources) > 1
+
+
+def first_shards(sizes: list[int], shard_size: int) -> list[int]:
+    """The first shard number of each source read side by side, given its rows, then the shard count:
+    a source's shards follow the shards of those before it."""
+    firsts = [0]
+    for rows in sizes:
+        firsts.append(firsts[-1] - (-rows // shard_size))
+    return firsts
+
+
+def merge_reads(reads: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the read tasks of sources read side by side returned (`shards_written`, each with its
+    `first` shard), as one read: rows per shard in shard order, counts added, every input's fingerprint."""
+    reads = sorted(reads, key=lambda r: r.get("first", 0))
+    merged: dict[str, Any] = {"rows": [], "counts": None, "inputs": {}, "reads": []}
+    for r in reads:
+        merged["rows"] += r["rows"]
+        if r["counts"] is not None:
+            merged["counts"] = add_counts(merged["counts"], r["counts"])
+        merged["inputs"].update(r.get("inputs") or {})
+        merged["reads"] += r.get("reads") or []
+    return merged
 
 
 def prepare_inputs(run: Run, build: Callable[[], pa.Table | Iterable[pa.Table]], shard_size: int,
@@ -92,6 +133,8 @@ def record_inputs(run: Run, written: dict[str, Any]) -> None:
     manifest.setdefault("inputs", {}).update(written.get("inputs") or {})
     if written["counts"] is not None:
         manifest["counts"] = written["counts"]
+    if written.get("reads"):  # sources read side by side: where and when each read ran
+        manifest["input_reads"] = written["reads"]
     run.dir.write_manifest(manifest)
 
 
@@ -111,15 +154,19 @@ def write_inputs(run_uri: str, n_shards: int | None, build: Callable[[], pa.Tabl
 def shards_written(run_uri: str, n_shards: int | None, build: Callable[[], pa.Table | Iterable[pa.Table]],
                    shard_size: int, counts: Callable[[pa.Table], dict[str, Any]], rows: Callable[[pa.Table], int],
                    unseen: dict[str, dict[str, Any]] | None = None,
-                   directory: str = INPUT_DIR) -> Generator[tuple[int, int], None, dict[str, Any]]:
+                   directory: str = INPUT_DIR, first: int | None = None,
+                   end: int | None = None) -> Generator[tuple[int, int], None, dict[str, Any]]:
     """Yields (shard, its rows) as each input shard is written: read back when an earlier attempt
     wrote all `n_shards`, else built and written now (the same rows in the same shard on every
     attempt, so a retried read rewrites the same files). Returns the rows per shard, when built
     `counts(table)`, and the fingerprints of the `unseen` inputs (the driver's node cannot see them)
-    taken here, refusing one that changed since an earlier attempt recorded it."""
+    taken here, refusing one that changed since an earlier attempt recorded it. With `first` (one of
+    several sources read side by side) the shards are numbered from `first` on, always built, never
+    reaching `end` (the next source's first), and the return says `first`, where and how long the read ran."""
     check_visible(run_uri)
+    started = time.time()
     parts = storage.list_files(storage.join(run_uri, directory), ".parquet")
-    if n_shards is not None and len(parts) == n_shards:
+    if first is None and n_shards is not None and len(parts) == n_shards:
         per_shard = [rows(storage.read_parquet(p)) for p in parts]
         for index, n in enumerate(per_shard):
             yield index, n
@@ -136,9 +183,12 @@ def shards_written(run_uri: str, n_shards: int | None, build: Callable[[], pa.Ta
     held: list[pa.Table] = []
 
     def write(shard: pa.Table) -> tuple[int, int]:
-        storage.write_parquet(shard, storage.join(run_uri, directory, part_name(len(per_shard))))
+        if end is not None and (first or 0) + len(per_shard) >= end:
+            raise RedlineError("an input holds more rows than were counted before it was read (did it change "
+                               "while the run read it?); rerun the same command")
+        storage.write_parquet(shard, storage.join(run_uri, directory, part_name((first or 0) + len(per_shard))))
         per_shard.append(rows(shard))
-        return len(per_shard) - 1, per_shard[-1]
+        return (first or 0) + len(per_shard) - 1, per_shard[-1]
 
     for chunk in chunks:  # a chunk at a time: a shard is written as soon as it is full
         total = add_counts(total, counts(chunk))
@@ -150,7 +200,11 @@ def shards_written(run_uri: str, n_shards: int | None, build: Callable[[], pa.Ta
     rest = pa.concat_tables(held) if held else None
     if rest is not None and rest.num_rows:
         yield write(rest)
-    return {"rows": per_shard, "counts": total, "inputs": now}
+    if first is None:
+        return {"rows": per_shard, "counts": total, "inputs": now}
+    read = {"first": first, "shards": len(per_shard), "host": socket.gethostname(), "started": round(started, 3),
+            "seconds": round(time.time() - started, 3)}
+    return {"rows": per_shard, "counts": total, "inputs": now, "first": first, "reads": [read]}
 
 
 def add_counts(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:

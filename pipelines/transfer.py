@@ -10,6 +10,7 @@ it by construction: white-box success, which the attack run reports); they are c
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -21,6 +22,7 @@ from redline.cluster.config import Input, Result, RunConfig, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, require_finished
 from redline.cluster.tables import STATUS_OK, conform
 from redline.errors import RedlineError
+from redline.pipelines import sharded
 from redline.pipelines.figures import TRANSFER
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.schema import CORPUS_SCHEMA
@@ -71,7 +73,7 @@ def build_corpus(config: TransferConfig) -> pa.Table:
 
 
 def execute(config: TransferConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
-    return score_corpus(run, config, lambda: build_corpus(config), watch, verbose, TRANSFER)
+    return score_corpus(run, config, (sharded.Source(partial(build_corpus, config)),), watch, verbose, TRANSFER)
 
 
 def filter_victims(classifier: Any, victims: list[Any]) -> list[str]:

@@ -188,6 +188,71 @@ def test_two_detectors_side_by_side_score_every_row_once(ray_session, tmp_path, 
     assert [(r["detector"], r["accuracy"]) for r in result.summary] == [("a", 1.0), ("b", 1.0)]
 
 
+def test_several_corpora_are_read_side_by_side_each_row_once(ray_session, tmp_path):
+    """Three corpus files: one read task each (their rows counted first on the workers, so each task
+    knows its shard numbers), a shard never mixing two files, every row scored once; a run stopped
+    mid-read resumes to the same shards."""
+    from redline.pipelines.corpora import read_corpora
+
+    files = {name: write_csv(tmp_path / f"{name}.csv", ["text", "label"],
+                             [[f"you idiot {name} {i}" if i % 2 else f"nice {name} {i}", i % 2] for i in range(n)])
+             for name, n in (("a", 45), ("b", 7), ("c", 60))}
+    corpora = [{"path": str(p), "text_column": "text", "label_column": "label", "toxic_values": [1]}
+               for p in files.values()]
+    corpora[2]["limit"] = 50
+    cfg = make_config(corpora, [{"name": "kw", "kind": "keywords", "patterns": ["idiot"], "num_cpus": 0.25}],
+                      str(tmp_path / "runs"), shard_size=20)
+    result = run_score(cfg)
+    m, run = result.manifest, Path(result.run_uri)
+    assert m["input_rows"] == [20, 20, 5, 7, 20, 20, 10]  # a: 45 rows, b: 7, c: 50 of 60; no shard spans two
+    assert [r["shards"] for r in sorted(m["input_reads"], key=lambda r: r["first"])] == [3, 1, 3]
+    sources = [set(pq.read_table(run / "input" / f"part-{i:05d}.parquet").column("source").to_pylist())
+               for i in range(7)]
+    assert [len(s) for s in sources] == [1] * 7
+    assert [Path(next(iter(s))).stem for s in sources] == list("aaabccc")
+    expected = set(read_corpora(cfg.corpora).column("id").to_pylist())
+    ids = Counter(read_predictions(result.run_uri).column("id").to_pylist())
+    assert set(ids) == expected and len(ids) == 102 and set(ids.values()) == {1}
+    assert m["counts"]["rows_in"] == 102 and m["counts"]["toxic"] == 22 + 3 + sum(
+        int(i.rsplit("/", 1)[1]) % 2 for i in expected if i.startswith("c/"))
+    assert {(r["detector"], r["accuracy"]) for r in result.summary} == {("kw", 1.0)}
+
+    # stopped mid-read: the last shards of c neither read nor scored, the read's end never recorded
+    shard5 = pq.read_table(run / "input" / "part-00005.parquet")
+    for i in (5, 6):
+        (run / "input" / f"part-{i:05d}.parquet").unlink()
+        (run / "predictions" / f"part-{i:05d}-0.parquet").unlink()
+    manifest = json.loads((run / "manifest.json").read_text())
+    for key in ("input_shards", "input_rows", "input_reads"):
+        manifest.pop(key)
+    manifest["state"] = "running"
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    again = run_score(cfg)
+    assert not again.reused and again.manifest["resumed_shards"] == 5
+    assert pq.read_table(run / "input" / "part-00005.parquet").equals(shard5)
+    ids = Counter(read_predictions(again.run_uri).column("id").to_pylist())
+    assert set(ids) == expected and set(ids.values()) == {1}
+    assert again.summary == result.summary
+
+
+def test_a_source_holding_more_rows_than_counted_is_refused_not_spilled_into_the_next(tmp_path):
+    """A source read beside others writes only its own shard numbers: rows beyond its count (the file
+    grew between the count and the read) stop the read instead of overwriting the next source's shards."""
+    from redline.pipelines import sharded
+
+    run_uri = str(tmp_path)
+    (tmp_path / "manifest.json").write_text("{}")
+    rows = pa.table({"x": list(range(25))})
+    written = sharded.shards_written(run_uri, None, lambda: [rows], 10, lambda t: {"n": t.num_rows}, len,
+                                     first=4, end=6)
+    assert [next(written), next(written)] == [(4, 10), (5, 10)]
+    with pytest.raises(RedlineError, match="more rows than were counted"):
+        next(written)
+    assert sorted(p.name for p in (tmp_path / "input").iterdir()) == ["part-00004.parquet", "part-00005.parquet"]
+    assert sharded.first_shards([45, 7, 50], 20) == [0, 3, 4, 7]
+    assert sharded.first_shards([0, 20, 21], 20) == [0, 0, 1, 3]
+
+
 def test_detector_pools_asking_more_than_the_cluster_has_take_turns(ray_session, tmp_path):
     """Three detectors of 1 CPU each on 2 CPUs: a pool whose actors cannot start yet is given no work
     (it would hold it forever), and a pool that is done gives its CPUs back to the one waiting."""
