@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import logging
 import os
 import socket
@@ -137,3 +139,21 @@ def on_a_worker(fn: Any, *args: Any, num_cpus: float = 1, num_gpus: float = 0) -
     ensure_ray()  # a resumed run may not have started Ray: never let `.remote()` pick a cluster itself
     return ray.get(ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_retries=2)(fn).remote(*args))
 
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to give back this way
+        return None
+
+
+def give_back_freed_memory() -> None:
+    """Return the memory this process has freed to the system. glibc keeps what a thread's arena
+    freed (a victim scoring on its own thread, a tokenizer's buffers of every length) for reuse that
+    rarely fits, so a long-lived actor's RSS grew with every shard: an attacker went from 0.6 to 2.5
+    GB over 8,000 seeds, and stays at ~0.6 GB when its freed memory is given back after each shard."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)

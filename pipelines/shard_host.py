@@ -29,7 +29,7 @@ import pyarrow as pa
 from redline.cluster import storage
 from redline.cluster.progress import progress_bar
 from redline.cluster.runs import Run
-from redline.cluster.runtime import check_placeable, ensure_ray
+from redline.cluster.runtime import check_placeable, ensure_ray, give_back_freed_memory
 from redline.errors import RedlineError
 from redline.pipelines import aggregates as A
 from redline.pipelines import sharded
@@ -170,6 +170,7 @@ class ShardHost:
         summary = {"shard": index, "pool": self.tag, "rows": rows.num_rows, "seconds": seconds, "host": self.host,
                    "failed": 0, "failure": None}
         errors = w.errors(out).drop_null() if w.errors is not None else []
+        give_back_freed_memory()  # an actor lives for many shards: its RSS must not grow with them
         if len(errors):
             return {**summary, "partials": "{}", "failed": len(errors), "failure": str(errors[0].as_py())}
         storage.write_parquet(out, storage.join(w.run_uri, w.output_dir, output_part(index, w.pool)))
