@@ -223,7 +223,10 @@ def run_pools(run: Run, pools: list[Pool], shard_rows: list[int] | None, *, labe
     if inputs is not None:
         done = {p.id: done_parts(run, p.work.output_dir, p.work.pool) for p in pools}
         chained = _beside_the_read(pools)
-        firsts = _first_shards(inputs) if inputs.side_by_side else None
+        firsts = None
+        if inputs.side_by_side:
+            check_layout(run, done)
+            firsts = _first_shards(inputs)
         source = _read(run, inputs, firsts)
         shards = inputs.shards if firsts is None else firsts[-1]
         _drive(run, source, chained, done, busy, label=label if chained else "reading the inputs", unit=unit,
@@ -347,6 +350,23 @@ def _beside_the_read(pools: list[Pool]) -> list[Pool]:
         sizes[k] -= 1
     return [dataclasses.replace(p, pending=None, actors=n, max_actors=None if p.max_actors is None else
                                 max(p.actors, p.max_actors)) for n, p in zip(sizes, pools)]
+
+
+PER_SOURCE = "per source"  # the manifest's `input_layout` when sources are cut into shards side by side
+
+
+def check_layout(run: Run, done: dict[int, frozenset[int]]) -> None:
+    """Sources read side by side are cut into shards per source (`sharded.first_shards`); before
+    2026-11-28 redline cut several corpora as one stream. A run whose parts were written under the
+    other numbering must not take them as done (rows would be lost or held twice): refused, one line.
+    Records the layout before the first part is written."""
+    if run.manifest.get("input_layout") == PER_SOURCE:
+        return
+    if any(done.values()):
+        raise RedlineError(f"{run.dir.uri} was started by an earlier redline, which cut its corpora into shards "
+                           "another way, and stopped before it had read them all; rerun with --force to redo the run")
+    run.manifest["input_layout"] = PER_SOURCE
+    run.dir.write_manifest(run.manifest)
 
 
 def _first_shards(inputs: Inputs) -> list[int]:

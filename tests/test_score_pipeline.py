@@ -206,6 +206,7 @@ def test_several_corpora_are_read_side_by_side_each_row_once(ray_session, tmp_pa
     m, run = result.manifest, Path(result.run_uri)
     assert m["input_rows"] == [20, 20, 5, 7, 20, 20, 10]  # a: 45 rows, b: 7, c: 50 of 60; no shard spans two
     assert [r["shards"] for r in sorted(m["input_reads"], key=lambda r: r["first"])] == [3, 1, 3]
+    assert m["input_layout"] == "per source"
     sources = [set(pq.read_table(run / "input" / f"part-{i:05d}.parquet").column("source").to_pylist())
                for i in range(7)]
     assert [len(s) for s in sources] == [1] * 7
@@ -520,3 +521,20 @@ def test_an_input_only_the_workers_see_is_fingerprinted_where_it_is_read(tmp_pat
     shutil.rmtree(run / "input")  # the shards were not all written: the corpus is read again
     with pytest.raises(RedlineError, match="changed since this run read it"):
         sharded.write_inputs(str(run), None, build, 10, lambda t: {}, len, {str(corpus): recorded})
+
+
+def test_a_run_whose_corpora_were_cut_another_way_is_refused_not_resumed(tmp_path):
+    """Several corpora read side by side are cut into shards per file; a run an earlier redline left
+    mid-read (parts numbered as one stream, no layout recorded) is refused instead of resumed."""
+    from types import SimpleNamespace
+
+    from redline.pipelines.shard_host import PER_SOURCE, check_layout
+
+    saved = []
+    run = SimpleNamespace(manifest={}, dir=SimpleNamespace(uri=str(tmp_path), write_manifest=saved.append))
+    with pytest.raises(RedlineError, match="cut its corpora into shards another way.*--force"):
+        check_layout(run, {0: frozenset({0, 1}), 1: frozenset()})
+    assert saved == [] and "input_layout" not in run.manifest
+    check_layout(run, {0: frozenset()})  # nothing written yet: the layout is recorded before any part
+    assert run.manifest["input_layout"] == PER_SOURCE and saved == [run.manifest]
+    check_layout(run, {0: frozenset({0, 1})})  # parts of this layout: resumed
