@@ -140,7 +140,6 @@ def on_a_worker(fn: Any, *args: Any, num_cpus: float = 1, num_gpus: float = 0) -
     return ray.get(ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_retries=2)(fn).remote(*args))
 
 
-
 @functools.cache
 def _malloc_trim() -> Any:
     try:

@@ -323,6 +323,5 @@ def iter_corpora(configs: list[CorpusConfig], chunk_rows: int = CHUNK_ROWS) -> I
         yield from iter_corpus(config, chunk_rows)
 
 
-
 def read_corpora(configs: list[CorpusConfig]) -> pa.Table:
     return pa.concat_tables(iter_corpora(configs))

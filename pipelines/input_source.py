@@ -3,9 +3,8 @@ corpus chunk by chunk (`sharded.shards_written`), writes each input shard into t
 full and emits one marker row per shard written, so the actor pools behind it in the same plan take
 shard 0 while shard 1 is being read. Several sources (corpus files) are read by one task each, side
 by side, as many at once as the cluster holds (`firsts`: each one's first shard number, then the
-shard count). Each task's
-last row carries what the driver records in the manifest (rows per shard, the corpus' counts,
-fingerprints of inputs the driver cannot see).
+shard count). Each task's last row carries what the driver records in the manifest (rows per shard,
+the corpus' counts, fingerprints of inputs the driver cannot see).
 
 Markers are rows of the runner's summary schema with `pool = -1`: a shard written (`shard >= 0`,
 `rows`: its work) or the read's end (`shard = -1`, `partials`: the JSON above). Blocks are emitted one

@@ -161,8 +161,8 @@ def shards_written(run_uri: str, n_shards: int | None, build: Callable[[], pa.Ta
     attempt, so a retried read rewrites the same files). Returns the rows per shard, when built
     `counts(table)`, and the fingerprints of the `unseen` inputs (the driver's node cannot see them)
     taken here, refusing one that changed since an earlier attempt recorded it. With `first` (one of
-    several sources read side by side) the shards are numbered from `first` on, always built, never
-    reaching `end` (the next source's first), and the return says `first`, where and how long the read ran."""
+    several sources read side by side) the shards are numbered from `first` on, always built, up to
+    `end` (the next source's first) exactly, and the return says `first`, where and how long the read ran."""
     check_visible(run_uri)
     started = time.time()
     parts = storage.list_files(storage.join(run_uri, directory), ".parquet")
@@ -184,8 +184,7 @@ def shards_written(run_uri: str, n_shards: int | None, build: Callable[[], pa.Ta
 
     def write(shard: pa.Table) -> tuple[int, int]:
         if end is not None and (first or 0) + len(per_shard) >= end:
-            raise RedlineError("an input holds more rows than were counted before it was read (did it change "
-                               "while the run read it?); rerun the same command")
+            raise _recounted()
         storage.write_parquet(shard, storage.join(run_uri, directory, part_name((first or 0) + len(per_shard))))
         per_shard.append(rows(shard))
         return (first or 0) + len(per_shard) - 1, per_shard[-1]
@@ -202,9 +201,16 @@ def shards_written(run_uri: str, n_shards: int | None, build: Callable[[], pa.Ta
         yield write(rest)
     if first is None:
         return {"rows": per_shard, "counts": total, "inputs": now}
+    if end is not None and first + len(per_shard) != end:  # fewer: the next source's shards would be misnumbered
+        raise _recounted()
     read = {"first": first, "shards": len(per_shard), "host": socket.gethostname(), "started": round(started, 3),
             "seconds": round(time.time() - started, 3)}
     return {"rows": per_shard, "counts": total, "inputs": now, "first": first, "reads": [read]}
+
+
+def _recounted() -> RedlineError:
+    return RedlineError("an input holds a different number of rows than were counted before it was read (did "
+                        "it change while the run read it?); rerun the same command")
 
 
 def add_counts(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:

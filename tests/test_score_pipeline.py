@@ -236,9 +236,10 @@ def test_several_corpora_are_read_side_by_side_each_row_once(ray_session, tmp_pa
     assert again.summary == result.summary
 
 
-def test_a_source_holding_more_rows_than_counted_is_refused_not_spilled_into_the_next(tmp_path):
-    """A source read beside others writes only its own shard numbers: rows beyond its count (the file
-    grew between the count and the read) stop the read instead of overwriting the next source's shards."""
+def test_a_source_holding_other_than_its_counted_rows_is_refused_not_misnumbered(tmp_path):
+    """A source read beside others writes exactly its own shard numbers: rows beyond its count (the file
+    grew between the count and the read) stop the read instead of overwriting the next source's shards,
+    and fewer rows (it shrank) stop it instead of leaving a shard number no file has."""
     from redline.pipelines import sharded
 
     run_uri = str(tmp_path)
@@ -247,9 +248,14 @@ def test_a_source_holding_more_rows_than_counted_is_refused_not_spilled_into_the
     written = sharded.shards_written(run_uri, None, lambda: [rows], 10, lambda t: {"n": t.num_rows}, len,
                                      first=4, end=6)
     assert [next(written), next(written)] == [(4, 10), (5, 10)]
-    with pytest.raises(RedlineError, match="more rows than were counted"):
+    with pytest.raises(RedlineError, match="different number of rows than were counted"):
         next(written)
     assert sorted(p.name for p in (tmp_path / "input").iterdir()) == ["part-00004.parquet", "part-00005.parquet"]
+    fewer = sharded.shards_written(run_uri, None, lambda: [rows], 10, lambda t: {"n": t.num_rows}, len,
+                                   first=10, end=14)  # 3 shards where 4 were counted: the next source's would shift
+    assert [next(fewer) for _ in range(3)] == [(10, 10), (11, 10), (12, 5)]
+    with pytest.raises(RedlineError, match="different number of rows than were counted"):
+        next(fewer)
     assert sharded.first_shards([45, 7, 50], 20) == [0, 3, 4, 7]
     assert sharded.first_shards([0, 20, 21], 20) == [0, 0, 1, 3]
 
