@@ -62,7 +62,7 @@ def sampled(cmd: list[str], log: Path, parts: Path | None = None) -> dict[str, f
                 cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
             except (OSError, AttributeError):
                 pass
-            if parts is not None and first is None and parts.is_dir() and any(parts.glob("part-*.parquet")):
+            if parts is not None and first is None and written_since(parts, started):
                 first = time.time() - started
             if tick % 5 == 0:  # every process below the driver (Ray's workers, actors, reading tasks), once a second
                 for pid in descendants(proc.pid):
@@ -77,6 +77,18 @@ def sampled(cmd: list[str], log: Path, parts: Path | None = None) -> dict[str, f
             "machine_cpu_s": round(used, 1), "driver_share": round(cpu / max(used, 1e-9), 3),
             "worker_peak_rss_mb": round(worker_peak / 1024), "worker_peak": worker,
             **({"first_part_s": round(first, 1) if first is not None else None} if parts is not None else {})}
+
+
+def written_since(parts: Path, started: float) -> bool:
+    """A part written in `parts` since `started` (a reused --work holds the last run's parts until --force
+    removes them, while this looks)."""
+    for part in parts.glob("part-*.parquet") if parts.is_dir() else ():
+        try:
+            if part.stat().st_mtime >= started:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def rss_kb(pid: int) -> int:
