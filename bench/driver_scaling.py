@@ -55,21 +55,26 @@ def sampled(cmd: list[str], log: Path, parts: Path | None = None) -> dict[str, f
                                 env={**os.environ, "REDLINE_PROGRESS": "0", "RAY_AUTH_MODE": "disabled",
                                      "RAY_ADDRESS": "local"})
         peak, cpu, worker_peak, worker, tick = 0, 0.0, 0, "-", 0
-        while proc.poll() is None:
-            try:
-                peak = max(peak, rss_kb(proc.pid))
-                stat = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-                cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
-            except (OSError, AttributeError):
-                pass
-            if parts is not None and first is None and written_since(parts, started):
-                first = time.time() - started
-            if tick % 5 == 0:  # every process below the driver (Ray's workers, actors, reading tasks), once a second
-                for pid in descendants(proc.pid):
-                    if rss_kb(pid) > worker_peak:
-                        worker_peak, worker = rss_kb(pid), command_of(pid)
-            tick += 1
-            time.sleep(0.1)
+        try:
+            while proc.poll() is None:
+                try:
+                    peak = max(peak, rss_kb(proc.pid))
+                    stat = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                    cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+                except (OSError, AttributeError):
+                    pass
+                if parts is not None and first is None and written_since(parts, started):
+                    first = time.time() - started
+                if tick % 5 == 0:  # every process below the driver (Ray's workers, actors, reading tasks), once a second
+                    for pid in descendants(proc.pid):
+                        if rss_kb(pid) > worker_peak:
+                            worker_peak, worker = rss_kb(pid), command_of(pid)
+                tick += 1
+                time.sleep(0.1)
+        except BaseException:  # the sampler failed (or ^C): never leave the command running
+            proc.terminate()
+            proc.wait(timeout=60)
+            raise
     wall, used = time.time() - started, machine_cpu_s() - machine
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[:4])} failed (rc {proc.returncode}); see {log}")
