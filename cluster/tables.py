@@ -81,6 +81,17 @@ class DataFile:
             return False
         return self.detected_format() in ("csv", "parquet") and utf8 and self.encoding_errors == "strict"
 
+    def count_rows(self) -> int:
+        """The file's rows: a Parquet file's from its footer, any other by reading it (streamed where it can be)."""
+        if self.detected_format() == "parquet":
+            try:
+                fs, path = storage.resolve(self.path)
+                with fs.open_input_file(path) as f:
+                    return pq.ParquetFile(f).metadata.num_rows
+            except (OSError, pa.ArrowException, RedlineError):
+                pass  # read below, where the reader says in one line what is wrong
+        return sum(t.num_rows for t in self.stream()) if self.streamable() else self.read().num_rows
+
     def stream(self, chunk_rows: int = 65_536) -> Iterator[pa.Table]:
         """The file's rows as tables read as they are needed (a file larger than memory streams
         through): Parquet `chunk_rows` rows at a time, CSV one reader block (`max_field_mb`) at a time;

@@ -255,10 +255,9 @@ def iter_corpus(config: CorpusConfig, chunk_rows: int = CHUNK_ROWS) -> Iterator[
 
 
 def corpus_rows(config: CorpusConfig) -> int:
-    """How many rows `iter_corpus(config)` yields: the file's rows (read once, in bounded memory where
-    it streams), at most its `limit`."""
-    source = data_file(effective(config))
-    n = sum(t.num_rows for t in source.stream()) if source.streamable() else source.read().num_rows
+    """How many rows `iter_corpus(config)` yields: the file's rows (a Parquet footer, else the file read
+    once, in bounded memory where it streams), at most its `limit`."""
+    n = data_file(effective(config)).count_rows()
     return min(n, config.limit) if config.limit else n
 
 

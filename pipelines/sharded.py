@@ -182,12 +182,14 @@ def shards_written(run_uri: str, n_shards: int | None, build: Callable[[], pa.Ta
     total: dict[str, Any] | None = None
     held: list[pa.Table] = []
 
+    base = first or 0
+
     def write(shard: pa.Table) -> tuple[int, int]:
-        if end is not None and (first or 0) + len(per_shard) >= end:
+        if end is not None and base + len(per_shard) >= end:
             raise _recounted()
-        storage.write_parquet(shard, storage.join(run_uri, directory, part_name((first or 0) + len(per_shard))))
+        storage.write_parquet(shard, storage.join(run_uri, directory, part_name(base + len(per_shard))))
         per_shard.append(rows(shard))
-        return (first or 0) + len(per_shard) - 1, per_shard[-1]
+        return base + len(per_shard) - 1, per_shard[-1]
 
     for chunk in chunks:  # a chunk at a time: a shard is written as soon as it is full
         total = add_counts(total, counts(chunk))

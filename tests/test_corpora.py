@@ -140,3 +140,23 @@ def test_two_corpora_with_the_same_dataset_and_split_are_refused_and_distinct_on
         read_corpora([CorpusConfig.model_validate(one), CorpusConfig.model_validate(one)])
     both = read_corpora([CorpusConfig.model_validate(one), CorpusConfig.model_validate({**one, "split": "train"})])
     assert both.column("id").to_pylist() == ["c/test/0", "c/test/1", "c/train/0", "c/train/1"]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet", "jsonl"])
+@pytest.mark.parametrize("limit,sample", [(None, "random"), (7, "random"), (7, "first"), (500, "random")])
+def test_the_rows_counted_before_a_side_by_side_read_are_the_rows_it_yields(tmp_path, fmt, limit, sample):
+    """A corpus read beside others is counted first (a Parquet footer, else the file read once) so its
+    read knows its shard numbers: the count must equal what the read yields, whatever the format or limit."""
+    from redline.pipelines.corpora import corpus_rows, iter_corpus
+
+    rows = [{"text": f"text {i}\nwith a newline" if i % 5 == 0 else f"text {i}", "label": i % 2} for i in range(23)]
+    path = tmp_path / f"c.{fmt}"
+    if fmt == "csv":
+        write_csv(path, ["text", "label"], [[r["text"], r["label"]] for r in rows])
+    elif fmt == "parquet":
+        pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=5)
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = CorpusConfig(path=str(path), text_column="text", label_column="label", toxic_values=[1], limit=limit,
+                          sample=sample)
+    assert corpus_rows(config) == sum(t.num_rows for t in iter_corpus(config, chunk_rows=4)) == min(limit or 23, 23)
