@@ -3,13 +3,15 @@ corpus chunk by chunk (`sharded.shards_written`), writes each input shard into t
 full and emits one marker row per shard written, so the actor pools behind it in the same plan take
 shard 0 while shard 1 is being read. Several sources (corpus files) are read by one task each, side
 by side, as many at once as the cluster holds (`firsts`: each one's first shard number, then the
-shard count). Each task's last row carries what the driver records in the manifest (rows per shard,
-the corpus' counts, fingerprints of inputs the driver cannot see).
+shard count). Each task ends by writing what the driver records in the manifest (rows per shard, the
+corpus' counts, fingerprints of inputs the driver cannot see) into the run (`read_result_uri`), read
+by the driver once the plan ends: as a row it would reach every pool as one more call, and a pool
+whose one actor holds two calls grows (a 72-row run started an actor per pool it never used).
 
-Markers are rows of the runner's summary schema with `pool = -1`: a shard written (`shard >= 0`,
-`rows`: its work) or the read's end (`shard = -1`, `partials`: the JSON above). Blocks are emitted one
-row at a time (the plan's `target_max_block_size` is 1 byte): Ray Data would otherwise hold a task's
-small blocks until it ends, and no pool would start before the whole corpus is read.
+Markers are rows of the runner's summary schema with `pool = -1`, one per shard written (`rows`: its
+work). Blocks are emitted one row at a time (the plan's `target_max_block_size` is 1 byte): Ray Data
+would otherwise hold a task's small blocks until it ends, and no pool would start before the whole
+corpus is read.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from ray.data.datasource import Datasource, ReadTask
 
 from redline.pipelines import sharded
 from redline.pipelines.sharded import Inputs
-from redline.pipelines.shard_host import END, READ
+from redline.cluster import storage
+from redline.pipelines.shard_host import READ
 
 
 class InputShards(Datasource):
@@ -55,10 +58,12 @@ class InputShards(Datasource):
             try:
                 shard, rows = next(shards)
             except StopIteration as done:
-                yield self._row(END, 0, json.dumps(done.value))
+                storage.write_text(read_result_uri(self.run_uri, k), json.dumps(done.value))
                 return
-            yield self._row(shard, rows, None)
+            yield pa.Table.from_pylist([{"shard": shard, "pool": READ, "rows": rows, "seconds": 0.0, "host": None,
+                                         "partials": None, "failed": 0, "failure": None}], schema=self.schema)
 
-    def _row(self, shard: int, rows: int, info: str | None) -> pa.Table:
-        return pa.Table.from_pylist([{"shard": shard, "pool": READ, "rows": rows, "seconds": 0.0, "host": None,
-                                      "partials": info, "failed": 0, "failure": None}], schema=self.schema)
+
+def read_result_uri(run_uri: str, k: int) -> str:
+    """Where read task `k` of a run leaves what it read (see the module's note)."""
+    return storage.join(run_uri, sharded.INPUT_DIR, f"read-{k:05d}.json")

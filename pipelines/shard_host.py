@@ -43,7 +43,7 @@ SUMMARY_SCHEMA = pa.schema([("shard", pa.int64()), ("pool", pa.int64()), ("rows"
 
 
 MANIFEST_EVERY_S = 5.0
-READ, END = -1, -1  # markers from the input source (`pipelines/input_source.py`): its pool; its last row's shard
+READ = -1  # the pool of the input source's markers (`pipelines/input_source.py`)
 
 
 def output_part(index: int, pool: int) -> str:
@@ -284,8 +284,8 @@ def _drive(run: Run, stream: Any, pools: list[Pool], done: dict[int, frozenset[i
            shards: int | None = None, read: bool = True, reads: int = 1) -> None:
     """Run the plan `stream` (ending in `pools`, placement checked first; `streaming`: the pools chained
     behind it) and take its rows: each summary's partial sums into the manifest, each marker's shard
-    into the bar's total (behind the input source, `read`: the last row of each of its `reads` read
-    tasks, together, record the input shards). With `unit` "parts" the bar counts parts written, else rows."""
+    into the bar's total (behind the input source, `read`: what each of its `reads` read tasks left in
+    the run, together, records the input shards). With `unit` "parts" the bar counts parts written, else rows."""
     for p in pools:
         check_placeable(p.what or f"each {p.worker.__name__} actor", p.num_cpus, p.num_gpus)
     if streaming:
@@ -293,14 +293,11 @@ def _drive(run: Run, stream: Any, pools: list[Pool], done: dict[int, frozenset[i
     figures = {p.id: p.work.figures for p in pools}
     part_pool = {p.id: p.work.pool for p in pools}  # the pool its parts are named and counted by
     saved = time.monotonic()
-    written: list[dict[str, Any]] = []
     with progress_bar(label, total=total, unit=unit) as advance:
         for batch in stream.iter_batches(batch_size=None, batch_format="pyarrow"):
             for row in batch.to_pylist():
                 if row["pool"] == READ:
-                    if row["shard"] == END:
-                        written.append(json.loads(row["partials"]))
-                    elif not pools:
+                    if not pools:
                         advance(row["rows"], more=row["rows"])
                     else:  # each pool without a part for it takes the shard
                         advance(0, more=row["rows"] * sum(row["shard"] not in done.get(p.id, ()) for p in pools))
@@ -326,9 +323,13 @@ def _drive(run: Run, stream: Any, pools: list[Pool], done: dict[int, frozenset[i
                 saved = time.monotonic()
     run.manifest.pop("progress", None)
     if streaming and read:
+        from redline.pipelines.input_source import read_result_uri
+
+        written = [storage.read_json(read_result_uri(run.dir.uri, k)) for k in range(reads)
+                   if storage.exists(read_result_uri(run.dir.uri, k))]
         if len(written) != reads:
             raise RuntimeError(f"{reads - len(written)} of the input source's {reads} read tasks ended without "
-                               "their last row")
+                               "their result")
         sharded.record_inputs(run, written[0] if reads == 1 else sharded.merge_reads(written))
     run.dir.write_manifest(run.manifest)
 
@@ -390,9 +391,11 @@ def _read(run: Run, inputs: Inputs, firsts: list[int] | None) -> Any:
     one, or with `firsts` one per source, each given a CPU, run as many at once as the cluster holds."""
     import ray.data
 
-    from redline.pipelines.input_source import InputShards
+    from redline.pipelines.input_source import InputShards, read_result_uri
 
     check_placeable("the task reading the inputs", 1)
+    for k in range(max(len(firsts or [0, 0]) - 1, 1)):  # an earlier attempt's: the driver reads this run's
+        storage.remove(read_result_uri(run.dir.uri, k))
     source = InputShards(run.dir.uri, inputs, run.manifest.get("input_shards"), sharded.unseen_inputs(run),
                          SUMMARY_SCHEMA, firsts)
     # The read streams (a few shards held at once), so its worker process may stay: the task that
