@@ -16,7 +16,6 @@ corpus is read.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
@@ -25,10 +24,10 @@ import pyarrow as pa
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
-from redline.pipelines import sharded
-from redline.pipelines.sharded import Inputs
 from redline.cluster import storage
+from redline.pipelines import sharded
 from redline.pipelines.shard_host import READ
+from redline.pipelines.sharded import Inputs
 
 
 class InputShards(Datasource):
@@ -58,7 +57,7 @@ class InputShards(Datasource):
             try:
                 shard, rows = next(shards)
             except StopIteration as done:
-                storage.write_text(read_result_uri(self.run_uri, k), json.dumps(done.value))
+                storage.write_json(read_result_uri(self.run_uri, k), done.value)
                 return
             yield pa.Table.from_pylist([{"shard": shard, "pool": READ, "rows": rows, "seconds": 0.0, "host": None,
                                          "partials": None, "failed": 0, "failure": None}], schema=self.schema)

@@ -325,8 +325,8 @@ def _drive(run: Run, stream: Any, pools: list[Pool], done: dict[int, frozenset[i
     if streaming and read:
         from redline.pipelines.input_source import read_result_uri
 
-        written = [storage.read_json(read_result_uri(run.dir.uri, k)) for k in range(reads)
-                   if storage.exists(read_result_uri(run.dir.uri, k))]
+        uris = [read_result_uri(run.dir.uri, k) for k in range(reads)]
+        written = [storage.read_json(uri) for uri in uris if storage.exists(uri)]
         if len(written) != reads:
             raise RuntimeError(f"{reads - len(written)} of the input source's {reads} read tasks ended without "
                                "their result")
@@ -394,7 +394,7 @@ def _read(run: Run, inputs: Inputs, firsts: list[int] | None) -> Any:
     from redline.pipelines.input_source import InputShards, read_result_uri
 
     check_placeable("the task reading the inputs", 1)
-    for k in range(max(len(firsts or [0, 0]) - 1, 1)):  # an earlier attempt's: the driver reads this run's
+    for k in range(len(firsts or [0, 0]) - 1):  # an earlier attempt's: the driver reads this run's
         storage.remove(read_result_uri(run.dir.uri, k))
     source = InputShards(run.dir.uri, inputs, run.manifest.get("input_shards"), sharded.unseen_inputs(run),
                          SUMMARY_SCHEMA, firsts)
