@@ -75,6 +75,32 @@ def train_wordpiece_tokenizer(texts: Sequence[str], vocab_size: int = 4000, mode
     )
 
 
+def length_batches(lengths: Sequence[int], batch_size: int, window: int = 16) -> list[list[int]]:
+    """One epoch's batches of indices: shuffled, then sorted by length within windows of `window`
+    batches, so each batch holds texts of about one length (little padding: ~1.5x faster steps on
+    tweets) while the epochs still differ; the batches come in shuffled order. Uses `random`."""
+    order = random.sample(range(len(lengths)), len(lengths))
+    batches = []
+    for start in range(0, len(order), batch_size * window):
+        part = sorted(order[start:start + batch_size * window], key=lengths.__getitem__)
+        batches += [part[k:k + batch_size] for k in range(0, len(part), batch_size)]
+    random.shuffle(batches)
+    return batches
+
+
+def _padded(rows: Sequence[Sequence[int]], pad_id: int) -> dict[str, Any]:
+    """input_ids and attention_mask tensors of pre-tokenized rows, right-padded to the longest."""
+    import torch
+
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, :len(r)] = 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
 @dataclass(frozen=True)
 class TinyBert:
     """A tiny BERT's shape and how it is trained."""
@@ -122,22 +148,20 @@ def build_tiny_classifier(texts: Sequence[str], labels: Sequence[int] | Sequence
     )
     model = BertForSequenceClassification(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.01)
-    order = list(range(len(texts)))
+    encoded = tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
+    lengths = [len(ids) for ids in encoded]
     model.train()
     for epoch in range(epochs):
-        random.shuffle(order)
         total = 0.0
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
-            enc = tokenizer([texts[i] for i in idx], padding=True, truncation=True, max_length=max_length,
-                            return_tensors="pt")
+        for idx in length_batches(lengths, batch_size):
+            enc = _padded([encoded[i] for i in idx], tokenizer.pad_token_id)
             target = torch.tensor([labels[i] for i in idx], dtype=torch.float32 if multi_label else torch.long)
             loss = model(**enc, labels=target).loss
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             total += loss.item() * len(idx)
-        log.info("tiny classifier epoch %d: loss %.4f", epoch + 1, total / len(order))
+        log.info("tiny classifier epoch %d: loss %.4f", epoch + 1, total / len(texts))
     model.eval()
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
@@ -172,13 +196,12 @@ def build_tiny_mlm(texts: Sequence[str], out_dir: str | Path, *, vocab_size: int
     model = BertForMaskedLM(config)
     collate = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
-    order = list(range(len(texts)))
+    encoded = tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
+    lengths = [len(ids) for ids in encoded]
     model.train()
     for _ in range(epochs):
-        random.shuffle(order)
-        for start in range(0, len(order), batch_size):
-            enc = tokenizer([texts[i] for i in order[start:start + batch_size]], truncation=True, max_length=max_length)
-            batch = collate([{"input_ids": ids} for ids in enc["input_ids"]])
+        for idx in length_batches(lengths, batch_size):
+            batch = collate([{"input_ids": encoded[i]} for i in idx])
             loss = model(**batch).loss
             optimizer.zero_grad()
             loss.backward()
@@ -255,11 +278,12 @@ def build_tiny_causal_lm(texts: Sequence[str | Sequence[str]], out_dir: str | Pa
     model = _gpt2(config)
     lines = ["".join(turn + tokenizer.eos_token for turn in d) for d in dialogues]
 
+    encoded = tokenizer(lines, truncation=True, max_length=max_length)["input_ids"]
+    lengths = [len(ids) for ids in encoded]
+
     def batches():
-        order = random.sample(range(len(lines)), len(lines))
-        for start in range(0, len(order), batch_size):
-            enc = tokenizer([lines[i] for i in order[start:start + batch_size]], padding=True, truncation=True,
-                            max_length=max_length, return_tensors="pt")
+        for idx in length_batches(lengths, batch_size):
+            enc = _padded([encoded[i] for i in idx], tokenizer.pad_token_id)
             labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
             yield {**enc, "labels": labels}
 
@@ -288,10 +312,11 @@ def build_tiny_seq2seq(pairs: Sequence[tuple[str, str]], out_dir: str | Path, *,
                         decoder_start_token_id=tokenizer.eos_token_id, forced_eos_token_id=tokenizer.eos_token_id)
     model = BartForConditionalGeneration(config)
 
+    lengths = [len(ids) for ids in tokenizer([c for c, _ in pairs], truncation=True, max_length=max_length)["input_ids"]]
+
     def batches():
-        order = random.sample(range(len(pairs)), len(pairs))
-        for start in range(0, len(order), batch_size):
-            chunk = [pairs[i] for i in order[start:start + batch_size]]
+        for idx in length_batches(lengths, batch_size):
+            chunk = [pairs[i] for i in idx]
             enc = tokenizer([c for c, _ in chunk], padding=True, truncation=True, max_length=max_length,
                             return_tensors="pt")
             target = tokenizer([r + tokenizer.eos_token for _, r in chunk], padding=True, truncation=True,
