@@ -274,8 +274,8 @@ def _in_threads(n: int, *args, **kwargs) -> tuple[list, list[threading.Thread]]:
 
 def test_slow_clients_and_floods_are_cut_off_while_health_stays_fast(tight):
     # bodies that take longer than body_timeout_s to arrive: 408, and their slots are free long before the
-    # clients stop sending (three 20 s trickles would otherwise hold the whole budget of three)
-    results, threads = _in_threads(3, tight, 20)
+    # clients stop sending (three 8 s trickles would otherwise hold the whole budget of three at 3 s)
+    results, threads = _in_threads(3, tight, 8)
     time.sleep(3)
     meanwhile = httpx.post(tight + "/v1/detect", json={"texts": ["idiot"]}, timeout=10)
     assert meanwhile.status_code == 200, meanwhile.text
