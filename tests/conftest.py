@@ -144,11 +144,11 @@ def shared_file(path: Path) -> Path:
 def ray_session():
     import ray
 
-    from redline.cluster.runtime import quiet_data_context
+    from redline.cluster.runtime import SYSTEM_CONFIG, quiet_data_context
 
     if not ray.is_initialized():
         ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024**2,
-                 logging_level="WARNING", log_to_driver=False)
+                 logging_level="WARNING", log_to_driver=False, _system_config=SYSTEM_CONFIG)
     quiet_data_context()
     yield ray
     ray.shutdown()

@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from conftest import SHARED_DATA, VENV_BIN, free_port, shared_file, wait_for_port
+from redline.cluster.runtime import SYSTEM_CONFIG
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +81,8 @@ class Cluster:
         self.head = subprocess.Popen(
             [str(VENV_BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={self.gcs}",
              "--num-cpus=0", f"--dashboard-port={self.dashboard}", "--dashboard-host=127.0.0.1",
-             "--include-dashboard=true", "--object-store-memory=150000000", "--disable-usage-stats", *self.ports()],
+             "--include-dashboard=true", "--object-store-memory=150000000", "--disable-usage-stats",
+             f"--system-config={json.dumps(SYSTEM_CONFIG)}", *self.ports()],  # as README starts a head
             env=self.env, cwd=self.root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         wait_for_port(self.dashboard, timeout=120)
 
