@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import SHARED_DATA, VENV_BIN, free_port, shared_file, wait_for_port
 from redline.cluster.runtime import SYSTEM_CONFIG
+
+from conftest import SHARED_DATA, VENV_BIN, free_port, shared_file, wait_for_port
 
 pytestmark = pytest.mark.slow
 
