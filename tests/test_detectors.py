@@ -338,3 +338,23 @@ def test_detoxify_checkpoints_that_need_code_to_load_are_refused(tmp_path):
 
     with pytest.raises(RedlineError, match="detoxify checkpoint not found"):
         preflight_detector(DetectorConfig(name="d", kind="detoxify", checkpoint=str(tmp_path / "nope.ckpt")))
+
+
+def test_a_tiny_model_sees_every_text_once_per_epoch_in_batches_of_one_length():
+    import random
+
+    from redline.actors.tiny_models import length_batches
+
+    lengths = [random.Random(i).randint(3, 64) for i in range(1000)]
+    random.seed(0)
+    first = length_batches(lengths, 32)
+    second = length_batches(lengths, 32)
+    for epoch in (first, second):
+        assert sorted(i for batch in epoch for i in batch) == list(range(1000))  # each text once
+        assert all(0 < len(batch) <= 32 for batch in epoch)
+        # padding: a batch pads to its longest; sorted within windows it pads far less than shuffled rows
+        padded = sum(len(b) * max(lengths[i] for i in b) for b in epoch)
+        assert padded < 1.25 * sum(lengths)
+    assert first != second  # the epochs differ (both shuffled), and the same seed gives the same batches
+    random.seed(0)
+    assert length_batches(lengths, 32) == first
