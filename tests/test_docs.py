@@ -9,6 +9,7 @@ account). A command added to the docs without a line in HOW fails `test_every_do
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from redline.cluster.runtime import SYSTEM_CONFIG
 
 from conftest import REPO, SHARED_DATA, VENV_BIN, shared_file, wait_for_port
 
@@ -79,8 +82,8 @@ HOW: dict[str, tuple[str, str]] = {
     "redline serve --config examples/serve_dialogue.yaml": (
         "tests/test_serve.py::test_openai_client_chat_and_completions_on_tiny_models", "needs hub chat models"),
     "redline view redline-runs": (RUN, ""),
-    "ray start --head --port=6379 --num-cpus=0 --dashboard-host=0.0.0.0 "
-    "--system-config='{\"idle_worker_killing_time_threshold_ms\": 20000}'": (
+    # README's head carries the embedded Ray's own system config (a change to one shows here)
+    f"ray start --head --port=6379 --num-cpus=0 --dashboard-host=0.0.0.0 --system-config='{json.dumps(SYSTEM_CONFIG)}'": (
         "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "the cluster test starts its own head"),
     "ray start --address=HEAD:6379 --resources='{\"worker_node\": 1}'": (
         "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "HEAD is the user's head node"),
