@@ -312,7 +312,8 @@ def build_tiny_seq2seq(pairs: Sequence[tuple[str, str]], out_dir: str | Path, *,
                         decoder_start_token_id=tokenizer.eos_token_id, forced_eos_token_id=tokenizer.eos_token_id)
     model = BartForConditionalGeneration(config)
 
-    lengths = [len(ids) for ids in tokenizer([c for c, _ in pairs], truncation=True, max_length=max_length)["input_ids"]]
+    contexts = tokenizer([c for c, _ in pairs], truncation=True, max_length=max_length)["input_ids"]
+    lengths = [len(ids) for ids in contexts]
 
     def batches():
         for idx in length_batches(lengths, batch_size):

@@ -83,7 +83,8 @@ HOW: dict[str, tuple[str, str]] = {
         "tests/test_serve.py::test_openai_client_chat_and_completions_on_tiny_models", "needs hub chat models"),
     "redline view redline-runs": (RUN, ""),
     # README's head carries the embedded Ray's own system config (a change to one shows here)
-    f"ray start --head --port=6379 --num-cpus=0 --dashboard-host=0.0.0.0 --system-config='{json.dumps(SYSTEM_CONFIG)}'": (
+    "ray start --head --port=6379 --num-cpus=0 --dashboard-host=0.0.0.0 "
+    f"--system-config='{json.dumps(SYSTEM_CONFIG)}'": (
         "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "the cluster test starts its own head"),
     "ray start --address=HEAD:6379 --resources='{\"worker_node\": 1}'": (
         "tests/test_cluster.py::test_every_pipeline_on_two_nodes_from_s3", "HEAD is the user's head node"),
