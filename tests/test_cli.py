@@ -260,6 +260,9 @@ def _check_ray_cluster_spec(spec: dict, accounts: set[str]) -> None:
     real cluster needs: a service account for workload identity, secrets only by reference (and
     optional, so a pipeline that needs none runs without them), GPU tolerations, a memory-backed
     /dev/shm for the object store, requests equal to limits."""
+    from redline.cluster.runtime import SYSTEM_CONFIG
+
+    ray_settings = {f"RAY_{k}": str(v) for k, v in SYSTEM_CONFIG.items()}
     head = spec["headGroupSpec"]
     assert all(isinstance(v, str) for v in head["rayStartParams"].values())
     assert head["rayStartParams"]["num-cpus"] == "0"
@@ -276,8 +279,11 @@ def _check_ray_cluster_spec(spec: dict, accounts: set[str]) -> None:
     for pod, c in _containers(spec):
         assert c["image"] and c["name"] and pod["serviceAccountName"] in accounts
         assert c["resources"]["requests"] == c["resources"]["limits"]
-        for e in c.get("env", []):
-            assert "value" not in e and e["valueFrom"]["secretKeyRef"]["optional"] is True
+        for e in c.get("env", []):  # secrets by reference; a literal only for the embedded Ray's own settings
+            if e["name"] in ray_settings:
+                assert e["value"] == ray_settings[e["name"]] and "valueFrom" not in e
+            else:
+                assert "value" not in e and e["valueFrom"]["secretKeyRef"]["optional"] is True
         assert all(e["secretRef"]["optional"] is True for e in c.get("envFrom", []))
         shm = next(m["name"] for m in c["volumeMounts"] if m["mountPath"] == "/dev/shm")
         assert next(v for v in pod["volumes"] if v["name"] == shm)["emptyDir"]["medium"] == "Memory"
@@ -574,3 +580,23 @@ def test_the_image_installs_the_locked_dependencies_before_the_code():
     assert any(s.startswith("HEALTHCHECK ") for s in steps)
     ignored = (REPO / ".dockerignore").read_text().split()
     assert {"tests", "bench", ".ci"} <= set(ignored)
+
+
+def test_every_shipped_cluster_keeps_an_idle_worker_as_the_embedded_ray_does():
+    """The KubeRay manifests that run pipelines and `ray up`'s config start every node with the embedded
+    Ray's SYSTEM_CONFIG (as environment: each node's raylet reads its own), so a run's last task reuses
+    its first one's worker process there too."""
+    from redline.cluster.runtime import SYSTEM_CONFIG
+
+    wanted = {f"RAY_{k}": str(v) for k, v in SYSTEM_CONFIG.items()}
+    for name in ("rayjob.yaml", "raycluster.yaml"):
+        docs = list(yaml.safe_load_all((REPO / "cluster" / "kubernetes" / name).read_text()))
+        cluster = next(d for d in docs if d["kind"] in ("RayJob", "RayCluster"))
+        spec = cluster["spec"].get("rayClusterSpec", cluster["spec"])
+        groups = [spec["headGroupSpec"], *spec["workerGroupSpecs"]]
+        for group in groups:
+            env = {e["name"]: e.get("value") for e in group["template"]["spec"]["containers"][0]["env"]}
+            assert wanted.items() <= env.items(), (name, group.get("groupName", "head"))
+    config = yaml.safe_load((REPO / "ray_cluster.yaml").read_text())
+    starts = [c for c in config["head_start_ray_commands"] + config["worker_start_ray_commands"] if "ray start" in c]
+    assert len(starts) == 2 and all(all(f"{k}={v}" in c for k, v in wanted.items()) for c in starts)
