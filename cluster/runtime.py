@@ -101,7 +101,7 @@ def ensure_ray(verbose: bool = False) -> None:
         log.info("starting an embedded local Ray with %d CPUs", cpus)
         # address="local": never attach silently to some other `ray start` cluster on this machine.
         ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level=level, log_to_driver=verbose,
-                 configure_logging=True, _system_config=SYSTEM_CONFIG)
+                 configure_logging=True, _system_config=dict(SYSTEM_CONFIG))  # ray.init adds to it
     quiet_data_context()
 
 

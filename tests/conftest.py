@@ -148,7 +148,7 @@ def ray_session():
 
     if not ray.is_initialized():
         ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024**2,
-                 logging_level="WARNING", log_to_driver=False, _system_config=SYSTEM_CONFIG)
+                 logging_level="WARNING", log_to_driver=False, _system_config=dict(SYSTEM_CONFIG))
     quiet_data_context()
     yield ray
     ray.shutdown()
