@@ -30,6 +30,9 @@ def view(
     allow_host: Annotated[Optional[list[str]], typer.Option(
         "--allow-host", help="Another name the viewer answers to in the Host header (repeatable; e.g. the DNS name "
                              "of a machine it serves from). Localhost names and the bound address always work.")] = None,
+    refresh: Annotated[Optional[float], typer.Option(
+        help="Seconds between an open page's checks of a running run, its progress and its end (default 3); a run "
+             "list with none running checks for new runs 10/3 as long apart (10 s).", min=0.1, max=3600)] = None,
 ) -> None:
     """Browse runs in a web browser: a read-only viewer of every run under LOCATION.
 
@@ -64,5 +67,6 @@ def view(
     shown = f"[{host}]" if ":" in host else host
     console.print(f"viewing the runs under {location} at [bold]http://{shown}:{port}/[/bold]"
                   + (f" (key: ${api_key_env}; open with ?key=...)" if key else "") + " — Ctrl-C stops")
-    uvicorn.run(build_app(location, key, host, tuple(allow_host or ())), host=host, port=port, log_level="warning",
+    uvicorn.run(build_app(location, key, host, tuple(allow_host or ()),
+                          **({"refresh_s": refresh} if refresh else {})), host=host, port=port, log_level="warning",
                 access_log=False, limit_concurrency=MAX_CONNECTIONS, timeout_keep_alive=5)

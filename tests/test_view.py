@@ -256,10 +256,11 @@ def browser():
 
 @pytest.fixture
 def viewer(runs_root):
-    """`redline view` itself, as a user starts it."""
+    """`redline view` itself, as a user starts it (its pages checking running runs every 0.5 s, not 3)."""
     port = free_port()
     env = {**os.environ, "REDLINE_API_KEY": ""}
-    proc = subprocess.Popen([str(VENV_BIN / "redline"), "view", str(runs_root), "--port", str(port)], env=env,
+    proc = subprocess.Popen([str(VENV_BIN / "redline"), "view", str(runs_root), "--port", str(port), "--refresh", "0.5"],
+                            env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for_port(port, timeout=60)
@@ -438,7 +439,12 @@ def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
             assert width <= inner, f"{path} is {width} px wide in a {inner} px window"
         driver.set_window_size(1400, 1000)
 
-        # a running run's state follows its manifest live
+        # a running run's state follows its manifest live (written as a run writes it: whole, by a rename,
+        # so a page asking every 0.5 s never reads half a file)
+        def put(run: Path, manifest: dict) -> None:
+            (run / "manifest.json.tmp").write_text(json.dumps(manifest))
+            os.replace(run / "manifest.json.tmp", run / "manifest.json")
+
         live = runs_root / "attack-in-flight"
         shutil.copytree(runs_root / "quickstart-attack", live, dirs_exist_ok=True)
         for name in ("report.md", "report.html"):
@@ -447,7 +453,7 @@ def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
         shards = manifest["partials"]["summary"]["shards"]
         manifest.update(run_name="attack-in-flight", state="running", run_uri=str(live))
         manifest["partials"]["summary"]["shards"] = shards[:1]
-        (live / "manifest.json").write_text(json.dumps(manifest))
+        put(live, manifest)
         driver.get(viewer + "/")
         badge = (By.CSS_SELECTOR, "tr[data-id='attack-in-flight'] [data-field=state]")
         progress = (By.CSS_SELECTOR, "tr[data-id='attack-in-flight'] [data-field=progress]")
@@ -458,13 +464,13 @@ def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
         one = manifest["input_rows"][shards[0][0]]
         assert driver.find_element(*progress).text.startswith(f"{one:,} of {total:,} rows")
         manifest["partials"]["summary"]["shards"] = shards[:2]
-        (live / "manifest.json").write_text(json.dumps(manifest))
+        put(live, manifest)
         two = sum(manifest["input_rows"][shard] for shard, _ in shards[:2])
         WebDriverWait(driver, 30, ignored_exceptions=stale).until(lambda d: d.find_element(*progress).text.startswith(f"{two:,} of {total:,}"))
         driver.get(viewer + "/run?id=attack-in-flight")
         assert driver.find_element(By.ID, "progress").text.startswith(f"{two:,} of {total:,} rows")
         manifest["partials"]["summary"]["shards"] = shards
-        (live / "manifest.json").write_text(json.dumps(manifest))
+        put(live, manifest)
         WebDriverWait(driver, 30, ignored_exceptions=stale).until(lambda d: d.find_element(By.ID, "progress").text.startswith(f"{total:,} of"))
         # the run's page reloads when the run ends: its report appears without the user reloading
         driver.get(viewer + "/run?id=attack-in-flight")
@@ -472,7 +478,7 @@ def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
         manifest["state"] = "complete"
         for name in ("report.md", "report.html"):
             shutil.copy(runs_root / "quickstart-attack" / name, live / name)
-        (live / "manifest.json").write_text(json.dumps(manifest))
+        put(live, manifest)
         WebDriverWait(driver, 30, ignored_exceptions=stale).until(
             lambda d: d.find_element(By.ID, "state").text == "complete"
             and "redline attack report" in d.find_element(By.ID, "report").text)
@@ -483,7 +489,7 @@ def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
         # an open run list shows a run that appears: at once when nothing is ticked, else it says so
         def new_run(name: str) -> None:
             shutil.copytree(live, runs_root / name)
-            (runs_root / name / "manifest.json").write_text(json.dumps({**manifest, "run_name": name}))
+            put(runs_root / name, {**manifest, "run_name": name})
 
         new_run("attack-new-1")
         WebDriverWait(driver, 30, ignored_exceptions=stale).until(

@@ -101,17 +101,21 @@ TEMPLATES.globals.update(fmt=catalog.format_value, cell=rows.cell, urlencode=url
 TEMPLATES.filters["pair"] = lambda value, key: (key, value)
 
 
+REFRESH_S = 3.0  # an open page asks about a running run this often
+
+
 class Viewer:
     """The viewer's pages over the runs under `root`: one method per route."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, refresh_s: float = REFRESH_S) -> None:
         self.root, self.cache, self.run_rows = root, rows.TableCache(), catalog.RunCache()
+        self.refresh_ms = max(100, round(refresh_s * 1000))
 
     def find_runs(self) -> list[catalog.RunInfo]:
         return catalog.find_runs(self.root, cache=self.run_rows)
 
     def page(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
-        html = TEMPLATES.get_template(name).render(root=self.root, **context)
+        html = TEMPLATES.get_template(name).render(root=self.root, refresh_ms=self.refresh_ms, **context)
         return HTMLResponse(html, status_code=status, headers={"Content-Security-Policy": PAGE_POLICY})
 
     def error_page(self, message: str, status: int) -> HTMLResponse:
@@ -313,10 +317,11 @@ class Viewer:
 
 
 def build_app(root: str, key: str | None = None, host: str = "127.0.0.1",
-              allowed_hosts: tuple[str, ...] = ()) -> Starlette:
+              allowed_hosts: tuple[str, ...] = (), refresh_s: float = REFRESH_S) -> Starlette:
     """The viewer of the runs under `root`; `key`: the secret every request must carry (None: none);
-    `host`: the address it is bound to, and `allowed_hosts` other names it answers to (the Host rule)."""
-    app = Starlette(routes=Viewer(root).routes())
+    `host`: the address it is bound to, and `allowed_hosts` other names it answers to (the Host rule);
+    `refresh_s`: how often an open page asks about a running run (a list with none running: 10/3 as often)."""
+    app = Starlette(routes=Viewer(root, refresh_s).routes())
     app.add_middleware(Gate, keys=access.KeyCheck(key), hosts=access.HostRule(host, allowed_hosts))
     return app
 

@@ -1,6 +1,10 @@
 // redline view: filters apply when a choice changes; the run list and a run's page follow running runs live.
 "use strict";
 
+// How often a page asks about a running run (`redline view --refresh`); with none running, 10/3 as often.
+var REFRESH_MS = Number(document.body.dataset.refreshMs) || 3000;
+var IDLE_MS = REFRESH_MS * 10 / 3;
+
 document.querySelectorAll("select[data-autosubmit]").forEach(function (select) {
   select.addEventListener("change", function () { select.form.requestSubmit(); });
 });
@@ -33,7 +37,7 @@ document.querySelectorAll("form#filters").forEach(function (form) {
   function refresh() {
     fetch("/api/runs?" + query, {credentials: "same-origin"}).then(function (r) { return r.ok ? r.json() : null; })
       .then(function (data) {
-        if (!data || !data.runs) { window.setTimeout(refresh, 10000); return; }
+        if (!data || !data.runs) { window.setTimeout(refresh, IDLE_MS); return; }
         var running = false, changed = data.selected > known;
         data.runs.forEach(function (run) {
           var row = table && table.querySelector("tr[data-id='" + CSS.escape(run.id) + "']");
@@ -54,11 +58,11 @@ document.querySelectorAll("form#filters").forEach(function (form) {
           note.hidden = false;
           note.querySelector("span").textContent = data.selected > known ? (data.selected - known) + " new run(s)" : "a run finished";
         }
-        window.setTimeout(refresh, running ? 3000 : 10000);
+        window.setTimeout(refresh, running ? REFRESH_MS : IDLE_MS);
       })
-      .catch(function () { window.setTimeout(refresh, 10000); });
+      .catch(function () { window.setTimeout(refresh, IDLE_MS); });
   }
-  window.setTimeout(refresh, rows.some(function (row) { return row.dataset.state === "running"; }) ? 3000 : 10000);
+  window.setTimeout(refresh, rows.some(function (row) { return row.dataset.state === "running"; }) ? REFRESH_MS : IDLE_MS);
 })();
 
 (function followThisRun() {
@@ -72,16 +76,16 @@ document.querySelectorAll("form#filters").forEach(function (form) {
       .then(function (r) { return r.ok ? r.json() : null; })
       .then(function (data) {
         var run = data && data.runs && data.runs.find(function (r) { return r.id === id; });
-        if (!run) { window.setTimeout(refresh, 10000); return; }
+        if (!run) { window.setTimeout(refresh, IDLE_MS); return; }
         if (run.state !== "running") { window.location.reload(); return; }
         if (run.progress && line) {
           line.textContent = run.progress.text + (run.progress.updated ? " · saved " + run.progress.updated.slice(0, 19).replace("T", " ") : "");
         }
-        window.setTimeout(refresh, 3000);
+        window.setTimeout(refresh, REFRESH_MS);
       })
-      .catch(function () { window.setTimeout(refresh, 10000); });
+      .catch(function () { window.setTimeout(refresh, IDLE_MS); });
   }
-  window.setTimeout(refresh, 3000);
+  window.setTimeout(refresh, REFRESH_MS);
 })();
 
 (function keys() {
