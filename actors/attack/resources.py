@@ -66,9 +66,15 @@ def _copy_debian_wordnet(target: Path) -> None:
 def _reader(root: Any) -> Any:
     from nltk.corpus.reader.wordnet import WordNetCorpusReader
 
+    class WordNet(WordNetCorpusReader):
+        def map_wn(self, version: str = "wordnet") -> None:
+            """No map between WordNet versions: nltk builds one for multilingual (OMW) data only, which
+            this reader has none of, and building it reads every sense key twice (~60% of the load)."""
+            return None
+
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The multilingual functions")
-        return WordNetCorpusReader(root, None)
+        return WordNet(root, None)
 
 
 def _wordnet_root() -> Any:
