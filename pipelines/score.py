@@ -148,7 +148,7 @@ def score_corpus(run: Run, config: Any, sources: tuple[sharded.Source, ...], wat
     watch.lap("score_s")
     parts = {(i, k): shard_host.output_part(i, k) for i in range(len(shard_rows)) for k in range(len(pools))}
     rows = sharded.shard_summary(run, figures, OUTPUT_DIR, parts)
-    found = sharded.index_output(run, OUTPUT_DIR, then=example_errors_at if examples else None)
+    found = sharded.index_output(run, OUTPUT_DIR, then=example_errors_at if examples else None, per_text=True)
     if examples:
         manifest["example_errors"] = found
     manifest["counts"].update(output_counts(rows["outcomes"], [d.name for d in config.detectors]))

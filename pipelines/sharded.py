@@ -293,16 +293,21 @@ def shard_summary(run: Run, tables: dict[str, Table], output_dir: str,
     return {name: table.rows(partials[name]) for name, table in tables.items()}
 
 
-def index_output(run: Run, output_dir: str, then: Callable[[str], Any] | None = None) -> Any:
+def index_output(run: Run, output_dir: str, then: Callable[[str], Any] | None = None, per_text: bool = False) -> Any:
     """Write the index of the run's finished output parts (`pipelines/table_index.py`: what a viewer
     plans a page from) in a task on a worker, which reads every part once; returns how many parts,
     or with `then`, what `then(run_uri)` returns, run in the same task (a worker's start-up is
-    about a second: one task, not two)."""
+    about a second: one task, not two). `per_text`: the parts are predictions by shard and detector,
+    and their per-text view (`pipelines/per_text.py`) gets its index too."""
     from redline.cluster.runtime import on_a_worker
 
-    return on_a_worker(_index_then, run.dir.uri, output_dir, then, num_cpus=0.5)
+    return on_a_worker(_index_then, run.dir.uri, output_dir, then, per_text, num_cpus=0.5)
 
 
-def _index_then(run_uri: str, output_dir: str, then: Callable[[str], Any] | None) -> Any:
+def _index_then(run_uri: str, output_dir: str, then: Callable[[str], Any] | None, per_text: bool) -> Any:
     parts = write_index(run_uri, output_dir)
+    if per_text:
+        from redline.pipelines.per_text import write_index as write_per_text_index
+
+        write_per_text_index(run_uri, output_dir)
     return parts if then is None else then(run_uri)

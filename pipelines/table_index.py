@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import io
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -148,33 +148,46 @@ def index_uri(run_uri: str, table: str) -> str:
     return storage.join(run_uri, INDEX_DIR, f"{table}.parquet")
 
 
-def write_index(run_uri: str, table: str, threads: int = 4) -> int:
+# a reader of one part for `write_index`: (part, the columns to leave out or None: every one) ->
+# (its name in the index, its size, its columns but those left out, its whole schema)
+PartReader = Callable[[str, "set[str] | None"], tuple[str, int, pa.Table, pa.Schema]]
+
+
+def read_part(uri: str, skipped: set[str] | None) -> tuple[str, int, pa.Table, pa.Schema]:
+    """A Parquet part as `write_index` reads it, named by its file name."""
+    data = storage.read_bytes(uri)
+    part = pq.ParquetFile(io.BytesIO(data))
+    whole = part.schema_arrow
+    return (uri.rsplit("/", 1)[-1], len(data), part.read(columns=[c for c in whole.names if c not in (skipped or ())]),
+            whole)
+
+
+def write_index(run_uri: str, table: str, threads: int = 4, parts: list[str] | None = None,
+                read: PartReader = read_part) -> int:
     """Index the parts (`part-*.parquet`) of the run's table `table`; returns how many parts. Each
-    part is read once, without its free-text columns past the first (which shows they are free text)."""
-    folder_uri = storage.join(run_uri, *table.split("/"))
-    parts = [uri for uri in storage.list_files(folder_uri, ".parquet") if uri.rsplit("/", 1)[-1].startswith("part-")]
+    part is read once, without its free-text columns past the first (which shows they are free text).
+    `parts` and `read`: a table made from other files (a view of them), each of its parts read so."""
+    if parts is None:
+        folder_uri = storage.join(run_uri, *table.split("/"))
+        parts = [uri for uri in storage.list_files(folder_uri, ".parquet")
+                 if uri.rsplit("/", 1)[-1].startswith("part-")]
     if not parts:
         return 0
-    first = storage.read_parquet(parts[0])
+    first = read(parts[0], None)[2]
     schemas: list[pa.Schema] = []
     facets = [c for c in facet_candidates(first.schema) if not pa.types.is_boolean(first.schema.field(c).type)
               and not too_varied(_value_counts(first.column(c)))]
     skipped = {f.name for f in first.schema if (is_text(f.type) or is_text_list(f.type)) and f.name not in facets}
     seen: dict[str, set[str]] = {c: set() for c in facets}
 
-    def read(uri: str) -> tuple[str, int, pa.Table, pa.Schema]:
-        data = storage.read_bytes(uri)
-        part = pq.ParquetFile(io.BytesIO(data))
-        whole = part.schema_arrow
-        return uri, len(data), part.read(columns=[c for c in whole.names if c not in skipped]), whole
-
     stats: list[PartStats] = []
     with ThreadPoolExecutor(max_workers=threads) as pool:
         chunks = (parts[i:i + 4 * threads] for i in range(0, len(parts), 4 * threads))  # a few parts held at once
-        for uri, size, read_columns, whole in (r for chunk in chunks for r in pool.map(read, chunk)):
+        for name, size, read_columns, whole in (r for chunk in chunks
+                                                for r in pool.map(lambda p: read(p, skipped), chunk)):
             schemas.append(whole)
             facet_now = [c for c in facets if c in seen] + [f.name for f in whole if pa.types.is_boolean(f.type)]
-            part = part_stats(uri.rsplit("/", 1)[-1], size, read_columns, facet_now, whole.names)
+            part = part_stats(name, size, read_columns, facet_now, whole.names)
             for name in [c for c in part.values if c in seen]:
                 seen[name].update(part.values[name])
                 if too_varied(seen[name]):

@@ -292,9 +292,12 @@ def test_pages_in_a_real_browser(viewer, runs_root, tmp_path):
     try:
         # the run list: every run, its state, its figures, the damaged one with its error
         driver.get(viewer + "/")
+        every = {p.name for p in runs_root.iterdir() if (p / "manifest.json").is_file()}
+        listed = lambda d: {r.get_attribute("data-id") for r in d.find_elements(By.CSS_SELECTOR, "tr.run")}  # noqa: E731
+        wait.until(lambda d: listed(d) == every)  # (the list may be reloading: it checks for new runs every 1.7 s)
         rows = {r.get_attribute("data-id"): r for r in driver.find_elements(By.CSS_SELECTOR, "tr.run")}
         pipelines = {run: r.get_attribute("data-pipeline") for run, r in rows.items()}
-        assert set(rows) == {p.name for p in runs_root.iterdir() if (p / "manifest.json").is_file()}
+        assert set(rows) == every
         assert rows["quickstart-attack"].find_element(By.CSS_SELECTOR, "[data-field=state]").text == "complete"
         assert "not valid JSON" in rows["half-written-run"].text
         assert "ASR TAE" in rows["transfer-two-victims"].text and "keywords all" in rows["transfer-two-victims"].text

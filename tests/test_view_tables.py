@@ -449,7 +449,9 @@ def test_a_running_runs_progress_shows_rows_done_and_the_drivers_rate_and_time_l
         assert 'data-field="progress"></div>' in client.get("/").text  # a finished run shows no progress line
 
 
-def test_a_score_run_per_text_with_every_detector_side_by_side_and_its_filters(tmp_path):
+@pytest.mark.parametrize("indexed", [False, True])
+def test_a_score_run_per_text_with_every_detector_side_by_side_and_its_filters(tmp_path, indexed):
+    from redline.pipelines.per_text import write_index
     from redline.view import per_text
 
     preds = [{"id": f"d/test/{i}", "text": f"text {i}", "detector": det, "label": None if i == 59 else i % 2,
@@ -460,11 +462,16 @@ def test_a_score_run_per_text_with_every_detector_side_by_side_and_its_filters(t
         for k, det in enumerate(("a", "b")):
             write(root / "s" / "predictions" / f"part-{shard:05d}-{k}.parquet",
                   pa.Table.from_pylist([p for p in preds if p["detector"] == det and int(p["id"].split("/")[-1]) // 30 == shard]))
+    if indexed:  # as the run's worker writes it when the run finishes
+        assert write_index(str(root / "s"), "predictions") == 2
     refs = R.tables(str(root), "s")
     assert [r.name for r in refs][:2] == ["per-text", "predictions"]
     source = R.open_table(refs[0])
+    assert (source.index is not None) == indexed
     assert source.num_rows == 60 and source.column_names == [
         "id", "text", "label", "disagree", "misclassified", "fooled", "own", "score_a", "pred_a", "score_b", "pred_b"]
+    if indexed:
+        assert source.index.facets() == R.facets(source)
     by = {p["id"]: {} for p in preds}
     for p in preds:
         by[p["id"]][p["detector"]] = p
@@ -488,7 +495,48 @@ def test_a_score_run_per_text_with_every_detector_side_by_side_and_its_filters(t
     assert [(r["id"], r["score_a"], r["pred_b"]) for r in top] == [("d/test/0", 0.0, False), ("d/test/1", 0.01, True),
                                                                    ("d/test/2", 0.02, False)]
     assert by["d/test/7"]["b"]["pred_toxic"] is None and R.query(source, {"id": "d/test/7"}, None, 1, 1).rows[0]["disagree"] is False
+    # the first detector's columns and the text are read from its part alone: the same answers
+    assert [r["id"] for r in R.query(source, {}, "-score_a", 1, 3).rows] == ["d/test/59", "d/test/58", "d/test/57"]
+    found = R.query(source, {}, None, 1, 100, search="TEXT 5")
+    assert [r["id"] for r in found.rows] == ["d/test/5", *(f"d/test/{i}" for i in range(50, 60))]
+    assert R.query(source, {}, None, 1, 100, search="toxic").total == 0  # label, fooled, own: filters, not searched
     assert per_text.parts_by_shard(["predictions/part-00003-1.parquet", "x.parquet"]) == {3: {1: "predictions/part-00003-1.parquet"}}
+
+
+def test_the_per_text_index_counts_without_reading_a_shard_and_a_stale_one_is_never_used(tmp_path, monkeypatch):
+    """A large run's per-text view opens, filters and counts from its index: only the shards a page
+    shows are pivoted. An index that no longer matches the parts (one rewritten) is not used."""
+    from redline.pipelines.per_text import write_index
+    from redline.view import per_text
+
+    root = tmp_path / "runs"
+    for shard in range(6):  # 6 shards of 20 texts; detector a calls every text of shard 3 toxic, b none
+        for k, det in enumerate(("a", "b")):
+            write(root / "s" / "predictions" / f"part-{shard:05d}-{k}.parquet", pa.Table.from_pylist([
+                {"id": f"d/{shard}/{i}", "text": f"t{i}", "detector": det, "label": i % 2, "status": "ok",
+                 "pred_toxic": det == "a" and shard == 3, "toxic_score": 0.9 if det == "a" and shard == 3 else 0.1}
+                for i in range(20)]))
+    assert write_index(str(root / "s"), "predictions") == 6
+    read = set()  # the shards whose parts were read
+    parts = per_text.ShardPivot.parts
+    monkeypatch.setattr(per_text.ShardPivot, "parts", lambda self: read.add(self.files[0][-1]) or parts(self))
+    source = R.open_table(R.tables(str(root), "s")[0])
+    assert source.index is not None and source.num_rows == 120 and read == {"part-00000-0.parquet"}  # its names
+    read.clear()
+    page = R.query(source, {"disagree": "true"}, None, 1, 5)
+    assert page.total == 20 and [r["id"] for r in page.rows] == [f"d/3/{i}" for i in range(5)]
+    assert read == {"part-00003-0.parquet"}  # the one shard that holds them; the count came from the index
+    assert R.query(source, {"misclassified": "a", "label": "benign"}, None, 1, 50).total == 10
+    top = R.query(source, {}, "-score_a", 1, 3).rows
+    assert {r["score_a"] for r in top} == {0.9}
+    assert R.query(source, {"fooled": "every"}, None, 1, 50).total == 50  # the toxic texts outside shard 3
+    # one part rewritten (a resumed run): the index is stale, the view pivots every shard again
+    write(root / "s" / "predictions" / "part-00005-1.parquet", pa.Table.from_pylist([
+        {"id": f"d/5/{i}", "text": f"t{i} again", "detector": "b", "label": i % 2, "status": "ok", "pred_toxic": True,
+         "toxic_score": 0.95} for i in range(20)]))
+    fresh = R.open_table(R.tables(str(root), "s")[0])
+    assert fresh.index is None
+    assert R.query(fresh, {"disagree": "true"}, None, 1, 5).total == 40
 
 
 def test_a_transfer_runs_per_text_never_counts_a_detectors_own_examples_as_its_mistakes(tmp_path):
@@ -876,7 +924,7 @@ def test_compare_shows_every_figure_by_run_with_n_interval_and_difference_a_chos
         assert "&#34;tiny-a&#34;" in settings or '"tiny-a"' in settings
 
 
-def test_compare_lists_the_texts_whose_verdict_changed_between_two_score_runs(tmp_path):
+def test_compare_lists_the_texts_whose_verdict_changed_between_two_score_runs(tmp_path, monkeypatch):
     """promptfoo's "Different" view: two score runs of one corpus, the (text, detector) pairs whose
     verdict differs between them, with the label and both verdicts."""
     import json
@@ -888,21 +936,28 @@ def test_compare_lists_the_texts_whose_verdict_changed_between_two_score_runs(tm
 
     root = tmp_path / "runs"
     flips = {3, 8, 11}
-    for name in ("before", "after"):
+    for name in ("before", "after", "reordered"):  # reordered: after's rows in another order (another layout)
         (root / name).mkdir(parents=True)
         (root / name / "manifest.json").write_text(json.dumps({"pipeline": "score", "state": "complete", "run_name": name,
                                                                 "summary": []}))
         preds = [{"id": f"r{i}", "text": f"text {i}", "label": i % 2, "detector": det, "status": "ok",
-                  "pred_toxic": (i % 3 == 0) != (name == "after" and det == "a" and i in flips),
+                  "pred_toxic": (i % 3 == 0) != (name != "before" and det == "a" and i in flips),
                   "toxic_score": 0.5} for i in range(20) for det in ("a", "b")]
         for k, det in enumerate(("a", "b")):
+            mine = [p for p in preds if p["detector"] == det]
             write(root / name / "predictions" / f"part-00000-{k}.parquet",
-                  pa.Table.from_pylist([p for p in preds if p["detector"] == det]))
+                  pa.Table.from_pylist(mine[::-1] if name == "reordered" else mine))
     with TestClient(build_app(str(root)), base_url="http://127.0.0.1:8765") as client:
-        page = client.get("/compare", params=[("id", "before"), ("id", "after")]).text
-        section = page.split('id="changed"')[1].split("</section>")[0]
-        assert "3 of 40 (text, detector) pairs scored in both changed" in section
-        assert sorted(re.findall(r'<tr data-id="([^"]+)">', section)) == ["r11", "r3", "r8"]
+        for second, order in (("after", ["r3", "r8", "r11"]), ("reordered", ["r11", "r8", "r3"])):
+            page = client.get("/compare", params=[("id", "before"), ("id", second)]).text
+            section = page.split('id="changed"')[1].split("</section>")[0]
+            assert "3 of 40 (text, detector) pairs scored in both changed" in section and "rows of each run" not in section
+            assert re.findall(r'<tr data-id="([^"]+)">', section) == order  # in the second run's order
+    # a request's work is bounded: the first rows of each run are compared, and the page says so
+    monkeypatch.setattr("redline.view.compare.MAX_CHANGED_ROWS", 10)
+    with TestClient(build_app(str(root)), base_url="http://127.0.0.1:8765") as client:
+        section = client.get("/compare", params=[("id", "before"), ("id", "after")]).text.split('id="changed"')[1]
+        assert "2 of 10 (text, detector) pairs scored in both changed · the first 10 rows of each run compared" in section
 
 
 def test_a_table_switch_keeps_the_columns_chosen_and_long_choices_show_their_last_parts(tmp_path):

@@ -14,6 +14,7 @@ import itertools
 import json
 import posixpath
 import re
+import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -316,11 +317,19 @@ class Viewer:
                 Mount("/static", StaticFiles(directory=HERE / "static"), name="static")]
 
 
+def _warm_up() -> None:
+    """pyarrow loads pandas the first time it computes anything (~0.4 s): at start, not on a page."""
+    import pyarrow.compute as pc
+
+    pc.take(pa.table({"x": [0]}), pa.array([0]))
+
+
 def build_app(root: str, key: str | None = None, host: str = "127.0.0.1",
               allowed_hosts: tuple[str, ...] = (), refresh_s: float = REFRESH_S) -> Starlette:
     """The viewer of the runs under `root`; `key`: the secret every request must carry (None: none);
     `host`: the address it is bound to, and `allowed_hosts` other names it answers to (the Host rule);
     `refresh_s`: how often an open page asks about a running run (a list with none running: 10/3 as often)."""
+    threading.Thread(target=_warm_up, name="redline-view-warm-up", daemon=True).start()
     app = Starlette(routes=Viewer(root, refresh_s).routes())
     app.add_middleware(Gate, keys=access.KeyCheck(key), hosts=access.HostRule(host, allowed_hosts))
     return app

@@ -6,11 +6,12 @@ transfer runs of one corpus the texts whose verdict changed between them."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from redline.pipelines.figures import Figure, Table
 from redline.pipelines.uncertainty import wilson
@@ -101,7 +102,7 @@ def config_diff(runs: list[RunInfo]) -> list[tuple[str, list[str | None]]]:
     return [(k, [f.get(k) for f in flat]) for k in keys if len({f.get(k) for f in flat}) > 1]
 
 
-MAX_CHANGED_ROWS = 500_000  # prediction rows read per run for "what changed" (a request's work budget)
+MAX_CHANGED_ROWS = 100_000  # prediction rows read per run for "what changed" (a request's work budget)
 SHOWN_CHANGED = 100
 
 
@@ -112,42 +113,43 @@ def _predictions(cache: Any, root: str, run: RunInfo) -> Any:
     return None if ref is None else cache.get(ref)
 
 
-def _verdicts(source: Any, columns: list[str]) -> Iterator[pa.Table]:
-    read = 0
-    for piece in source.pieces:
-        for batch in piece.batches(columns):
-            yield batch
-            read += batch.num_rows
-            if read >= MAX_CHANGED_ROWS:
-                return
+def _verdicts(source: Any, row: bool = False) -> pa.Table:
+    """(id, detector, pred_toxic) of the table's first MAX_CHANGED_ROWS rows, read a few parts at once;
+    with `row`, each one's row number in the table."""
+    batches, read = [], 0
+    for at, batch in source.scan(["id", "detector", "pred_toxic"]):
+        batch = batch.slice(0, MAX_CHANGED_ROWS - read)
+        if row:
+            batch = batch.append_column("row", pa.array(np.arange(at, at + batch.num_rows)))
+        batches.append(batch)
+        read += batch.num_rows
+        if read >= MAX_CHANGED_ROWS:
+            break
+    return pa.concat_tables(batches) if batches else pa.table({})
 
 
 def changed(cache: Any, root: str, a: RunInfo, b: RunInfo) -> dict[str, Any] | None:
     """The texts whose verdict changed between run `a` and run `b` (same ids, same detector), for two
-    score or transfer runs of one corpus; None when either has no predictions."""
+    score or transfer runs of one corpus; None when either has no predictions. The first
+    MAX_CHANGED_ROWS rows of each are compared (joined by id and detector), the first SHOWN_CHANGED
+    changes in `b`'s order shown."""
     first, second = _predictions(cache, root, a), _predictions(cache, root, b)
     if first is None or second is None:
         return None
-    before: dict[tuple[str, str], bool | None] = {}
-    for batch in _verdicts(first, ["id", "detector", "pred_toxic"]):
-        before.update(zip(zip(batch.column("id").to_pylist(), batch.column("detector").to_pylist()),
-                          batch.column("pred_toxic").to_pylist()))
-    shown: list[dict[str, Any]] = []
-    total = compared = read = 0
-    for batch in _verdicts(second, ["id", "detector", "pred_toxic", "text", "label"]):
-        read += batch.num_rows
-        cols = {c: batch.column(c).to_pylist() if c in batch.column_names else [None] * batch.num_rows
-                for c in ("id", "detector", "pred_toxic", "text", "label")}
-        for i, key in enumerate(zip(cols["id"], cols["detector"])):
-            if key not in before:
-                continue
-            compared += 1
-            was, now = before[key], cols["pred_toxic"][i]
-            if was is None or now is None or was == now:
-                continue
-            total += 1
-            if len(shown) < SHOWN_CHANGED:
-                shown.append({"id": key[0], "detector": key[1], "text": (cols["text"][i] or "")[:300],
-                              "label": cols["label"][i], "before": was, "after": now})
-    complete = len(before) < MAX_CHANGED_ROWS and read < MAX_CHANGED_ROWS
-    return {"a": a, "b": b, "total": total, "compared": compared, "rows": shown, "complete": complete}
+    before, after = _verdicts(first), _verdicts(second, row=True)
+    if not before.num_rows or not after.num_rows:
+        return {"a": a, "b": b, "total": 0, "compared": 0, "rows": [], "complete": True, "bound": MAX_CHANGED_ROWS}
+    if before.num_rows == after.num_rows and all(pc.all(pc.equal(after.column(c), before.column(c))).as_py()
+                                                 for c in ("id", "detector")):
+        both = after.append_column("was", before.column("pred_toxic"))  # one corpus, one layout: row by row
+    else:
+        both = after.join(before.rename_columns(["id", "detector", "was"]), ["id", "detector"], join_type="inner",
+                          use_threads=False)
+    flipped = both.filter(pc.fill_null(pc.not_equal(both.column("pred_toxic"), both.column("was")), False))
+    first_ones = flipped.sort_by("row").slice(0, SHOWN_CHANGED)
+    shown = [{"id": r["id"], "detector": r["detector"], "text": (r.get("text") or "")[:300], "label": r.get("label"),
+              "before": was, "after": r["pred_toxic"]}
+             for r, was in zip(second.rows(first_ones.column("row").to_pylist()), first_ones.column("was").to_pylist())]
+    complete = before.num_rows < MAX_CHANGED_ROWS and after.num_rows < MAX_CHANGED_ROWS
+    return {"a": a, "b": b, "total": flipped.num_rows, "compared": both.num_rows, "rows": shown, "complete": complete,
+            "bound": MAX_CHANGED_ROWS}

@@ -1,127 +1,137 @@
-"""A score run's predictions seen one row per text: the label ("toxic" or "benign"), and each
-detector's score and verdict side by side, with `disagree` (the detectors' verdicts differ),
-`misclassified` (the detectors whose verdict is not the label) and `fooled` (every, some or none of
-the detectors that judged the text got it wrong) to filter on. In a transfer run an adversarial
-example made against one of the detectors is that detector's `own`: it fools it by construction,
-so, as in the run's figures (`figures.OWN`, the same declaration), it is never counted as that
-detector's mistake, nor as one that judged it.
-
-Each input shard's parts (one per detector, `part-SSSSS-K.parquet`) hold the same ids, so the pivot
-is done shard by shard, when a request scans it: the table is never held whole.
-"""
+"""The per-text view of a score run's predictions (`pipelines/per_text.py`: one row per text, every
+detector's score and verdict side by side) as a table the viewer pages: one piece per input shard,
+pivoted when a request reads it. With the view's index (written when the run finished, and still
+matching the shards' parts) nothing is opened to show the table: its rows, filters and counts come
+from the index, and only the shards a page needs are read."""
 
 from __future__ import annotations
 
-import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from redline.cluster.tables import STATUS_OK
 from redline.errors import RedlineError
-from redline.pipelines.figures import OWN
+from redline.pipelines.per_text import NAME, READ, detector_name, parts_by_shard, pivot, schema, shard_key
+from redline.pipelines.table_index import TableIndex
 from redline.view.scan import FilePiece, Source
 
-NAME = "per-text"
-PART = re.compile(r"part-(\d{5})-(\d+)\.parquet$")
-KEPT = ["id", "text", "label"]
-MARKS = ["split", "source"]
-LABELS = ("benign", "toxic")  # what decides whether a row is a detector's own example
+PIVOTS_BYTES = 32 * 2**20  # the shards pivoted last, kept: a page's rows are taken from the shards its plan just read
+_PIVOTS: OrderedDict[tuple[object, ...], pa.Table] = OrderedDict()
+_LOCK = threading.Lock()
 
 
-def parts_by_shard(files: list[str]) -> dict[int, dict[int, str]]:
-    """shard -> pool -> file (below the run) of a predictions table written one part per shard and pool."""
-    out: dict[int, dict[int, str]] = {}
-    for rel in files:
-        m = PART.search(rel)
-        if m:
-            out.setdefault(int(m.group(1)), {})[int(m.group(2))] = rel
-    return out
+VERDICTS = ["id", "status", "toxic_score", "pred_toxic"]  # what a detector's part adds to the first one's
+SEARCHED = ["id", "text"]  # a text search looks here (label, fooled and own are filters of a few words)
 
 
 class ShardPivot:
-    """One input shard: its detectors' parts joined by id into one row per text."""
+    """One input shard: its detectors' parts joined by id into one row per text. Described by an
+    index (`num_rows` given), its parts are opened only when it is read. Columns the parts hold as they
+    are (the id, the text, a detector's score and verdict) are read without pivoting the shard."""
 
-    def __init__(self, parts: dict[int, FilePiece], detectors: dict[int, str]) -> None:
-        self.parts, self.detectors = parts, detectors
-        self.num_rows = parts[min(parts)].num_rows
+    def __init__(self, root: str, files: dict[int, list[str]], detectors: dict[int, str],
+                 num_rows: int | None = None, version: object = None) -> None:
+        self.root, self.files, self.detectors = root, files, detectors
+        self._parts: dict[int, FilePiece] | None = None
+        self.num_rows = num_rows if num_rows is not None else self.parts()[min(files)].num_rows
+        first = min(files)  # the view's columns read as they are: (pool, its column)
+        self.plain = {"id": (first, "id"), "text": (first, "text")}
+        for pool in files:
+            name = detectors.get(pool, f"detector-{pool}")
+            self.plain.update({f"score_{name}": (pool, "toxic_score"), f"pred_{name}": (pool, "pred_toxic")})
+        # its pivot is kept under its table's version (the files' sizes and times): a part rewritten is read again
+        self.key = (version, root, *("/".join(files[pool]) for pool in sorted(files)))
+
+    def parts(self) -> dict[int, FilePiece]:
+        if self._parts is None:
+            self._parts = {pool: FilePiece.open(self.root, parts) for pool, parts in self.files.items()}
+        return self._parts
 
     def _pivot(self) -> pa.Table:
-        base = marks = None
-        scores, preds, own = {}, {}, {}
-        for pool, piece in sorted(self.parts.items()):
-            read = list(piece.batches(["id", "text", "label", *MARKS, "status", "toxic_score", "pred_toxic"]))
-            if not read:
-                continue
-            table = pa.concat_tables(read)
-            if base is None:
-                base = table.select([c for c in KEPT if c in table.column_names])
-                marks = table.select([c for c in MARKS if c in table.column_names])
-            at = pc.index_in(base.column("id"), value_set=table.column("id"))
-            name = self.detectors.get(pool, f"detector-{pool}")
-            scores[name] = table.column("toxic_score").take(at)
-            preds[name] = table.column("pred_toxic").take(at)
-            status = table.column("status").take(at) if "status" in table.column_names else None
-            own[name] = _own(marks, status, name)
-        if base is None:
-            raise RedlineError("a shard of the predictions has no rows")
-        n = base.num_rows
-        verdicts = np.array([pc.fill_null(preds[d], False).to_numpy(zero_copy_only=False) for d in preds]).reshape(-1, n)
-        known = np.array([pc.is_valid(preds[d]).to_numpy(zero_copy_only=False) for d in preds]).reshape(-1, n)
-        mine = np.array([own[d] for d in preds]).reshape(-1, n)
-        toxic, benign = (verdicts & known).any(axis=0), (~verdicts & known).any(axis=0)
-        label = base.column("label").to_numpy(zero_copy_only=False) if "label" in base.column_names else None
-        wrong = [[d for d, v, k, o in zip(preds, verdicts[:, i], known[:, i], mine[:, i]) if k and not o
-                  and label is not None and not np.isnan(label[i]) and bool(v) != bool(label[i])] for i in range(n)]
-        owner = [next((d for d, o in zip(preds, mine[:, i]) if o), None) for i in range(n)]
-        judged = (known & ~mine).sum(axis=0)  # the detectors whose verdict on the text counts
-        fooled = [None if label is None or np.isnan(label[i]) or not judged[i] else
-                  "every" if len(wrong[i]) == judged[i] else "some" if wrong[i] else "none" for i in range(n)]
-        columns = {**{c: base.column(c) for c in base.column_names}, "disagree": pa.array(toxic & benign),
-                   "misclassified": pa.array(wrong, pa.list_(pa.string())), "fooled": pa.array(fooled, pa.string()),
-                   "own": pa.array(owner, pa.string())}
-        if label is not None:
-            columns["label"] = pa.array([None if np.isnan(v) else LABELS[int(v)] for v in label], pa.string())
-        for d in preds:
-            columns[f"score_{d}"], columns[f"pred_{d}"] = scores[d], preds[d]
-        return pa.table(columns)
+        with _LOCK:
+            if self.key in _PIVOTS:
+                _PIVOTS.move_to_end(self.key)
+                return _PIVOTS[self.key]
+        read = {pool: list(piece.batches(READ)) for pool, piece in self.parts().items()}
+        table = pivot({pool: pa.concat_tables(batches) for pool, batches in read.items() if batches}, self.detectors)
+        with _LOCK:
+            _PIVOTS[self.key] = table
+            while sum(t.nbytes for t in _PIVOTS.values()) > PIVOTS_BYTES and len(_PIVOTS) > 1:
+                _PIVOTS.popitem(last=False)
+        return table
 
     def batches(self, columns: list[str]) -> Iterator[pa.Table]:
-        table = self._pivot()
+        with _LOCK:
+            kept = _PIVOTS.get(self.key)
+        light = self._light(columns) if kept is None and columns and set(columns) <= set(self.plain) else None
+        table = light if light is not None else kept if kept is not None else self._pivot()
         yield table.select([c for c in columns if c in table.column_names])
 
+    def _light(self, columns: list[str]) -> pa.Table | None:
+        """`columns` (the id, the text, detectors' scores and verdicts) without the pivot: read from
+        the first part, each other detector's aligned to it by id; None when the first part is empty."""
+        parts = self.parts()
+        first = min(parts)
+        wanted: dict[int, list[str]] = {}
+        for c in columns:
+            pool, source = self.plain[c]
+            wanted.setdefault(pool, []).append(source)
+        base = pa.concat_tables(list(parts[first].batches(["id", *wanted.get(first, [])])) or [pa.table({})])
+        if not base.num_rows:
+            return None
+        out = {}
+        for pool, sources in wanted.items():
+            rows = base if pool == first else pa.concat_tables(
+                list(parts[pool].batches(["id", *sources])) or [pa.table({"id": pa.array([], pa.string())})])
+            at = None if pool == first else pc.index_in(base.column("id"), value_set=rows.column("id"))
+            for c in columns:
+                if self.plain[c][0] == pool:
+                    column = rows.column(self.plain[c][1]) if self.plain[c][1] in rows.column_names else pa.nulls(
+                        rows.num_rows)
+                    out[c] = column if at is None else column.take(at)
+        return pa.table(out)
+
     def take(self, local: np.ndarray) -> pa.Table:
-        return self._pivot().take(pa.array(local, pa.int64()))
+        """These rows: from the shard's pivot when it is kept, else pivoted alone (the first part's rows
+        taken, the other parts' verdicts read without their texts)."""
+        with _LOCK:
+            kept = _PIVOTS.get(self.key)
+        if kept is not None:
+            return kept.take(pa.array(local, pa.int64()))
+        parts = self.parts()
+        first = min(parts)
+        read = {pool: piece.take(local) if pool == first else pa.concat_tables(
+            list(piece.batches(VERDICTS)) or [pa.table({})]) for pool, piece in parts.items()}
+        return pivot({pool: rows.select([c for c in READ if c in rows.column_names]) for pool, rows in read.items()},
+                     self.detectors)
 
 
-def _own(marks: pa.Table, status: pa.ChunkedArray | None, detector: str) -> np.ndarray:
-    """Which rows are `detector`'s own adversarial examples, by the transfer figures' declaration."""
-    n = marks.num_rows
-    columns = {c: marks.column(c) if c in marks.column_names else pa.nulls(n, pa.string()) for c in MARKS}
-    rows = pa.table({**columns, "status": status if status is not None else pa.array([STATUS_OK] * n),
-                     "victim": pa.array([detector] * n, pa.string())})
-    return pc.fill_null(OWN.test(rows), False).to_numpy(zero_copy_only=False)
+def shard_sizes(files: list[tuple[str, int]]) -> dict[str, int]:
+    """Each shard's name in the view's index -> its parts' bytes (`files`: (path, size) of the parts)."""
+    size = dict(files)
+    return {shard_key(pools): sum(size[rel] for rel in pools.values())
+            for pools in parts_by_shard([rel for rel, _ in files]).values()}
 
 
-def open_per_text(root: str, run_id: str, files: list[str], key: object) -> Source:
-    """The per-text view of a score run's predictions (`files`: the table's parts below the run); the
-    detectors' names are read from the first shard's parts."""
-    shards = parts_by_shard(files)
+def open_per_text(root: str, run_id: str, files: list[str], key: object, index: TableIndex | None = None) -> Source:
+    """The per-text view of a score run's predictions (`files`: the table's parts below the run);
+    `index`: the view's index, when it matches the parts (else every shard's parts are opened by
+    their footers). The detectors' names are read from the first shard's parts."""
+    shards = [pools for _, pools in sorted(parts_by_shard(files).items())]
     if not shards:
         raise RedlineError("this run's predictions are not written one part per shard and detector")
-    opened = [{pool: FilePiece.open(root, [*run_id.split("/"), *rel.split("/")]) for pool, rel in pools.items()}
-              for _, pools in sorted(shards.items())]
-    names: dict[int, str] = {}
-    for pool, piece in opened[0].items():
-        first = next(piece.batches(["detector"]), None)
-        names[pool] = str(first.column("detector")[0]) if first is not None and first.num_rows else f"detector-{pool}"
+    paths = [{pool: [*run_id.split("/"), *rel.split("/")] for pool, rel in pools.items()} for pools in shards]
+    first = ShardPivot(root, paths[0], {})
+    names = {pool: detector_name(pa.concat_tables(list(piece.batches(["detector"])) or [pa.table({})]), pool)
+             for pool, piece in first.parts().items()}
     detectors = [names[p] for p in sorted(names)]
-    pieces = [ShardPivot(parts, names) for parts in opened]
-    fields = [pa.field("id", pa.string()), pa.field("text", pa.string()), pa.field("label", pa.string()),
-              pa.field("disagree", pa.bool_()), pa.field("misclassified", pa.list_(pa.string())),
-              pa.field("fooled", pa.string()), pa.field("own", pa.string())]
-    for d in detectors:
-        fields += [pa.field(f"score_{d}", pa.float64()), pa.field(f"pred_{d}", pa.bool_())]
-    return Source(NAME, pieces, pa.schema(fields), key)
+    if index is not None:  # it matches the parts: the same shards, in the same order
+        rows = {stats.part: stats.rows for stats in index.parts}
+        pieces = [ShardPivot(root, parts, names, rows[shard_key(pools)], key) for parts, pools in zip(paths, shards)]
+        return Source(NAME, pieces, index.schema, key, index, searchable=SEARCHED)
+    return Source(NAME, [ShardPivot(root, parts, names, version=key) for parts in paths], schema(detectors), key,
+                  searchable=SEARCHED)

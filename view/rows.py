@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from redline.cluster import storage
 from redline.errors import RedlineError, first_line
+from redline.pipelines.registry import entries
 from redline.pipelines.table_index import (
     INDEX_DIR,
     TableIndex,
@@ -41,7 +42,6 @@ from redline.pipelines.table_index import (
     read_index,
     too_varied,
 )
-from redline.pipelines.registry import entries
 from redline.view import per_text, plan
 from redline.view.scan import Source
 
@@ -99,7 +99,7 @@ def tables(root: str, run_id: str) -> list[TableRef]:
     refs = [TableRef(n, root, run_id, tuple(sorted(g)), indexes.get(n)) for n, g in groups.items()]
     predictions = groups.get("predictions", [])
     if predictions and per_text.parts_by_shard([rel for rel, _, _ in predictions]):  # a score run's, by shard
-        refs.append(TableRef(per_text.NAME, root, run_id, tuple(sorted(predictions))))
+        refs.append(TableRef(per_text.NAME, root, run_id, tuple(sorted(predictions)), indexes.get(per_text.NAME)))
     return sorted(refs, key=lambda r: (r.name.split("/")[0] in HIDDEN_LAST, r.name.split("/")[0] not in FIRST, r.name))
 
 
@@ -154,7 +154,8 @@ class TableCache:
 def open_table(ref: TableRef) -> Source:
     """The table's files opened by their footers (rows are read only when a page needs them)."""
     if ref.name == per_text.NAME:
-        return per_text.open_per_text(ref.root, ref.run_id, [rel for rel, _, _ in ref.files], key=ref)
+        return per_text.open_per_text(ref.root, ref.run_id, [rel for rel, _, _ in ref.files], key=ref,
+                                      index=_read_index(ref, per_text.shard_sizes([(rel, size) for rel, size, _ in ref.files])))
     index = _read_index(ref)
     if index is not None:
         return Source.of_index(ref.name, ref.root, [*ref.run_id.split("/"), *ref.name.split("/")], index, key=ref)
@@ -162,19 +163,22 @@ def open_table(ref: TableRef) -> Source:
                            key=ref)
 
 
-def _read_index(ref: TableRef) -> TableIndex | None:
-    """The table's index when it covers exactly its parts now (a resumed or edited run's is stale)."""
+def _read_index(ref: TableRef, parts: dict[str, int] | None = None) -> TableIndex | None:
+    """The table's index when it covers exactly its parts now (a resumed or edited run's is stale);
+    `parts`: each part's name in the index and its bytes, when they are not its files' (a view of them)."""
     if ref.index is None or ref.index[1] > MAX_INDEX_BYTES:
         return None
-    parts = {rel.rsplit("/", 1)[-1]: size for rel, size, _ in ref.files}
-    if any(not rel.startswith(f"{ref.name}/part-") for rel, _, _ in ref.files):
-        return None
+    if parts is None:
+        if any(not rel.startswith(f"{ref.name}/part-") for rel, _, _ in ref.files):
+            return None
+        parts = {rel.rsplit("/", 1)[-1]: size for rel, size, _ in ref.files}
     try:
         handle = storage.open_below(ref.root, [*ref.run_id.split("/"), *ref.index[0].split("/")])
     except RedlineError:  # gone since the listing: the parts are still there
         return None
     try:
-        index = read_index(pq.read_table(handle))
+        index = read_index(pq.ParquetFile(handle).read())  # (pq.read_table would import pandas: ~0.4 s once)
+        pa.default_memory_pool().release_unused()  # the file's buffers: a 10M-row run's index is ~40 MB of them
     except (pa.ArrowInvalid, OSError):
         return None
     finally:
@@ -297,7 +301,7 @@ def query(source: Source | pa.Table, filters: dict[str, str], sort: str | None, 
         raise RedlineError(f"no column '{key}' to sort by")
     if key is not None and not _sortable(source.schema.field(key).type):
         key = None
-    texts = [f.name for f in source.schema if is_text(f.type)] if search else []
+    texts = (source.searchable or [f.name for f in source.schema if is_text(f.type)]) if search else []
     needed = list(dict.fromkeys([*filters, *(ranges or {}), *([key] if key else []), *texts]))
     page = max(1, page)
     planned = None

@@ -10,6 +10,7 @@ schemas unified, a column a file lacks read as nulls.
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import threading
 from collections import OrderedDict, deque
@@ -83,8 +84,7 @@ class FilePiece:
     def described(cls, root: str, parts: list[str], num_rows: int, names: Sequence[str]) -> FilePiece:
         """A part as its table's index describes it (rows, columns): its footer is read only when
         rows are fetched from it, so opening a table of thousands of parts reads none of them."""
-        return cls(root, parts, storage.join(root, *parts), num_rows,
-                   pa.schema([(n, pa.null()) for n in names]))
+        return cls(root, parts, storage.join(root, *parts), num_rows, _names_only(tuple(names)))
 
     def _groups(self) -> list[int]:
         if self.metadata is None:  # described: its footer read now, not kept
@@ -133,6 +133,12 @@ class FilePiece:
             start += end - group_starts[g]
         at = [offsets[g] + int(i) - group_starts[g] for g, i in zip(group_of, local)]
         return table.take(pa.array(at, pa.int64()))
+
+
+@functools.lru_cache(maxsize=256)
+def _names_only(names: tuple[str, ...]) -> pa.Schema:
+    """One schema object for every part of a table with these columns (thousands of parts: ~2 KB each)."""
+    return pa.schema([(n, pa.null()) for n in names])
 
 
 def _group_starts(meta: pq.FileMetaData) -> list[int]:
@@ -193,8 +199,9 @@ class Source:
     can be kept in COLUMNS."""
 
     def __init__(self, name: str, pieces: Sequence[Piece], schema: pa.Schema, key: Hashable | None = None,
-                 index: TableIndex | None = None) -> None:
+                 index: TableIndex | None = None, searchable: list[str] | None = None) -> None:
         self.name, self.pieces, self.schema, self.key, self.index = name, list(pieces), schema, key, index
+        self.searchable = searchable  # the columns a text search looks in (None: every text column)
         self.starts = list(np.cumsum([0] + [p.num_rows for p in self.pieces[:-1]])) if self.pieces else []
         self.num_rows = sum(p.num_rows for p in self.pieces)
 
