@@ -104,7 +104,7 @@ class ShardPivot:
             return kept.take(pa.array(local, pa.int64()))
         parts = self.parts()
         first = min(parts)
-        read = {pool: piece.take(local) if pool == first else pa.concat_tables(
+        read = {pool: piece.take(local, READ) if pool == first else pa.concat_tables(
             list(piece.batches(VERDICTS)) or [pa.table({})]) for pool, piece in parts.items()}
         return pivot({pool: rows.select([c for c in READ if c in rows.column_names]) for pool, rows in read.items()},
                      self.detectors)

@@ -120,12 +120,14 @@ class FilePiece:
             for batch in f.iter_batches(batch_size=BATCH_ROWS, columns=present):
                 yield pa.Table.from_batches([batch])
 
-    def take(self, local: np.ndarray) -> pa.Table:
+    def take(self, local: np.ndarray, columns: list[str] | None = None) -> pa.Table:
+        """These rows (numbers within the part), every column or only `columns` (those it has)."""
         group_starts = self._groups()
         group_of = [bisect.bisect_right(group_starts, int(i)) - 1 for i in local]
         groups = sorted(set(group_of))
         with self._file() as f:
-            table = f.read_row_groups(groups)
+            present = None if columns is None else [c for c in columns if c in f.schema_arrow.names]
+            table = f.read_row_groups(groups, columns=present)
         offsets, start = {}, 0
         for g in groups:  # where each group read starts in `table`
             offsets[g] = start
