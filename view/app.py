@@ -485,4 +485,4 @@ def _compare_context(cache: rows.TableCache, root: str, infos: list[catalog.RunI
     return {"runs": infos, "tables": tables, "chart": compare.chart(table, infos, key) if key else None,
             "pipeline": pipeline, "grid": list(zip(lines, cells)), "figures": [table.figure(k) for k in numeric],
             "figure": key, "config_diff": compare.config_diff(infos),
-            "changed": compare.changed(cache, root, infos[0], infos[1]) if pipeline in ("score", "transfer") else None}
+            "changed": compare.changed(root, infos[0], infos[1]) if pipeline in ("score", "transfer") else None}

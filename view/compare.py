@@ -13,10 +13,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from redline.errors import RedlineError, first_line
 from redline.pipelines.figures import Figure, Table
 from redline.pipelines.uncertainty import wilson
 from redline.view import charts
 from redline.view.catalog import RunInfo, row_label, summary_rows
+from redline.view.scan import FilePiece, Source
 
 MAX_CONFIG_KEYS = 400  # settings compared per run (a config is bounded, but a list of detectors can be long)
 
@@ -106,11 +108,25 @@ MAX_CHANGED_ROWS = 100_000  # prediction rows read per run for "what changed" (a
 SHOWN_CHANGED = 100
 
 
-def _predictions(cache: Any, root: str, run: RunInfo) -> Any:
+def _predictions(root: str, run: RunInfo) -> Source | None:
+    """The run's predictions as far as compare reads them: its first parts, in table order, up to
+    MAX_CHANGED_ROWS rows (opened by their footers: a 10M-row run's index is not needed for 0.1M)."""
     from redline.view import rows
 
     ref = next((r for r in rows.tables(root, run.id) if r.name == "predictions"), None)
-    return None if ref is None else cache.get(ref)
+    if ref is None:
+        return None
+    pieces, held = [], 0
+    for rel, _, _ in ref.files:
+        if held >= MAX_CHANGED_ROWS:
+            break
+        pieces.append(FilePiece.open(root, [*run.id.split("/"), *rel.split("/")]))
+        held += pieces[-1].num_rows
+    try:
+        schema = pa.unify_schemas([p.schema for p in pieces], promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise RedlineError(f"the parts of {run.id}'s predictions disagree on their columns ({first_line(err)})") from None
+    return Source("predictions", pieces, schema)
 
 
 def _verdicts(source: Any, row: bool = False) -> pa.Table:
@@ -128,12 +144,12 @@ def _verdicts(source: Any, row: bool = False) -> pa.Table:
     return pa.concat_tables(batches) if batches else pa.table({})
 
 
-def changed(cache: Any, root: str, a: RunInfo, b: RunInfo) -> dict[str, Any] | None:
+def changed(root: str, a: RunInfo, b: RunInfo) -> dict[str, Any] | None:
     """The texts whose verdict changed between run `a` and run `b` (same ids, same detector), for two
     score or transfer runs of one corpus; None when either has no predictions. The first
     MAX_CHANGED_ROWS rows of each are compared (joined by id and detector), the first SHOWN_CHANGED
     changes in `b`'s order shown."""
-    first, second = _predictions(cache, root, a), _predictions(cache, root, b)
+    first, second = _predictions(root, a), _predictions(root, b)
     if first is None or second is None:
         return None
     before, after = _verdicts(first), _verdicts(second, row=True)
