@@ -125,7 +125,8 @@ def _predictions(root: str, run: RunInfo) -> Source | None:
     try:
         schema = pa.unify_schemas([p.schema for p in pieces], promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-        raise RedlineError(f"the parts of {run.id}'s predictions disagree on their columns ({first_line(err)})") from None
+        raise RedlineError(f"the parts of {run.id}'s predictions disagree on their columns "
+                           f"({first_line(err)})") from None
     return Source("predictions", pieces, schema)
 
 

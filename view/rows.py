@@ -154,8 +154,9 @@ class TableCache:
 def open_table(ref: TableRef) -> Source:
     """The table's files opened by their footers (rows are read only when a page needs them)."""
     if ref.name == per_text.NAME:
+        shards = per_text.shard_sizes([(rel, size) for rel, size, _ in ref.files])
         return per_text.open_per_text(ref.root, ref.run_id, [rel for rel, _, _ in ref.files], key=ref,
-                                      index=_read_index(ref, per_text.shard_sizes([(rel, size) for rel, size, _ in ref.files])))
+                                      index=_read_index(ref, shards))
     index = _read_index(ref)
     if index is not None:
         return Source.of_index(ref.name, ref.root, [*ref.run_id.split("/"), *ref.name.split("/")], index, key=ref)
