@@ -186,6 +186,12 @@ def test_two_detectors_side_by_side_score_every_row_once(ray_session, tmp_path, 
     pairs = Counter(zip(rows.column("id").to_pylist(), rows.column("detector").to_pylist()))
     assert len(pairs) == 180 and set(pairs.values()) == {1} and {d for _, d in pairs} == {"a", "b"}
     assert [(r["detector"], r["accuracy"]) for r in result.summary] == [("a", 1.0), ("b", 1.0)]
+    # the run's worker indexed its per-text view too: the viewer opens it from that index, 90 texts
+    from redline.view import rows as view_rows
+
+    root, run_id = result.run_uri.rsplit("/", 1)
+    per_text = view_rows.open_table(view_rows.tables(root, run_id)[0])
+    assert per_text.name == "per-text" and per_text.index is not None and per_text.num_rows == 90
 
 
 def test_several_corpora_are_read_side_by_side_each_row_once(ray_session, tmp_path):
