@@ -89,7 +89,8 @@ def pivot(parts: dict[int, pa.Table], detectors: dict[int, str]) -> pa.Table:
     label = base.column("label").to_numpy(zero_copy_only=False).astype(float) if "label" in base.column_names else None
     labelled = ~np.isnan(label) if label is not None else np.zeros(n, bool)
     judged = known & ~mine  # the detectors whose verdict on the text counts
-    wrong = judged & labelled & (verdicts != (np.nan_to_num(label) != 0) if label is not None else False)
+    toxic_label = np.nan_to_num(label) != 0 if label is not None else np.zeros(n, bool)
+    wrong = judged & labelled & (verdicts != toxic_label)  # unlabelled: no detector is wrong about it
     rows, dets = np.nonzero(wrong.T)  # row by row, each row's detectors in pool order
     misclassified = pa.ListArray.from_arrays(np.concatenate([[0], np.cumsum(wrong.sum(axis=0))]).astype(np.int32),
                                              pa.array(names[dets].tolist(), pa.string()))

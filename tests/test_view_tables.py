@@ -503,6 +503,19 @@ def test_a_score_run_per_text_with_every_detector_side_by_side_and_its_filters(t
     assert per_text.parts_by_shard(["predictions/part-00003-1.parquet", "x.parquet"]) == {3: {1: "predictions/part-00003-1.parquet"}}
 
 
+def test_an_unlabelled_corpus_per_text_has_verdicts_but_no_mistakes():
+    """Predictions without a label column (a corpus scored without labels): every detector's verdict
+    side by side, nobody misclassified, no `fooled`, no label."""
+    from redline.pipelines.per_text import pivot
+
+    parts = {k: pa.table({"id": ["x", "y"], "text": ["a", "b"], "status": ["ok", "ok"], "toxic_score": [0.9, 0.1],
+                          "pred_toxic": [True, k == 1]}) for k in (0, 1)}
+    rows = pivot(parts, {0: "a", 1: "b"}).to_pylist()
+    assert [(r["disagree"], r["misclassified"], r["fooled"], r.get("label")) for r in rows] == [
+        (False, [], None, None), (True, [], None, None)]
+    assert [(r["pred_a"], r["pred_b"]) for r in rows] == [(True, True), (False, True)]
+
+
 def test_the_per_text_index_counts_without_reading_a_shard_and_a_stale_one_is_never_used(tmp_path, monkeypatch):
     """A large run's per-text view opens, filters and counts from its index: only the shards a page
     shows are pivoted. An index that no longer matches the parts (one rewritten) is not used."""

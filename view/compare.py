@@ -13,7 +13,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from redline.errors import RedlineError, first_line
 from redline.pipelines.figures import Figure, Table
 from redline.pipelines.uncertainty import wilson
 from redline.view import charts
@@ -122,12 +121,7 @@ def _predictions(root: str, run: RunInfo) -> Source | None:
             break
         pieces.append(FilePiece.open(root, [*run.id.split("/"), *rel.split("/")]))
         held += pieces[-1].num_rows
-    try:
-        schema = pa.unify_schemas([p.schema for p in pieces], promote_options="permissive")
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-        raise RedlineError(f"the parts of {run.id}'s predictions disagree on their columns "
-                           f"({first_line(err)})") from None
-    return Source("predictions", pieces, schema)
+    return Source.of_pieces(f"{run.id}'s predictions", pieces)
 
 
 def _verdicts(source: Any, row: bool = False) -> pa.Table:

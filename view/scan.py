@@ -215,7 +215,11 @@ class Source:
     def of_files(cls, name: str, root: str, files: list[list[str]], key: Hashable | None = None) -> Source:
         if not files:
             raise RedlineError(f"table {name} has no files")
-        pieces = [FilePiece.open(root, parts) for parts in files]
+        return cls.of_pieces(name, [FilePiece.open(root, parts) for parts in files], key)
+
+    @classmethod
+    def of_pieces(cls, name: str, pieces: list[FilePiece], key: Hashable | None = None) -> Source:
+        """Opened parts as one table, their schemas unified (a column a part lacks read as nulls)."""
         try:
             schema = pa.unify_schemas([p.schema for p in pieces], promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
