@@ -30,7 +30,7 @@ from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.cluster.tables import STATUS_OK, conform
 from redline.errors import RedlineError
 from redline.pipelines import shard_host, sharded
-from redline.pipelines.corpora import CorpusConfig, read_corpora
+from redline.pipelines.corpora import CorpusConfig, guess_rows, read_corpora
 from redline.pipelines.figures import ATTACK
 from redline.pipelines.report import COUNT_COLUMNS, Report, png_bytes
 from redline.pipelines.schema import ATTACK_SCHEMA
@@ -190,8 +190,8 @@ def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> 
     # the attempts are built by the same plan (each shard attacked as it is written), unless written before
     busy = shard_host.run_pools(run, [pool], shard_rows, label=f"attacking {config.victim.name}", verbose=verbose,
                                 unit="attempts", inputs=None if shard_rows is not None else sharded.Inputs(
-                                    (sharded.Source(partial(build_attempts, config)),), config.shard_size, attempt_counts,
-                                    shards=_foreseen_shards(config)))[0]
+                                    (sharded.Source(partial(build_attempts, config), about=_about_attempts(config)),),
+                                    config.shard_size, attempt_counts))[0]
     shard_rows = manifest["input_rows"]
     manifest["resumed_shards"] = len(before.intersection(range(len(shard_rows))))
     manifest["busy_seconds"] = round(manifest.get("busy_seconds", 0.0) + busy.seconds, 3)
@@ -206,11 +206,11 @@ def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> 
     return summary
 
 
-def _foreseen_shards(config: AttackConfig) -> int | None:
-    """The most shards of attempts a seed limit makes (seeds x recipes x goals), if there is one."""
-    if not config.max_seeds:
-        return None
-    return -(-config.max_seeds * len(config.recipes) * len(config.goals) // config.shard_size)
+def _about_attempts(config: AttackConfig) -> int | None:
+    """About how many attempts the seeds make (a row is a seed of at most one goal; a seed limit caps
+    each goal's), crossed with the recipes; None when neither the corpus size nor a limit tells."""
+    bounds = [n for n in (guess_rows(config.corpora), config.max_seeds and config.max_seeds * len(config.goals)) if n]
+    return min(bounds) * len(config.recipes) if bounds else None
 
 
 # --------------------------------------------------------------------------------------------

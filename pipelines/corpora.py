@@ -324,3 +324,20 @@ def iter_corpora(configs: list[CorpusConfig], chunk_rows: int = CHUNK_ROWS) -> I
 
 def read_corpora(configs: list[CorpusConfig]) -> pa.Table:
     return pa.concat_tables(iter_corpora(configs))
+
+
+ROW_BYTES_GUESS = 100  # a short text and its label in a CSV or JSONL line (a tweet: 80-160 bytes)
+
+
+def guess_rows(configs: list[CorpusConfig]) -> int | None:
+    """About how many rows the corpora hold, told from their local files' sizes and their limits before
+    a row is read, for planning only (how many shards an actor takes at once); None where a file is not
+    on this machine's disk (an s3:// corpus, or one only the workers see)."""
+    total = 0
+    for c in configs:
+        path = Path(c.path).expanduser()
+        if c.path.startswith("s3://") or not path.is_file():
+            return None
+        rows = -(-path.stat().st_size // ROW_BYTES_GUESS)
+        total += min(rows, c.limit) if c.limit else rows
+    return total

@@ -25,7 +25,7 @@ from redline.cluster.tables import STATUS_ERROR, STATUS_OK, conform
 from redline.errors import RedlineError
 from redline.pipelines import aggregates as A
 from redline.pipelines import shard_host, sharded
-from redline.pipelines.corpora import CorpusConfig, corpus_rows, distinct, iter_corpora, iter_corpus
+from redline.pipelines.corpora import CorpusConfig, corpus_rows, distinct, guess_rows, iter_corpora, iter_corpus
 from redline.pipelines.figures import SCORE, Table, outcomes
 from redline.pipelines.report import COUNT_COLUMNS, Report, grouped_bars, png_bytes
 from redline.pipelines.schema import PREDICTION_SCHEMA
@@ -195,7 +195,7 @@ def corpus_sources(configs: list[CorpusConfig]) -> tuple[sharded.Source, ...]:
     """The corpora as a run's input sources: one corpus is read by one task; several are read side by
     side, one task each (their rows counted first, `corpus_rows`); ids stay distinct across them."""
     if len(configs) == 1:
-        return (sharded.Source(partial(iter_corpora, configs)),)
+        return (sharded.Source(partial(iter_corpora, configs), about=guess_rows(configs)),)
     distinct(configs)
     return tuple(sharded.Source(partial(iter_corpus, c), partial(corpus_rows, c)) for c in configs)
 

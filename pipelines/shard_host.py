@@ -222,13 +222,13 @@ def run_pools(run: Run, pools: list[Pool], shard_rows: list[int] | None, *, labe
     ensure_ray(verbose=verbose)
     if inputs is not None:
         done = {p.id: done_parts(run, p.work.output_dir, p.work.pool) for p in pools}
-        chained = _beside_the_read(pools)
         firsts = None
         if inputs.side_by_side:
             check_layout(run, done)
             firsts = _first_shards(inputs)
+        shards = inputs.foreseen_shards if firsts is None else firsts[-1]
+        chained = _beside_the_read(pools, shards)
         source = _read(run, inputs, firsts)
-        shards = inputs.shards if firsts is None else firsts[-1]
         _drive(run, source, chained, done, busy, label=label if chained else "reading the inputs", unit=unit,
                note=note, total=total or 0, streaming=True, shards=shards, reads=len(firsts or [0, 0]) - 1)
         if chained:
@@ -334,10 +334,12 @@ def _drive(run: Run, stream: Any, pools: list[Pool], done: dict[int, frozenset[i
     run.dir.write_manifest(run.manifest)
 
 
-def _beside_the_read(pools: list[Pool]) -> list[Pool]:
+def _beside_the_read(pools: list[Pool], shards: int | None) -> list[Pool]:
     """The pools sized to start beside the read task: a pool whose actors would leave it no CPU
     starts with fewer (at least one; it grows back to its size once the read is done: its
-    `max_actors` is at least its `actors`). None of them fit: [] (the read runs first)."""
+    `max_actors` is at least its `actors`). None of them fit, or a small run (`shards` foreseen, no
+    more than two per actor) would need to shrink one: [] (the read runs first: a short read, and no
+    pool short of an actor for the whole short run, its shards taken before it could grow)."""
     import ray
 
     have = ray.cluster_resources()
@@ -345,6 +347,8 @@ def _beside_the_read(pools: list[Pool]) -> list[Pool]:
         return []
     sizes = [p.actors for p in pools]
     while 1 + sum(n * p.num_cpus for n, p in zip(sizes, pools)) > have.get("CPU", 0) + 1e-9:
+        if shards is not None and shards <= 2 * sum(p.actors for p in pools):
+            return []
         k = max(range(len(pools)), key=lambda j: (sizes[j] - 1) * pools[j].num_cpus)
         if sizes[k] == 1:
             return []
@@ -406,9 +410,9 @@ def _read(run: Run, inputs: Inputs, firsts: list[int] | None) -> Any:
 
 def in_flight(shards: int | None, actors: int) -> int:
     """Shards an actor holds at once: two, so it never waits on the scheduler between shards (one
-    in flight left a 2-actor pool idle half the time at 1M rows); one when the run has no more than
-    two shards per actor (`shards`: known or foreseen), or the first actor up would queue them all
-    while the others start."""
+    in flight made `run score` at 1M rows 5-14% slower); one when the run has no more than two shards
+    per actor (`shards`: known or foreseen), or the first actor up takes two of the few shards while
+    the others are a moment from ready (Ray Data hands queued shards only to actors already up)."""
     return 1 if shards is not None and shards <= 2 * max(actors, 1) else 2
 
 

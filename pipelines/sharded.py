@@ -37,26 +37,33 @@ class Source:
 
     build: Callable[[], pa.Table | Iterable[pa.Table]]
     size: Callable[[], int] | None = None
+    about: int | None = None  # about how many rows it yields, guessed before a row is read (None: no guess)
 
 
 @dataclass(frozen=True)
 class Inputs:
     """How a run's input shards are made, for a runner that reads them as it goes
     (`shard_host.run_pools(inputs=...)`): each source's chunks cut into shards of `shard_size` rows,
-    `counts(chunk)` added up, `rows(shard)`: the work a shard is; `shards`: how many it will make, when
-    foreseen (e.g. from a seed limit), else None. One source is read by one task, its chunks in order;
-    several (each with its `size`) by one task each, side by side, as many at once as the cluster
-    holds: source k's shards are numbered after those of sources 0..k-1 and never hold another's rows."""
+    `counts(chunk)` added up, `rows(shard)`: the work a shard is. One source is read by one task, its
+    chunks in order; several (each with its `size`) by one task each, side by side, as many at once as
+    the cluster holds: source k's shards are numbered after those of sources 0..k-1 and never hold
+    another's rows."""
 
     sources: tuple[Source, ...]
     shard_size: int
     counts: Callable[[pa.Table], dict[str, Any]]
     rows: Callable[[pa.Table], int] = len
-    shards: int | None = None
 
     @property
     def side_by_side(self) -> bool:
         return len(self.sources) > 1
+
+    @property
+    def foreseen_shards(self) -> int | None:
+        """About how many shards the sources will make, from their `about` (None: a source has no guess)."""
+        if any(s.about is None for s in self.sources):
+            return None
+        return sum(-(-s.about // self.shard_size) for s in self.sources)  # type: ignore[operator]
 
 
 def first_shards(sizes: list[int], shard_size: int) -> list[int]:

@@ -32,15 +32,21 @@ def by_value(ray_session):
 
 class Doubler:
     """Doubles `x`; sleeps `delay` per batch; with `die`, the first call of the run kills its process
-    (a lost worker) once, marked by that file; with `gate` (a folder), each actor's first call signs
+    (a lost worker) once, marked by that file; with `stagger` (a folder), the actors after the first
+    are up later; with `gate` (a folder), each actor's first call signs
     in there and waits (at most a minute) until a second actor has: a pool that never grows fails,
     however slow the machine, and one that grows goes on at once."""
 
     input_columns = ["id", "x"]
     output_schema = pa.schema([("id", pa.string()), ("y", pa.int64()), ("pid", pa.int64())])
 
-    def __init__(self, delay: float = 0.0, die: str | None = None, gate: str | None = None) -> None:
+    def __init__(self, delay: float = 0.0, die: str | None = None, gate: str | None = None,
+                 stagger: str | None = None) -> None:
         self.delay, self.die, self.gate = delay, die, gate
+        if stagger:  # a folder: every actor but the first to start is up 1.5 s after it
+            open(os.path.join(stagger, str(os.getpid())), "x").close()
+            if len(os.listdir(stagger)) > 1:
+                time.sleep(1.5)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> pa.Table:
         if self.die and not os.path.exists(self.die):
@@ -132,6 +138,30 @@ def test_the_manifest_holds_the_bars_own_rate_and_time_left_while_the_step_runs(
     assert [p["done"] for p in live] == sorted(p["done"] for p in live) and live[-1]["done"] >= 50
     assert any(p["rate"] and p["eta_s"] is not None for p in live)  # from the second part on
     assert "progress" not in run.manifest and saved[-1] == {}
+
+
+def test_a_run_read_as_it_goes_gives_each_actor_one_of_its_few_shards(ray_session, tmp_path):
+    """Two shards, two actors, the second actor up 1.5 s after the first: the first takes one shard,
+    not both (Ray Data hands queued shards only to actors already up, so each holds one at a time when
+    the sources' guess says the run is small). The gate holds each actor's first call until the other
+    has signed in: one actor taking both shards fails here (after the gate's minute), on any machine."""
+    from redline.cluster import storage
+    from redline.pipelines import shard_host, sharded
+
+    (tmp_path / "gate").mkdir()
+    (tmp_path / "stagger").mkdir()
+    run = _run(tmp_path, "read-as-it-goes")
+    table = pa.table({"id": [f"r{i}" for i in range(20)], "x": list(range(20))})
+    work = shard_host.ShardWork(run.dir.uri, "out", 0, lambda s: s.select(["id", "x"]),
+                                lambda s, r: s.append_column("pid", r.column("pid")), {}, 5)
+    pool = shard_host.Pool(work, Doubler, {"gate": str(tmp_path / "gate"), "stagger": str(tmp_path / "stagger")},
+                           2, 0.5, 0.0, None, max_actors=2)
+    source = sharded.Source(lambda: table, about=20)  # the sources' guess of their rows
+    shard_host.run_pools(run, [pool], None, label="doubling",
+                         inputs=sharded.Inputs((source,), 10, lambda t: {"rows": t.num_rows}))
+    pids = [set(storage.read_parquet(run.dir.path("out", shard_host.output_part(i, 0))).column("pid").to_pylist())
+            for i in range(2)]
+    assert len(pids[0] | pids[1]) == 2, pids
 
 
 def test_a_pool_asking_for_a_gpu_is_a_plan_ray_data_accepts(ray_session, tmp_path):
