@@ -347,7 +347,7 @@ def _beside_the_read(pools: list[Pool], shards: int | None) -> list[Pool]:
         return []
     sizes = [p.actors for p in pools]
     while 1 + sum(n * p.num_cpus for n, p in zip(sizes, pools)) > have.get("CPU", 0) + 1e-9:
-        if shards is not None and shards <= 2 * sum(p.actors for p in pools):
+        if in_flight(shards, sum(p.actors for p in pools)) == 1:  # a small run
             return []
         k = max(range(len(pools)), key=lambda j: (sizes[j] - 1) * pools[j].num_cpus)
         if sizes[k] == 1:
