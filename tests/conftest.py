@@ -77,6 +77,60 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = f"skipped in CI, where it must run: {reason}"
 
 
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    name = report.nodeid.split("::")[0]
+    _FILE_SECONDS[name] = _FILE_SECONDS.get(name, 0.0) + report.duration
+
+
+_LEFT_BUSY: list[str] = []
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After a file's last test (its module fixtures gone) the session's Ray must have every CPU back,
+    or the next file's tests wait on what this one left. A failed Ray Data plan's actors live until
+    their handles are collected (the failed tasks' callbacks and the error's frames hold them in a
+    cycle), so garbage is collected first; each file that still left CPUs held is named at the end."""
+    name = item.nodeid.split("::")[0]
+    if nextitem is not None and nextitem.nodeid.split("::")[0] == name:
+        return
+    import ray
+
+    if not ray.is_initialized():
+        return
+    total = ray.cluster_resources().get("CPU", 0)
+    if ray.available_resources().get("CPU", 0) >= total:
+        return
+    import gc
+
+    gc.collect()
+    start = time.monotonic()
+    while time.monotonic() - start < 10:
+        if ray.available_resources().get("CPU", 0) >= total:
+            return
+        time.sleep(0.2)
+    alive = sorted({a["ActorClassName"] for a in ray._private.state.actors().values() if a["State"] != "DEAD"})
+    _LEFT_BUSY.append(f"{name}: {ray.available_resources().get('CPU', 0)} of {total} CPUs free 10 s after its "
+                      f"last test; actors alive: {', '.join(alive) or 'none'}")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Seconds per test file (setup, call and teardown), the slowest first: where CI's minutes go; and
+    any file that left the session's Ray busy after it."""
+    if _FILE_SECONDS:
+        terminalreporter.section("seconds per test file")
+        for name, seconds in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1]):
+            if seconds >= 1:
+                terminalreporter.write_line(f"{seconds:8.1f}s {name}")
+    if _LEFT_BUSY:
+        terminalreporter.section("files that left the session's Ray busy")
+        for line in _LEFT_BUSY:
+            terminalreporter.write_line(line)
+
+
 # How `pytest -n N` shares the suite out: a file's tests stay on one worker (its module fixtures are
 # built once), files that share a costly session fixture go together, and the longest groups start
 # first so that no worker is left alone with one at the end (seconds from CI's `--durations`).

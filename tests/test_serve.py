@@ -19,12 +19,11 @@ TEXTS = ["you are a complete idiot", "have a lovely day", "shut up you moron", "
 
 @pytest.fixture(scope="module")
 def server(ray_session, tiny_binary_model, tiny_causal_lm, tiny_seq2seq, tmp_path_factory):
-    import os
-
     from redline.serve import runner
     from redline.serve.config import ServeConfig
 
-    os.environ["REDLINE_STATE_DIR"] = str(tmp_path_factory.mktemp("serve-state"))
+    env = pytest.MonkeyPatch()  # restored after the module: later tests find their own state dir
+    env.setenv("REDLINE_STATE_DIR", str(tmp_path_factory.mktemp("serve-state")))
     config = ServeConfig.model_validate({
         "port": free_port(),
         "detectors": [
@@ -40,9 +39,12 @@ def server(ray_session, tiny_binary_model, tiny_causal_lm, tiny_seq2seq, tmp_pat
         "limits": {"max_texts": 50, "max_text_chars": 2000, "max_n": 4, "max_tokens": 3000,
                    "max_request_bytes": 200_000, "max_generated_tokens": 480_000, "max_detections": 100},
     })
-    state = runner.start(config, announce=lambda _: None)
-    yield {"url": state["url"], "config": config}
-    runner.shutdown()
+    try:
+        state = runner.start(config, announce=lambda _: None)
+        yield {"url": state["url"], "config": config}
+        runner.shutdown()
+    finally:
+        env.undo()
 
 
 def post(server, path, body, timeout=60, **kwargs):
