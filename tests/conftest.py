@@ -80,8 +80,12 @@ def pytest_runtest_makereport(item, call):
 _FILE_SECONDS: dict[str, float] = {}
 
 
+def _file(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
 def pytest_runtest_logreport(report):
-    name = report.nodeid.split("::")[0]
+    name = _file(report.nodeid)
     _FILE_SECONDS[name] = _FILE_SECONDS.get(name, 0.0) + report.duration
 
 
@@ -94,8 +98,8 @@ def pytest_runtest_teardown(item, nextitem):
     or the next file's tests wait on what this one left. A failed Ray Data plan's actors live until
     their handles are collected (the failed tasks' callbacks and the error's frames hold them in a
     cycle), so garbage is collected first; each file that still left CPUs held is named at the end."""
-    name = item.nodeid.split("::")[0]
-    if nextitem is not None and nextitem.nodeid.split("::")[0] == name:
+    name = _file(item.nodeid)
+    if nextitem is not None and _file(nextitem.nodeid) == name:
         return
     import ray
 
@@ -149,7 +153,7 @@ LONGEST_FIRST = ("test_cluster.py", "test_dialogue_safety.py", "test_cli.py", "t
 
 
 def _group(nodeid: str) -> str:
-    name = nodeid.split("::")[0].rsplit("/", 1)[-1]
+    name = _file(nodeid).rsplit("/", 1)[-1]
     return XDIST_GROUPS.get(name, name)
 
 
