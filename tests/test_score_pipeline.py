@@ -71,6 +71,7 @@ def test_run_directory_holds_shards_manifest_and_report(davidson_run):
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["state"] == "complete" and manifest["config_hash"] == config_hash(cfg)
     assert manifest["versions"]["ray"] and manifest["timings"]["score_s"] > 0
+    assert manifest["shard_size"] == 150 and len(manifest["input_rows"]) == 4  # 600 rows
     assert_counts_add_up(manifest, 2)
     # the report's missed toxic rows were found by a task on a worker, not read by the driver
     from redline.cluster.runs import RunDir
@@ -551,3 +552,25 @@ def test_a_run_whose_corpora_were_cut_another_way_is_refused_not_resumed(tmp_pat
     check_layout(run, {0: frozenset()})  # nothing written yet: the layout is recorded before any part
     assert run.manifest["input_layout"] == PER_SOURCE and saved == [run.manifest]
     check_layout(run, {0: frozenset({0, 1})})  # parts of this layout: resumed
+
+
+def test_an_unset_shard_size_grows_with_a_large_corpus_of_local_detectors_only(tmp_path):
+    from redline.pipelines.score import LARGEST_SHARD, SHARD_ROWS, chosen_shard_size, corpus_sources
+
+    local = [{"name": "p", "kind": "profanity-check"}, {"name": "k", "kind": "keywords", "patterns": ["x"]}]
+    corpus = tmp_path / "big.csv"
+    corpus.write_text("tweet,class\n")
+    os.truncate(corpus, 50_000_000)  # sparse: guessed from its size (~100 bytes a row), never read here
+
+    def chosen(corpora, detectors, **kw):
+        cfg = make_config(corpora, detectors, str(tmp_path / "runs"), **kw)
+        return chosen_shard_size(cfg, corpus_sources(cfg.corpora))
+
+    big = {"path": str(corpus), "preset": "davidson"}
+    assert chosen(big, local) == 5_000  # ~500k rows: about a hundred shards
+    assert chosen({**big, "limit": 150_000}, local) == SHARD_ROWS  # the limit caps the guess: 2,000 at least
+    assert chosen([big, {**big, "dataset": "again"}, {**big, "dataset": "third"}], local) == LARGEST_SHARD
+    assert chosen(big, local, shard_size=300) == 300  # given: as given
+    remote = {"name": "j", "kind": "http", "url": "http://127.0.0.1:9/v1/detect"}
+    assert chosen(big, [*local, remote]) == SHARD_ROWS  # an API's rows stay spread out
+    assert chosen({**big, "path": "s3://bucket/big.csv"}, local) == SHARD_ROWS  # no guess from here
