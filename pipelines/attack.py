@@ -34,6 +34,7 @@ from redline.pipelines.corpora import CorpusConfig, guess_rows, read_corpora
 from redline.pipelines.figures import ATTACK
 from redline.pipelines.report import COUNT_COLUMNS, Report, png_bytes
 from redline.pipelines.schema import ATTACK_SCHEMA
+from redline.pipelines.stages import Step, run_beside
 from redline.pipelines.template import Pipeline
 
 log = logging.getLogger(__name__)
@@ -174,8 +175,6 @@ def assemble(shard: pa.Table, results: pa.Table, victim: str) -> pa.Table:
 def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
     manifest = run.manifest
     figures = {"summary": ATTACK}
-    work = shard_host.ShardWork(run.dir.uri, OUTPUT_DIR, 0, attempts_of, partial(assemble, victim=config.victim.name),
-                                figures, config.batch_size)
 
     def worker_kwargs() -> dict[str, Any]:
         return {"victim": config.victim, "recipes": config.recipes, "resources": config.resources,
@@ -185,13 +184,15 @@ def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> 
     shard_rows = sharded.inputs_written(run)  # a resume: every shard of attempts is written already
     before = shard_host.done_parts(run, OUTPUT_DIR, 0)
     pending = None if shard_rows is None else [i for i in range(len(shard_rows)) if i not in before]
-    pool = shard_host.Pool(work, AttackWorker, worker_kwargs() if pending is None or pending else {}, config.actors,
-                           config.num_cpus, config.num_gpus, pending, max_actors=config.max_actors)
+    label = f"attacking {config.victim.name}"
+    step = Step("attack", AttackWorker, worker_kwargs() if pending is None or pending else {}, config, label,
+                config.num_cpus, config.num_gpus, config.batch_size, figures=figures, select=attempts_of,
+                assemble=partial(assemble, victim=config.victim.name))
     # the attempts are built by the same plan (each shard attacked as it is written), unless written before
-    busy = shard_host.run_pools(run, [pool], shard_rows, label=f"attacking {config.victim.name}", verbose=verbose,
-                                unit="attempts", inputs=None if shard_rows is not None else sharded.Inputs(
-                                    (sharded.Source(partial(build_attempts, config), about=_about_attempts(config)),),
-                                    config.shard_size, attempt_counts))[0]
+    busy = run_beside(run, [step], OUTPUT_DIR, shard_rows=shard_rows, label=label, verbose=verbose, unit="attempts",
+                      inputs=None if shard_rows is not None else sharded.Inputs(
+                          (sharded.Source(partial(build_attempts, config), about=_about_attempts(config)),),
+                          config.shard_size, attempt_counts))[0]
     shard_rows = manifest["input_rows"]
     manifest["resumed_shards"] = len(before.intersection(range(len(shard_rows))))
     manifest["busy_seconds"] = round(manifest.get("busy_seconds", 0.0) + busy.seconds, 3)

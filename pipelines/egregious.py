@@ -31,6 +31,7 @@ from redline.errors import RedlineError
 from redline.pipelines import shard_host, sharded
 from redline.pipelines.figures import EGREGIOUS, EGREGIOUS_EFFORT, EGREGIOUS_SOURCES, outcomes
 from redline.pipelines.report import Report, grouped_bars
+from redline.pipelines.stages import Step, run_beside
 from redline.pipelines.template import Pipeline
 
 OUTPUT_DIR = "triggers"
@@ -288,12 +289,10 @@ def execute(config: EgregiousConfig, run: Run, watch: Stopwatch, verbose: bool) 
     thresholds = {name: [m["t_out"], m["t_in"]] for name, m in manifest["models"].items()}
     kwargs = {"models": config.models, "search": search_settings(config),
               "thresholds": thresholds, "num_gpus": config.num_gpus}
-    pool = shard_host.Pool(shard_host.ShardWork(run.dir.uri, OUTPUT_DIR, 0, _every_row, assemble, FIGURES,
-                                                config.batch_size),
-                           TriggerWorker, kwargs, config.actors, config.num_cpus, config.num_gpus,
-                           shard_host.pending(run, OUTPUT_DIR, len(shard_rows), 0), max_actors=config.max_actors,
-                           what="each trigger-search actor")
-    manifest["resumed_shards"] = len(shard_rows) - len(pool.pending)
+    step = Step("triggers", TriggerWorker, kwargs, config, "searching triggers", config.num_cpus, config.num_gpus,
+                config.batch_size, figures=FIGURES, select=_every_row, assemble=assemble,
+                what="each trigger-search actor")
+    manifest["resumed_shards"] = len(shard_host.done_parts(run, OUTPUT_DIR, 0).intersection(range(len(shard_rows))))
 
     def hits_so_far(run: Run) -> str:
         partials = sharded.run_partials(run, {"effort": EGREGIOUS_EFFORT}, OUTPUT_DIR, {})
@@ -302,8 +301,8 @@ def execute(config: EgregiousConfig, run: Run, watch: Stopwatch, verbose: bool) 
         reached = round(sum(r["targets"] * (r["reached"] or 0) for r in effort))
         return f"triggers found {reached:,}/{searched:,}"
 
-    shard_host.run_pools(run, [pool], shard_rows, label="searching triggers", verbose=verbose, unit="searches",
-                         note=hits_so_far)
+    run_beside(run, [step], OUTPUT_DIR, shard_rows=shard_rows, label=step.label, verbose=verbose, unit="searches",
+               note=hits_so_far)
     search_s = watch.lap("search_s")
     parts = {(i, 0): shard_host.output_part(i, 0) for i in range(len(shard_rows))}
     tables = sharded.shard_summary(run, FIGURES, OUTPUT_DIR, parts)

@@ -29,6 +29,7 @@ from redline.pipelines.corpora import CorpusConfig, corpus_rows, distinct, guess
 from redline.pipelines.figures import SCORE, Table, outcomes
 from redline.pipelines.report import COUNT_COLUMNS, Report, grouped_bars, png_bytes
 from redline.pipelines.schema import PREDICTION_SCHEMA
+from redline.pipelines.stages import Step, run_beside
 from redline.pipelines.template import Pipeline
 
 log = logging.getLogger(__name__)
@@ -146,27 +147,24 @@ def score_corpus(run: Run, config: Any, sources: tuple[sharded.Source, ...], wat
     are found in the same pass as the parts' index."""
     manifest = run.manifest
     figures = {"summary": summary, "outcomes": OUTCOMES}
-    works = [shard_host.ShardWork(run.dir.uri, OUTPUT_DIR, k, scorable,
-                                  partial(assemble_shard, detector_names=[det.name]), figures, det.batch_size)
-             for k, det in enumerate(config.detectors)]
+    steps = [Step(det.name, DetectionWorker, {"config": det}, det, f"scoring with {det.name}", det.num_cpus,
+                  det.num_gpus, det.batch_size, figures=figures, select=scorable,
+                  assemble=partial(assemble_shard, detector_names=[det.name]), what=f"detector '{det.name}' (each actor)")
+             for det in config.detectors]
     shard_rows = sharded.inputs_written(run)  # a resume: every input shard is written already
-    before = [shard_host.done_parts(run, OUTPUT_DIR, k) for k in range(len(config.detectors))]
-    pools = [shard_host.Pool(works[k], DetectionWorker, {"config": det}, det.actors, det.num_cpus, det.num_gpus,
-                             None if shard_rows is None else [i for i in range(len(shard_rows)) if i not in before[k]],
-                             max_actors=det.max_actors, what=f"detector '{det.name}' (each actor)")
-             for k, det in enumerate(config.detectors)]
-    # the corpus is read by the same plan (its shards taken as they are written), unless written before
+    before = [shard_host.done_parts(run, OUTPUT_DIR, k) for k in range(len(steps))]
     if shard_rows is None:
         manifest["shard_size"] = manifest.get("shard_size") or chosen_shard_size(config, sources)
-    busy = shard_host.run_pools(run, pools, shard_rows, label=f"scoring with {len(pools)} detector(s)",
-                                verbose=verbose, inputs=None if shard_rows is not None else sharded.Inputs(
-                                    sources, manifest["shard_size"], corpus_counts, rows=scorable_rows))
+    # the corpus is read by the same plan (its shards taken as they are written), unless written before
+    busy = run_beside(run, steps, OUTPUT_DIR, shard_rows=shard_rows, label=f"scoring with {len(steps)} detector(s)",
+                      verbose=verbose, inputs=None if shard_rows is not None else sharded.Inputs(
+                          sources, manifest["shard_size"], corpus_counts, rows=scorable_rows))
     shard_rows = manifest["input_rows"]
     if manifest["counts"]["rows_in"] == 0:
         raise RedlineError("the corpus has no rows")
     manifest["resumed_shards"] = len(set(range(len(shard_rows))).intersection(*before))
     watch.lap("score_s")
-    parts = {(i, k): shard_host.output_part(i, k) for i in range(len(shard_rows)) for k in range(len(pools))}
+    parts = {(i, k): shard_host.output_part(i, k) for i in range(len(shard_rows)) for k in range(len(steps))}
     rows = sharded.shard_summary(run, figures, OUTPUT_DIR, parts)
     found = sharded.index_output(run, OUTPUT_DIR, then=example_errors_at if examples else None, per_text=True)
     if examples:

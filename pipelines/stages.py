@@ -3,11 +3,13 @@
 rerun after a crash redoes only the shards that have no part yet (answers a judge was paid for are
 not asked again).
 
-`run_steps`: a chain of steps over the run's shards, each step reading the parts of the one
+Every pipeline declares its row work as `Step`s and runs them here, the one way in to the runner:
+`run_steps`, a chain of steps over the run's shards, each step reading the parts of the one
 before, keeping the rows it passes, and writing its own parts and partial sums: no row reaches the
 driver (the quality and dialogue-safety pipelines). The steps run in one Ray Data plan, each shard
 taken by a step as soon as the step before wrote it, when the cluster holds every step's actors at
-once; else one plan per step (`run_step`).
+once; else one plan per step (`run_step`). `run_beside`: steps side by side over the same input
+shards, read by the same plan (score's detectors, the attack, the trigger search).
 """
 
 from __future__ import annotations
@@ -36,7 +38,10 @@ class Step:
     step's rows of each shard (`rows(shard)`; default: those the step before kept, all of them when it
     gave no verdict) that `asked(rows)` holds for (default: all), its answers joined onto them by `id`
     (a row not asked: nulls), then `finish(rows)` (e.g. the step's verdict columns, `VERDICT`).
-    `errors(rows)`: each row's failure (null: answered); `figures`: partial sums of its parts, by name."""
+    `errors(rows)`: each row's failure (null: answered); `figures`: partial sums of its parts, by name.
+    A step whose worker takes and gives other columns than `id` joins its own way: `select(shard)` (the
+    worker's rows) and `assemble(shard, results)` (the part) replace the rows, asked and finish above.
+    `what`: its actors as an error names them (default: by the worker class)."""
 
     name: str
     worker: type
@@ -51,6 +56,9 @@ class Step:
     figures: dict[str, Table] = field(default_factory=dict)
     rows: Callable[[pa.Table], pa.Table] | None = None
     asked: Callable[[pa.Table], pa.Array] | None = None
+    select: Callable[[pa.Table], pa.Table] | None = None
+    assemble: Callable[[pa.Table, pa.Table], pa.Table] | None = None
+    what: str | None = None
 
 
 @dataclass(frozen=True)
@@ -104,13 +112,28 @@ def run_steps(run: Run, steps: list[tuple[Step, str]], source: str, n_shards: in
     return [_result(run, step, room, n_shards, used[k]) for k, (step, room) in enumerate(steps)]
 
 
+def run_beside(run: Run, steps: list[Step], room: str, *, shard_rows: list[int] | None,
+               inputs: sharded.Inputs | None = None, label: str, unit: str = "rows",
+               note: Callable[[Run], str] | None = None, verbose: bool = False) -> list[shard_host.PoolUse]:
+    """`steps` side by side over the run's input shards, step k writing its part of each shard to `room`
+    as pool k (a shard a step already wrote is skipped): the shards written before (`shard_rows`), or
+    with `inputs` (`shard_rows` None) read by the same plan, each shard taken as soon as it is written.
+    `note(run)`: running figures for the progress line. What each step spent, in order."""
+    pools = [_pool(run, step, sharded.INPUT_DIR, room, None,
+                   None if shard_rows is None else shard_host.pending(run, room, len(shard_rows), k), pool=k)
+             for k, step in enumerate(steps)]
+    used = shard_host.run_pools(run, pools, shard_rows, label=label, verbose=verbose, unit=unit, note=note,
+                                inputs=inputs)
+    return [used[k] for k in range(len(steps))]
+
+
 def _pool(run: Run, step: Step, source: str, room: str, source_pool: int | None, todo: list[int] | None,
-          **chained: Any) -> shard_host.Pool:
-    work = shard_host.ShardWork(run.dir.uri, room, 0, partial(_worker_rows, step=step), partial(_joined, step=step),
-                                step.figures, step.batch_size, input_dir=source, input_pool=source_pool,
-                                errors=step.errors)
+          pool: int = 0, **chained: Any) -> shard_host.Pool:
+    work = shard_host.ShardWork(run.dir.uri, room, pool, step.select or partial(_worker_rows, step=step),
+                                step.assemble or partial(_joined, step=step), step.figures, step.batch_size,
+                                input_dir=source, input_pool=source_pool, errors=step.errors)
     return shard_host.Pool(work, step.worker, step.kwargs, step.size.actors, step.num_cpus, step.num_gpus, todo,
-                           max_actors=step.size.max_actors, **chained)
+                           max_actors=step.size.max_actors, what=step.what, **chained)
 
 
 def run_step(run: Run, step: Step, source: str, room: str, n_shards: int, *, source_pool: int | None = None,
