@@ -63,7 +63,7 @@ class CleanSection(Strict):
     """The guard's clean accuracy, beside the baselines': `redline run score` on labelled held-out sets."""
 
     corpus: dict[str, Any] | list[dict[str, Any]] = Input(description="Labelled held-out corpora (score's `corpus`).")
-    shard_size: int | None = Result(None, gt=0, description="score's `shard_size` (unset: chosen as score chooses it)")
+    shard_size: int = Result(2_000, gt=0)
 
 
 class DialogueSection(Strict):
