@@ -2,6 +2,5 @@
 figures and reports."""
 
 # the modules other packages may import (a test holds every import from outside to this list)
-__all__ = ["advtrain", "attack", "card", "card_figures", "corpora", "diasafety", "diasafety_train", "egregious",
-           "figures", "gates", "per_text", "quickstart", "registry", "report", "schema", "score", "table_index",
-           "taebench", "transfer", "uncertainty"]
+__all__ = ["advtrain", "attack", "corpora", "diasafety_train", "figures", "gates", "per_text", "quickstart", "registry",
+           "report", "schema", "score", "table_index", "taebench", "transfer", "uncertainty"]

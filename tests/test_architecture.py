@@ -255,6 +255,37 @@ def test_every_package_says_what_it_offers_and_others_use_only_that():
     assert not outside, "\n".join(sorted(set(outside)))
 
 
+# Names a face offers that no package of redline imports, and why: the plugin API (a detector kind or
+# chat-model provider from outside redline is written against these) and the console script's entry.
+FACE_EXTRAS = {
+    "redline.actors.detectors": {"DecisionRule": "a plugin detector's `rule`", "register_detector": "plugin API"},
+    "redline.actors.providers": {"ChatProvider": "a plugin provider's base class", "Answer": "what it returns",
+                                 "Transient": "the failure it raises to be retried", "register_provider": "plugin API"},
+    "redline.cli": {"app": "the typer app (`python -m redline`, scripts that add commands)"},
+}
+
+
+def test_a_face_offers_only_what_other_packages_use():
+    """A package's face is what the other layers (and the bench) import, plus the plugin API named in
+    FACE_EXTRAS: a name nothing outside uses is an inside detail, not part of the face."""
+    faces = public_faces()
+    used: dict[str, set[str]] = {pkg: set() for pkg in faces}
+    for path in sources(bench=True):
+        here = module_of(REPO, path)
+        home = here if path.name == "__init__.py" else here.rsplit(".", 1)[0]
+        for _, module in imported_modules(ast.parse(path.read_text()), here, path.name == "__init__.py"):
+            parts = module.split(".")
+            pkg = next((".".join(parts[:k]) for k in range(len(parts) - 1, 1, -1) if ".".join(parts[:k]) in faces),
+                       None)
+            if pkg is not None and not (home == pkg or home.startswith(pkg + ".")):
+                used[pkg].add(parts[len(pkg.split("."))])
+    unused = {pkg: sorted(set(names) - used[pkg] - set(FACE_EXTRAS.get(pkg, {})))
+              for pkg, names in faces.items() if names and set(names) - used[pkg] - set(FACE_EXTRAS.get(pkg, {}))}
+    assert not unused, f"faces offer what no other package imports (drop them, or name plugin API in FACE_EXTRAS): {unused}"
+    stale = {pkg: sorted(set(extras) - faces.get(pkg, set())) for pkg, extras in FACE_EXTRAS.items()}
+    assert not {pkg: names for pkg, names in stale.items() if names}, f"FACE_EXTRAS names what no face offers: {stale}"
+
+
 def test_every_model_goes_through_the_device_policy():
     """Only cluster/devices.py asks torch about CUDA; nobody else picks a device for a model."""
     offenders = []
