@@ -281,7 +281,8 @@ def test_a_face_offers_only_what_other_packages_use():
                 used[pkg].add(parts[len(pkg.split("."))])
     unused = {pkg: sorted(set(names) - used[pkg] - set(FACE_EXTRAS.get(pkg, {})))
               for pkg, names in faces.items() if names and set(names) - used[pkg] - set(FACE_EXTRAS.get(pkg, {}))}
-    assert not unused, f"faces offer what no other package imports (drop them, or name plugin API in FACE_EXTRAS): {unused}"
+    assert not unused, f"faces offer what no other package imports (drop them, or name plugin API in " \
+                       f"FACE_EXTRAS): {unused}"
     stale = {pkg: sorted(set(extras) - faces.get(pkg, set())) for pkg, extras in FACE_EXTRAS.items()}
     assert not {pkg: names for pkg, names in stale.items() if names}, f"FACE_EXTRAS names what no face offers: {stale}"
 
