@@ -240,7 +240,16 @@ def test_every_package_says_what_it_offers_and_others_use_only_that():
                    if (folder / f"{n}.py").exists() or (folder / n / "__init__.py").exists()
                    or re.search(rf"\b{n}\b", (folder / "__init__.py").read_text().split("__all__")[0])}
         assert defined == set(names or ()), f"{pkg}.__all__ names what it lacks: {sorted(set(names) - defined)}"
-    outside = []
+    outside = [f"{path.relative_to(REPO)}:{line} imports {module}, not in {pkg}.__all__"
+               for path, line, module, pkg, name in imports_from_outside(faces)
+               if faces[pkg] is not None and name not in faces[pkg]]
+    assert not outside, "\n".join(sorted(set(outside)))
+
+
+def imports_from_outside(faces: dict[str, set[str] | None]) -> list[tuple[Path, int, str, str, str]]:
+    """(file, line, module, package, the name taken from the package's face) of every import of a
+    package's module or name from outside that package (its other modules and the bench scripts)."""
+    found = []
     for path in sources(bench=True):
         here = module_of(REPO, path)
         home = here if path.name == "__init__.py" else here.rsplit(".", 1)[0]
@@ -248,11 +257,9 @@ def test_every_package_says_what_it_offers_and_others_use_only_that():
             parts = module.split(".")
             pkg = next((".".join(parts[:k]) for k in range(len(parts) - 1, 1, -1) if ".".join(parts[:k]) in faces),
                        None)
-            if pkg is None or home == pkg or home.startswith(pkg + ".") or faces[pkg] is None:
-                continue
-            if parts[len(pkg.split("."))] not in faces[pkg]:
-                outside.append(f"{path.relative_to(REPO)}:{line} imports {module}, not in {pkg}.__all__")
-    assert not outside, "\n".join(sorted(set(outside)))
+            if pkg is not None and not (home == pkg or home.startswith(pkg + ".")):
+                found.append((path, line, module, pkg, parts[len(pkg.split("."))]))
+    return found
 
 
 # Names a face offers that no package of redline imports, and why: the plugin API (a detector kind or
@@ -270,15 +277,8 @@ def test_a_face_offers_only_what_other_packages_use():
     FACE_EXTRAS: a name nothing outside uses is an inside detail, not part of the face."""
     faces = public_faces()
     used: dict[str, set[str]] = {pkg: set() for pkg in faces}
-    for path in sources(bench=True):
-        here = module_of(REPO, path)
-        home = here if path.name == "__init__.py" else here.rsplit(".", 1)[0]
-        for _, module in imported_modules(ast.parse(path.read_text()), here, path.name == "__init__.py"):
-            parts = module.split(".")
-            pkg = next((".".join(parts[:k]) for k in range(len(parts) - 1, 1, -1) if ".".join(parts[:k]) in faces),
-                       None)
-            if pkg is not None and not (home == pkg or home.startswith(pkg + ".")):
-                used[pkg].add(parts[len(pkg.split("."))])
+    for _, _, _, pkg, name in imports_from_outside(faces):
+        used[pkg].add(name)
     unused = {pkg: sorted(set(names) - used[pkg] - set(FACE_EXTRAS.get(pkg, {})))
               for pkg, names in faces.items() if names and set(names) - used[pkg] - set(FACE_EXTRAS.get(pkg, {}))}
     assert not unused, f"faces offer what no other package imports (drop them, or name plugin API in " \
