@@ -123,6 +123,7 @@ def scorable_rows(shard: pa.Table) -> int:
 
 
 SHARD_ROWS, LARGEST_SHARD = 2_000, 10_000
+SHARDS_OF_A_LARGE_CORPUS = 100  # each at least SHARD_ROWS, at most LARGEST_SHARD, rounded up to thousands
 
 
 def chosen_shard_size(config: Any, sources: tuple[sharded.Source, ...]) -> int:
@@ -136,7 +137,8 @@ def chosen_shard_size(config: Any, sources: tuple[sharded.Source, ...]) -> int:
     guesses = [s.about for s in sources]
     if any(g is None for g in guesses) or any(detector_class(d.kind).remote for d in config.detectors):
         return SHARD_ROWS
-    return min(LARGEST_SHARD, max(SHARD_ROWS, -(-sum(guesses) // 100_000) * 1_000))
+    per_shard = -(-sum(guesses) // (SHARDS_OF_A_LARGE_CORPUS * 1_000)) * 1_000
+    return min(LARGEST_SHARD, max(SHARD_ROWS, per_shard))
 
 
 def score_corpus(run: Run, config: Any, sources: tuple[sharded.Source, ...], watch: Stopwatch, verbose: bool,
