@@ -230,20 +230,38 @@ class Sketch(Value):
 
 
 def coarsen(sketch: dict[str, Any], level: int) -> dict[str, Any]:
-    """A sketch at a coarser `level` (each bin's rows into the bin that holds it)."""
+    """A sketch at a coarser `level` (each bin's rows into the bin that holds it; bins in the order
+    they first appear). Vectorised: the bins' keys are shifted right (floor division by a power of 2)
+    and grouped by pyarrow, as a shard's partial sums are."""
     if level >= sketch["level"]:
         return sketch
-    shift, counts = 2 ** (sketch["level"] - level), {}
-    for key, n in sketch["counts"].items():
-        k = str(int(key) // shift)
-        counts[k] = counts.get(k, 0) + n
-    return {"level": level, "counts": counts}
+    counts = sketch["counts"]
+    if not counts:
+        return {"level": level, "counts": {}}
+    # int64 keys: a shift of 63 or more leaves only the sign (Arrow would return the keys unshifted)
+    keys = pc.shift_right(_bin_keys(counts), min(sketch["level"] - level, 62))
+    if sketch["level"] - level > 62:
+        keys = pc.shift_right(keys, 1)
+    summed = pa.table({"key": keys, "n": pa.array(list(counts.values()), pa.int64()),
+                       "at": pa.array(range(len(keys)), pa.int64())}).group_by(
+        "key", use_threads=False).aggregate([("n", "sum"), ("at", "min")]).sort_by("at_min")
+    return {"level": level, "counts": dict(zip(summed.column("key").cast(pa.string()).to_pylist(),
+                                               summed.column("n_sum").to_pylist()))}
+
+
+def _bin_keys(counts: dict[str, int]) -> pa.Array:
+    return pa.array(list(counts), pa.string()).cast(pa.int64())
 
 
 def bounded(sketch: dict[str, Any]) -> dict[str, Any]:
-    while len(sketch["counts"]) > SKETCH_BINS:
-        sketch = coarsen(sketch, sketch["level"] - 1)
-    return sketch
+    """The sketch at the finest level at which it holds at most `SKETCH_BINS` bins (what halving its
+    resolution one level at a time until it fits gives, found on its distinct keys at once)."""
+    if len(sketch["counts"]) <= SKETCH_BINS:
+        return sketch
+    distinct, shift = _bin_keys(sketch["counts"]), 0
+    while len(distinct) > SKETCH_BINS:
+        distinct, shift = pc.unique(pc.shift_right(distinct, 1)), shift + 1
+    return coarsen(sketch, sketch["level"] - shift)
 
 
 def add_sketches(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

@@ -31,11 +31,11 @@ from redline.cluster import storage
 from redline.cluster.config import ActorPoolSize, Execution, Input, Result, RunConfig, Strict, unique_names
 from redline.cluster.devices import PRECISION_HELP, Precision
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
-from redline.cluster.runtime import ensure_ray, on_a_worker
+from redline.cluster.runtime import ensure_ray
 from redline.cluster.tables import conform
 from redline.errors import RedlineError
 from redline.pipelines import aggregates as A
-from redline.pipelines import shard_host, sharded
+from redline.pipelines import sharded
 from redline.pipelines.figures import DIASAFETY, Table, category_figures, leaderboard
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.schema import DIALOGUE_SCORED_SCHEMA, NO_ANSWER
@@ -143,19 +143,20 @@ def _context_counts(table: pa.Table) -> dict[str, Any]:
             "categories": list(dict.fromkeys(table.column("category").to_pylist()))}
 
 
-def write_pregenerated(run_uri: str, name: str, path: str, shard_size: int) -> list[int]:
-    """A pregenerated model's responses as shards of `responses/<name>/` (on a worker: the file is read
-    where the contexts were); returns the responses per shard."""
+def pregenerated_table(run_uri: str, path: str) -> pa.Table:
+    """A pregenerated model's responses, one row per context it answered (on a worker: the file is read
+    where the contexts were)."""
     contexts = pa.concat_tables([storage.read_parquet(p) for p in
                                  storage.list_files(storage.join(run_uri, sharded.INPUT_DIR), ".parquet")])
-    rows = read_pregenerated(path, contexts.to_pylist())
-    table = pa.Table.from_pylist(rows, schema=RESPONSES_SCHEMA)
-    out = []
-    for i in range(0, max(table.num_rows, 1), shard_size):
-        shard = table.slice(i, shard_size)
-        storage.write_parquet(shard, storage.join(run_uri, "responses", name, shard_host.output_part(i // shard_size, 0)))
-        out.append(sum(len(r or []) for r in shard.column("responses").to_pylist()))
-    return out
+    return pa.Table.from_pylist(read_pregenerated(path, contexts.to_pylist()), schema=RESPONSES_SCHEMA)
+
+
+def responses_in(shard: pa.Table) -> int:
+    return sum(len(r or []) for r in shard.column("responses").to_pylist())
+
+
+def _answered_contexts(table: pa.Table) -> dict[str, Any]:
+    return {"contexts": table.num_rows}
 
 
 def responses_rows(shard: pa.Table, model: str) -> pa.Table:
@@ -239,15 +240,14 @@ def execute(config: DiaSafetyEvalConfig, run: Run, watch: Stopwatch, verbose: bo
                                f"{' '.join((results[0].failure or '').split())[:200]}); rerun to resume")
         merged[g.name] = _judged(results[1], g.name)
     watch.lap("generate_and_score_s")
-    written = run.manifest.setdefault("pregenerated", {})
     for p in config.pregenerated:
-        done = written.get(p.name)
-        if done is None or len(storage.list_files(run.dir.path("responses", p.name), ".parquet")) != len(done):
-            written[p.name] = on_a_worker(write_pregenerated, run.dir.uri, p.name, p.path, config.shard_size)
-            run.dir.write_manifest(run.manifest)
-        merged[p.name] = _judged(run_step(run, _score_step(config, p.name, board), f"responses/{p.name}",
-                                          f"scored/{p.name}", len(written[p.name]), source_pool=0,
-                                          total=sum(written[p.name]), verbose=verbose), p.name)
+        # the file is this model's source: its responses are read into shards as a run's inputs are
+        room = f"responses/{p.name}"
+        per_shard = sharded.prepare_inputs(run, partial(pregenerated_table, run.dir.uri, p.path), config.shard_size,
+                                           _answered_contexts, rows=responses_in,
+                                           directory=room, record=f"pregenerated {p.name}")
+        merged[p.name] = _judged(run_step(run, _score_step(config, p.name, board), room, f"scored/{p.name}",
+                                          len(per_shard), total=sum(per_shard), verbose=verbose), p.name)
     if config.pregenerated:
         watch.lap("score_s")
     return safest_first(board.rows(A.merge(*(merged[m] for m in models))))

@@ -42,6 +42,8 @@ SUMMARY_SCHEMA = pa.schema([("shard", pa.int64()), ("pool", pa.int64()), ("rows"
                             ("failed", pa.int64()), ("failure", pa.string())])
 
 
+NO_ANSWERS = pa.schema([("id", pa.string())]).empty_table()  # a step without a worker answers no row
+
 MANIFEST_EVERY_S = 5.0
 READ = -1  # the pool of the input source's markers (`pipelines/input_source.py`)
 
@@ -79,10 +81,14 @@ class Pool:
     """One actor pool: its row worker (a class with `output_schema`, called with numpy batches) and
     its resources; `pending`: the shards it has yet to write. `actors` start at once; the pool grows
     up to `max_actors` (None: as many as the cluster has room for) while shards wait, never beyond
-    the shards pending. `what`: its actors as an error names them (default: by the worker class)."""
+    the shards pending. `what`: its actors as an error names them (default: by the worker class).
+    Without a worker (`worker` None: the part is the shard's rows as `work.assemble` makes them, no
+    model call) a pool is best one of another pool's `then`: the host of the step before makes its
+    part from the rows it has just written, in the same call (a Ray Data operator of its own waited
+    ~10 s for room beside the chain's actors on 2 CPUs); alone, each shard is a Ray Data task."""
 
     work: ShardWork
-    worker: type
+    worker: type | None
     worker_kwargs: dict[str, Any]
     actors: int
     num_cpus: float
@@ -92,6 +98,7 @@ class Pool:
     what: str | None = None
     tag: int | None = None
     takes: int = READ
+    then: tuple["Pool", ...] = ()  # worker-less pools its host runs on each part it has just made, in turn
 
     @property
     def id(self) -> int:
@@ -127,15 +134,17 @@ class ShardHost:
     raised by the first call, so it reaches the driver as itself (Ray reports a failed actor
     constructor only as a message)."""
 
-    def __init__(self, work: ShardWork, worker: type, worker_kwargs: dict[str, Any],
-                 done: frozenset[int] = frozenset(), tag: int | None = None, takes: int = READ) -> None:
-        self.work, self.empty, self.error, self.done = work, worker.output_schema.empty_table(), None, done
+    def __init__(self, work: ShardWork, worker: type | None, worker_kwargs: dict[str, Any],
+                 done: frozenset[int] = frozenset(), tag: int | None = None, takes: int = READ,
+                 then: tuple[tuple[ShardWork, int, frozenset[int]], ...] = ()) -> None:
+        self.empty = NO_ANSWERS if worker is None else worker.output_schema.empty_table()
+        self.work, self.error, self.done, self.worker, self.then = work, None, done, None, then
         self.tag, self.takes = work.pool if tag is None else tag, takes
         self.host = f"{socket.gethostname()}:{os.getpid()}"
         self.trimmed_at, self.trim_s = float("-inf"), 0.0
         try:
             sharded.check_visible(work.run_uri)
-            self.worker = worker(**worker_kwargs)
+            self.worker = None if worker is None else worker(**worker_kwargs)
         except Exception as err:  # noqa: BLE001 - re-raised on the first call
             self.error = err
 
@@ -149,14 +158,17 @@ class ShardHost:
         if self.error is not None:
             raise self.error
         if "pool" not in batch:
-            return pa.Table.from_pylist([self.shard(int(i)) for i in batch["shard"]], schema=SUMMARY_SCHEMA)
+            return pa.Table.from_pylist([s for i in batch["shard"] for s in self.shard(int(i))], schema=SUMMARY_SCHEMA)
         passed = pa.table({name: batch[name] for name in SUMMARY_SCHEMA.names}).cast(SUMMARY_SCHEMA)
         ready = [int(i) for i, p, failed in zip(batch["shard"], batch["pool"], batch["failed"])
                  if p == self.takes and i >= 0 and not failed]
-        mine = [self.shard(i) if i not in self.done else
-                {"shard": i, "pool": self.tag, "rows": 0, "seconds": 0.0, "host": self.host, "partials": None,
-                 "failed": 0, "failure": None} for i in ready]
+        mine = [s for i in ready for s in self.shard(i)]
         return pa.concat_tables([passed, pa.Table.from_pylist(mine, schema=SUMMARY_SCHEMA)])
+
+    def _passed_on(self, index: int, tag: int) -> dict[str, Any]:
+        """The summary of a part written before: no figures (counted from its file), passed on."""
+        return {"shard": index, "pool": tag, "rows": 0, "seconds": 0.0, "host": self.host, "partials": None,
+                "failed": 0, "failure": None}
 
     def _give_back_memory(self) -> None:
         """An actor lives for many shards: its RSS must not grow with them. Giving freed memory back
@@ -167,25 +179,57 @@ class ShardHost:
             self.trimmed_at = time.monotonic()
             self.trim_s = self.trimmed_at - now
 
-    def shard(self, index: int) -> dict[str, Any]:
+    def shard(self, index: int) -> list[dict[str, Any]]:
+        """Shard `index` through this pool and then its followers (`then`), each making its part from
+        the rows the one before made: one summary each. A part written before is passed on (read back
+        only when a follower still needs its rows); a part not written (a row failed) goes no further."""
         w = self.work
-        shard = storage.read_parquet(w.input_part(index))
-        rows = w.select(shard)
+        pending = [tag for _, tag, done in self.then if index not in done]  # followers yet to make their part
+        if index in self.done:
+            summaries = [self._passed_on(index, self.tag)]
+            out = self._written(w, index) if pending else None
+        else:
+            out, summary = self._made(w, self.tag, self.worker, index, storage.read_parquet(w.input_part(index)))
+            summaries = [summary]
+        for work, tag, done in self.then:
+            if summaries[-1]["failed"]:
+                break
+            if index in done:
+                summaries.append(self._passed_on(index, tag))
+                out = self._written(work, index) if any(t > tag for t in pending) else None
+            else:
+                assert out is not None
+                out, summary = self._made(work, tag, None, index, out)
+                summaries.append(summary)
+        return summaries
+
+    @staticmethod
+    def _written(w: ShardWork, index: int) -> pa.Table:
+        return storage.read_parquet(storage.join(w.run_uri, w.output_dir, output_part(index, w.pool)))
+
+    def _made(self, w: ShardWork, tag: int, worker: Any, index: int,
+              shard: pa.Table) -> tuple[pa.Table | None, dict[str, Any]]:
+        """`w`'s part of a shard (its rows through `worker`, in model batches, joined back), written,
+        and its summary; None for the part when a row failed (then it is not written)."""
+        rows = w.select(shard) if worker is not None else NO_ANSWERS
         rows = rows.append_column("shard", pa.array([index] * rows.num_rows, pa.int32()))
         started = time.perf_counter()
-        results = [self.worker({c: part.column(c).to_numpy(zero_copy_only=False) for c in part.column_names})
-                   for part in (rows.slice(j, w.batch_size) for j in range(0, rows.num_rows, w.batch_size))]
+        results = [worker({c: part.column(c).to_numpy(zero_copy_only=False) for c in part.column_names})
+                   for part in (rows.slice(j, w.batch_size) for j in range(0, rows.num_rows, w.batch_size))
+                   if worker is not None]
         seconds = time.perf_counter() - started
-        out = w.assemble(shard, pa.concat_tables(results) if results else self.empty)
-        summary = {"shard": index, "pool": self.tag, "rows": rows.num_rows, "seconds": seconds, "host": self.host,
+        out = w.assemble(shard, pa.concat_tables(results) if results else
+                         (NO_ANSWERS if worker is None else self.empty))
+        summary = {"shard": index, "pool": tag, "rows": rows.num_rows, "seconds": seconds, "host": self.host,
                    "failed": 0, "failure": None}
         errors = w.errors(out).drop_null() if w.errors is not None else []
-        self._give_back_memory()
+        if worker is not None:
+            self._give_back_memory()
         if len(errors):
-            return {**summary, "partials": "{}", "failed": len(errors), "failure": str(errors[0].as_py())}
+            return None, {**summary, "partials": "{}", "failed": len(errors), "failure": str(errors[0].as_py())}
         storage.write_parquet(out, storage.join(w.run_uri, w.output_dir, output_part(index, w.pool)))
         partials = {name: A.to_json(table.partials(out)) for name, table in w.figures.items()}
-        return {**summary, "partials": json.dumps(partials)}
+        return out, {**summary, "partials": json.dumps(partials)}
 
 
 def pending(run: Run, output_dir: str, n_shards: int, pool: int) -> list[int]:
@@ -254,20 +298,26 @@ def run_chain(run: Run, pools: list[Pool], n_shards: int, *, label: str, verbose
     a pool failed on goes no further (a rerun asks it again). The bar counts parts to write."""
     import ray.data
 
-    busy = {p.id: PoolUse() for p in pools}
+    every = with_followers(pools)
+    busy = {p.id: PoolUse() for p in every}
     ensure_ray(verbose=verbose)
-    done = {p.id: done_parts(run, p.work.output_dir, p.work.pool) for p in pools}
-    todo = sum(n_shards - len(done[p.id]) for p in pools)
+    done = {p.id: done_parts(run, p.work.output_dir, p.work.pool) for p in every}
+    todo = sum(n_shards - len(done[p.id]) for p in every)
     if not todo:
         return busy
     _recount_if_gone(run, [dataclasses.replace(p, pending=[i for i in range(n_shards) if i not in done[p.id]])
-                           for p in pools])
+                           for p in every])
     markers = ray.data.from_arrow([pa.Table.from_pylist(
         [{"shard": i, "pool": READ, "rows": 0, "seconds": 0.0, "host": "", "partials": None, "failed": 0,
           "failure": None}], schema=SUMMARY_SCHEMA) for i in range(n_shards)])
     _drive(run, markers, pools, done, busy, label=label, unit="parts", note=None, total=todo, streaming=True,
            shards=n_shards, read=False)
     return busy
+
+
+def with_followers(pools: list[Pool]) -> list[Pool]:
+    """The pools and, after each, the worker-less pools its host runs (`Pool.then`)."""
+    return [q for p in pools for q in (p, *p.then)]
 
 
 def _recount_if_gone(run: Run, pools: list[Pool]) -> None:
@@ -287,11 +337,12 @@ def _drive(run: Run, stream: Any, pools: list[Pool], done: dict[int, frozenset[i
     into the bar's total (behind the input source, `read`: what each of its `reads` read tasks left in
     the run, together, records the input shards). With `unit` "parts" the bar counts parts written, else rows."""
     for p in pools:
-        check_placeable(p.what or f"each {p.worker.__name__} actor", p.num_cpus, p.num_gpus)
+        check_placeable(p.what or (f"each {p.worker.__name__} actor" if p.worker else f"each task of {p.work.output_dir}"),
+                        p.num_cpus, p.num_gpus)
     if streaming:
         stream = chain(stream, pools, shards=shards, done=done)
-    figures = {p.id: p.work.figures for p in pools}
-    part_pool = {p.id: p.work.pool for p in pools}  # the pool its parts are named and counted by
+    figures = {p.id: p.work.figures for p in with_followers(pools)}
+    part_pool = {p.id: p.work.pool for p in with_followers(pools)}  # the pool its parts are named and counted by
     saved = time.monotonic()
     with progress_bar(label, total=total, unit=unit) as advance:
         for batch in stream.iter_batches(batch_size=None, batch_format="pyarrow"):
@@ -417,16 +468,26 @@ def in_flight(shards: int | None, actors: int) -> int:
 
 
 def _hosted(stream: Any, p: Pool, *, least: int, most: int | None, in_flight: int, batch_size: int | None,
-            done: frozenset[int] = frozenset()) -> Any:
+            done: frozenset[int] = frozenset(), then_done: dict[int, frozenset[int]] | None = None) -> Any:
     """`stream` through pool `p`'s actors: `map_batches(ShardHost)` on an autoscaling actor pool of
-    `least` to `most` actors (None: as many as the cluster has room for), each holding `in_flight` calls."""
+    `least` to `most` actors (None: as many as the cluster has room for), each holding `in_flight`
+    calls; a pool without a worker: one Ray Data task per call."""
     import ray.data
 
+    kwargs = {"work": p.work, "worker": p.worker, "worker_kwargs": p.worker_kwargs, "done": done, "tag": p.id,
+              "takes": p.takes, "then": tuple((q.work, q.id, (then_done or {}).get(q.id, frozenset())) for q in p.then)}
+    if p.worker is None:
+        return stream.map_batches(_host_once, fn_kwargs=kwargs, batch_size=batch_size, batch_format="numpy",
+                                  num_cpus=p.num_cpus)
     return stream.map_batches(
-        ShardHost, fn_constructor_kwargs={"work": p.work, "worker": p.worker, "worker_kwargs": p.worker_kwargs,
-                                          "done": done, "tag": p.id, "takes": p.takes},
+        ShardHost, fn_constructor_kwargs=kwargs,
         compute=ray.data.ActorPoolStrategy(min_size=least, max_size=most, max_tasks_in_flight_per_actor=in_flight),
         batch_size=batch_size, batch_format="numpy", num_cpus=p.num_cpus, num_gpus=p.num_gpus or None)
+
+
+def _host_once(batch: dict[str, np.ndarray], **kwargs: Any) -> pa.Table:
+    """A worker-less pool's call: its host made for this call alone (it loads nothing)."""
+    return ShardHost(**kwargs)(batch)
 
 
 def chain(stream: Any, pools: list[Pool], *, shards: int | None, done: dict[int, frozenset[int]]) -> Any:
@@ -434,7 +495,7 @@ def chain(stream: Any, pools: list[Pool], *, shards: int | None, done: dict[int,
     One marker row per call (Ray Data also insists on a batch size where a pool asks for GPUs)."""
     for p in pools:
         stream = _hosted(stream, p, least=p.actors, most=p.max_actors, in_flight=in_flight(shards, p.actors),
-                         batch_size=1, done=done.get(p.id, frozenset()))
+                         batch_size=1, done=done.get(p.id, frozenset()), then_done=done)
     stream.context.target_max_block_size = 1  # a shard's marker reaches the pools as soon as it is written
     return stream
 

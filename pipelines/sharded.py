@@ -91,20 +91,23 @@ def merge_reads(reads: list[dict[str, Any]]) -> dict[str, Any]:
 
 def prepare_inputs(run: Run, build: Callable[[], pa.Table | Iterable[pa.Table]], shard_size: int,
                    counts: Callable[[pa.Table], dict[str, Any]], rows: Callable[[pa.Table], int] = len,
-                   directory: str = INPUT_DIR) -> list[int]:
+                   directory: str = INPUT_DIR, record: str | None = None) -> list[int]:
     """Input shards written once per run, and each shard's work (`rows(shard)`: the rows its actors
     take). `build` (reading the corpus, ...: one table, or its chunks as they are read, so that no
     process holds the whole corpus; `counts` of the chunks are added up) runs in a Ray task on a worker,
     so the driver never reads the corpus: it records the shard count, `counts(table)` and the
     rows per shard that the task returns. Resuming after every shard was written builds nothing.
-    `directory`: where in the run the shards go. (`run score` and `run attack` stream instead: the
+    `directory`: where in the run the shards go; `record`: a second source of the same run (DiaSafety's
+    pregenerated responses beside its contexts), recorded under that manifest key (shards, rows per
+    shard, counts) instead of the run's inputs. (`run score` and `run attack` stream instead: the
     runner reads the shards as a Ray Data source, `shard_host.Inputs`, and its pools take each shard
     as it is written.)"""
-    written_before = inputs_written(run, directory)
+    written_before = inputs_written(run, directory, record)
     if written_before is not None:
         return written_before
     manifest = run.manifest
-    n_shards, unseen = manifest.get("input_shards"), unseen_inputs(run)
+    n_shards = (manifest.get(record) or {}).get("shards") if record else manifest.get("input_shards")
+    unseen = unseen_inputs(run)
     args = (run.dir.uri, n_shards, build, shard_size, counts, rows, unseen, directory)
     import ray
 
@@ -113,14 +116,17 @@ def prepare_inputs(run: Run, build: Callable[[], pa.Table | Iterable[pa.Table]],
     check_placeable("the task reading the inputs", 1)
     # max_calls=1: the worker process exits after, giving back the corpus' memory
     written = ray.get(ray.remote(num_cpus=1, max_calls=1, max_retries=2)(write_inputs).remote(*args))
-    record_inputs(run, written)
+    record_inputs(run, written, record)
     return written["rows"]
 
 
-def inputs_written(run: Run, directory: str = INPUT_DIR) -> list[int] | None:
+def inputs_written(run: Run, directory: str = INPUT_DIR, record: str | None = None) -> list[int] | None:
     """The rows per input shard when an earlier attempt wrote every shard (a resume reads nothing
-    again), else None."""
-    n_shards, per_shard = run.manifest.get("input_shards"), run.manifest.get("input_rows")
+    again), else None. `record`: a second source's manifest key (`prepare_inputs`)."""
+    if record is not None:
+        n_shards, per_shard = ((run.manifest.get(record) or {}).get(k) for k in ("shards", "rows"))
+    else:
+        n_shards, per_shard = run.manifest.get("input_shards"), run.manifest.get("input_rows")
     if n_shards is not None and per_shard is not None and len(per_shard) == n_shards:
         if len(storage.list_files(run.dir.path(directory), ".parquet")) == n_shards:
             return list(per_shard)
@@ -133,11 +139,16 @@ def unseen_inputs(run: Run) -> dict[str, dict[str, Any]]:
             if not storage.is_s3(uri) and not Path(uri).expanduser().exists()}
 
 
-def record_inputs(run: Run, written: dict[str, Any]) -> None:
-    """What writing the input shards returned (`write_inputs`), in the run's manifest."""
+def record_inputs(run: Run, written: dict[str, Any], record: str | None = None) -> None:
+    """What writing the input shards returned (`write_inputs`), in the run's manifest (`record`: under
+    that key, a second source's)."""
     manifest = run.manifest
-    manifest["input_shards"], manifest["input_rows"] = len(written["rows"]), written["rows"]
     manifest.setdefault("inputs", {}).update(written.get("inputs") or {})
+    if record is not None:
+        manifest[record] = {"shards": len(written["rows"]), "rows": written["rows"], "counts": written["counts"]}
+        run.dir.write_manifest(manifest)
+        return
+    manifest["input_shards"], manifest["input_rows"] = len(written["rows"]), written["rows"]
     if written["counts"] is not None:
         manifest["counts"] = written["counts"]
     if written.get("reads"):  # sources read side by side: where and when each read ran

@@ -8,14 +8,16 @@ Every pipeline declares its row work as `Step`s and runs them here, the one way 
 before, keeping the rows it passes, and writing its own parts and partial sums: no row reaches the
 driver (the quality and dialogue-safety pipelines). The steps run in one Ray Data plan, each shard
 taken by a step as soon as the step before wrote it, when the cluster holds every step's actors at
-once; else one plan per step (`run_step`). `run_beside`: steps side by side over the same input
+once; else one plan per step (`run_step`); a step without a worker (no model: a split assigned, rows
+chosen) is made by the host of the step before it, from the part it has just written (first in a chain: a
+Ray Data task per shard). `run_beside`: steps side by side over the same input
 shards, read by the same plan (score's detectors, the attack, the trigger search).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -41,10 +43,12 @@ class Step:
     `errors(rows)`: each row's failure (null: answered); `figures`: partial sums of its parts, by name.
     A step whose worker takes and gives other columns than `id` joins its own way: `select(shard)` (the
     worker's rows) and `assemble(shard, results)` (the part) replace the rows, asked and finish above.
-    `what`: its actors as an error names them (default: by the worker class)."""
+    `what`: its actors as an error names them (default: by the worker class). `worker` None: the step
+    calls no model, its part is `finish(rows)` (or `assemble(shard, no answers)`), made where the rows
+    are (`shard_host.Pool.then`; no actor of its own: it would hold nothing)."""
 
     name: str
-    worker: type
+    worker: type | None
     kwargs: dict[str, Any]
     size: ActorPoolSize
     label: str
@@ -94,8 +98,9 @@ def run_steps(run: Run, steps: list[tuple[Step, str]], source: str, n_shards: in
 
     ensure_ray(verbose=verbose)
     have = ray.cluster_resources()
-    fits = (sum(s.size.actors * s.num_cpus for s, _ in steps) <= have.get("CPU", 0) + 1e-9
-            and sum(s.size.actors * s.num_gpus for s, _ in steps) <= have.get("GPU", 0) + 1e-9)
+    held = [s for s, _ in steps if s.worker is not None]  # a worker-less step's tasks hold nothing between shards
+    fits = (sum(s.size.actors * s.num_cpus for s in held) <= have.get("CPU", 0) + 1e-9
+            and sum(s.size.actors * s.num_gpus for s in held) <= have.get("GPU", 0) + 1e-9)
     if len(steps) < 2 or not fits:
         results = []
         for step, room in steps:
@@ -104,9 +109,13 @@ def run_steps(run: Run, steps: list[tuple[Step, str]], source: str, n_shards: in
                 break
             source, source_pool = room, 0
         return results
-    pools = []
+    pools: list[shard_host.Pool] = []
     for k, (step, room) in enumerate(steps):
-        pools.append(_pool(run, step, source, room, source_pool, None, tag=k, takes=k - 1 if k else shard_host.READ))
+        pool = _pool(run, step, source, room, source_pool, None, tag=k, takes=k - 1 if k else shard_host.READ)
+        if step.worker is None and pools:  # no model: the host of the step before makes its part, in the same call
+            pools[-1] = replace(pools[-1], then=(*pools[-1].then, pool))
+        else:
+            pools.append(pool)
         source, source_pool = room, 0
     used = shard_host.run_chain(run, pools, n_shards, label=label, verbose=verbose)
     return [_result(run, step, room, n_shards, used[k]) for k, (step, room) in enumerate(steps)]
@@ -165,7 +174,7 @@ def _worker_rows(shard: pa.Table, step: Step) -> pa.Table:
     rows = _step_rows(shard, step)
     if step.asked is not None:
         rows = rows.filter(pc.fill_null(step.asked(rows), False))
-    return rows.select(step.worker.input_columns)  # type: ignore[attr-defined]
+    return rows.select(step.worker.input_columns if step.worker is not None else ["id"])  # type: ignore[attr-defined]
 
 
 def _joined(shard: pa.Table, results: pa.Table, step: Step) -> pa.Table:

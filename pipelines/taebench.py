@@ -45,7 +45,7 @@ from redline.pipelines import aggregates as A
 from redline.pipelines import shard_host, sharded
 from redline.pipelines.figures import JUDGE_USAGE, TAEBENCH, TAEBENCH_STAGE, TAEBENCH_STAGES, Table
 from redline.pipelines.report import Report, png_bytes
-from redline.pipelines.stages import Step, kept_rows, run_steps
+from redline.pipelines.stages import Step, run_steps
 from redline.pipelines.template import Pipeline
 
 log = logging.getLogger(__name__)
@@ -356,9 +356,11 @@ def execute(config: TaebenchConfig, run: Run, watch: Stopwatch, verbose: bool) -
                 continue
         chain.append((stage, step, room))
     names = ", ".join(dict.fromkeys(stage for stage, _, _ in chain))
+    # the benchmark's own tables are the chain's last two steps: each shard's kept rows with their split
+    # as soon as the label stage wrote it (TaeBench+), then its TAE rows (TaeBench)
+    chain += [("bench", step, room) for room, step in bench_steps(config)]
     results = run_steps(run, [(step, room) for _, step, room in chain], DEDUPE_DIR, n_shards,
                         label=f"quality stages ({names})", verbose=verbose)
-    source = DEDUPE_DIR
     for (stage, step, room), result in zip(chain, results):
         if result.failed:
             raise RedlineError(f"{stage} stage: {_WHAT[step.name](config)} failed on {result.failed} of "
@@ -366,13 +368,11 @@ def execute(config: TaebenchConfig, run: Run, watch: Stopwatch, verbose: bool) -
                                "fix the cause and rerun to resume this stage")
         if "judge" in result.partials:
             _check_judge(run, config, result.partials["judge"])
-        source = room
         if stage in result.partials:
             found[stage] = result.partials[stage]
             stage_lines[stage] = _stage_line(found[stage] or {})
         run.dir.write_manifest(manifest)
     watch.lap("stages_s")
-    _write_bench(run, source, n_shards, config)
     label = found["label"] or {}
     tae = sum(_stage_figure("kept", sums) for (goal, _), sums in label.items() if goal == "tae")
     manifest["counts"].update(taebench=tae, taebench_plus=_stage_figure("kept", _totals(label)))
@@ -391,22 +391,21 @@ def _check_judge(run: Run, config: TaebenchConfig, partials: A.Partials) -> None
                            f"(answers: {usage['by_verdict']}); check its model and template")
 
 
-def _write_bench(run: Run, source: str, n_shards: int, config: TaebenchConfig) -> None:
-    """TaeBench+ (every kept row with its split) and TaeBench (its TAE), a part per shard, each written
-    by a task on a worker."""
-    import ray
+def bench_steps(config: TaebenchConfig) -> list[tuple[str, Step]]:
+    """(room, step): TaeBench+ (every row the stages kept, with its train/test split) and TaeBench (its
+    TAE rows), a part per shard; no model, so each shard is a task, not an actor's call."""
+    split = partial(with_bench_split, test_fraction=config.test_fraction, seed=config.seed)
+    return [("taebench_plus", Step("taebench+", None, {}, ActorPoolSize(), "TaeBench+", num_cpus=0.25, finish=split)),
+            ("taebench", Step("taebench", None, {}, ActorPoolSize(), "TaeBench", num_cpus=0.25, rows=tae_rows))]
 
-    task = ray.remote(num_cpus=0.5, max_retries=2)(write_bench_part)
-    ray.get([task.remote(run.dir.uri, source, i, config.test_fraction, config.seed) for i in range(n_shards)])
 
-
-def write_bench_part(run_uri: str, source: str, index: int, test_fraction: float, seed: int) -> None:
-    rows = kept_rows(storage.read_parquet(storage.join(run_uri, source, shard_host.output_part(index, 0))))
-    final = rows.append_column("bench_split", pa.array(
+def with_bench_split(rows: pa.Table, test_fraction: float, seed: int) -> pa.Table:
+    return rows.append_column("bench_split", pa.array(
         [bench_split(s, test_fraction, seed) for s in rows.column("seed_id").to_pylist()], pa.string()))
-    storage.write_parquet(final.filter(pc.equal(final.column("goal"), "tae")),
-                          storage.join(run_uri, "taebench", sharded.part_name(index)))
-    storage.write_parquet(final, storage.join(run_uri, "taebench_plus", sharded.part_name(index)))
+
+
+def tae_rows(rows: pa.Table) -> pa.Table:
+    return rows.filter(pc.equal(rows.column("goal"), "tae"))
 
 
 def read_bench(uri: str, name: str = "taebench_plus", limit: int | None = None) -> pa.Table:

@@ -62,6 +62,41 @@ def test_sketches_of_two_resolutions_merge_at_the_coarser():
         assert roc.value(A.add(dict(a), b)) == pytest.approx(exact, abs=0.002)
 
 
+def _coarsened(counts: dict[str, int], shift: int) -> dict[str, int]:
+    """The reference: each bin's rows into the bin `shift` levels coarser (Python's floor division),
+    bins in the order they first appear."""
+    out: dict[str, int] = {}
+    for key, n in counts.items():
+        k = str(int(key) // 2 ** shift)
+        out[k] = out.get(k, 0) + n
+    return out
+
+
+@pytest.mark.parametrize("seed", range(7))
+def test_a_sketch_coarsens_and_bounds_as_floor_division_one_level_at_a_time(seed):
+    """`coarsen` and `bounded` (vectorised) against the plain definition: floor division of every key,
+    bins in order of first appearance, and a sketch over `SKETCH_BINS` halved until it fits (negative
+    keys, shifts past the keys' width and bins that just fit included)."""
+    from redline.pipelines import aggregates as A
+
+    rng = np.random.default_rng(seed)
+    n = [0, 5, A.SKETCH_BINS, A.SKETCH_BINS + 1, 9_000, 20_000, 50][seed]
+    spread = [10, 2**12, 2**20, 2**30, 2**36, 2**36, 2**63 - 1][seed]
+    keys = rng.integers(-spread, spread, n)
+    counts: dict[str, int] = {}
+    for k, c in zip(keys.tolist(), rng.integers(1, 6, n).tolist()):
+        counts[str(k)] = counts.get(str(k), 0) + c
+    sketch = {"level": 30, "counts": counts}
+    for shift in (0, 1, 3, 17, 40, 62, 63, 70):
+        got = A.coarsen(sketch, 30 - shift)
+        assert got["level"] == 30 - shift and list(got["counts"].items()) == list(_coarsened(counts, shift).items())
+    expected, level = dict(counts), 30
+    while len(expected) > A.SKETCH_BINS:
+        expected, level = _coarsened(expected, 1), level - 1
+    got = A.bounded(sketch)
+    assert got["level"] == level and list(got["counts"].items()) == list(expected.items())
+
+
 @pytest.mark.parametrize("bounds,expected", [
     ((0.5, None), 3),     # from the part's greatest value: its rows at 0.5 match
     ((None, 0.1), 2),     # up to the part's least value

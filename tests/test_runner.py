@@ -308,14 +308,24 @@ def test_a_step_resumes_only_the_shards_whose_answers_failed(ray_session, tmp_pa
     assert nxt.asked == 60
 
 
+def _multiple_of_three(rows: pa.Table) -> pa.Table:
+    return rows.filter(pc.equal(pc.subtract(rows.column("other"), pc.multiply(pc.divide(rows.column("other"), 3), 3)), 0))
+
+
+def _tagged(rows: pa.Table) -> pa.Table:
+    return rows.append_column("tag", pa.array([f"t{os.getpid()}"] * rows.num_rows, pa.string()))
+
+
 def test_steps_run_as_one_plan_and_a_shard_a_step_failed_on_goes_no_further(ray_session, tmp_path, monkeypatch):
     """A chain of steps is one Ray Data plan (every step's actors at once, each shard taken by a step as
     soon as the step before wrote it). A shard the first step failed on is not passed on; the rerun asks
     the first step only that shard and the second only its kept rows, and the shards the first step had
-    written before still reach the second."""
+    written before still reach the second. A step without a worker (rows chosen, a column added: no
+    model) is a Ray Data task per shard in the same plan, behind the others."""
     from redline.cluster import storage
+    from redline.cluster.config import ActorPoolSize
     from redline.pipelines import shard_host
-    from redline.pipelines.stages import run_steps
+    from redline.pipelines.stages import Step, run_steps
 
     def not_one_plan(*args, **kwargs):
         raise AssertionError("a step ran in a plan of its own")
@@ -329,21 +339,49 @@ def test_steps_run_as_one_plan_and_a_shard_a_step_failed_on_goes_no_further(ray_
     n = _shards(run, table, 30)
     steps = [(_step(_Answers, {"log": str(first_log), "outage": str(outage)}, errors=_failed_answers,
                     finish=_kept_odd), "work/first"),
-             (_step(_Answers, {"log": str(second_log), "outage": str(outage)}), "work/second")]
-    first, second = run_steps(run, steps, "input", n, label="two steps")
+             (_step(_Answers, {"log": str(second_log), "outage": str(outage)}), "work/second"),
+             (Step("tag", None, {}, ActorPoolSize(), "tagging", num_cpus=0.25, rows=_multiple_of_three, finish=_tagged),
+              "work/third")]
+    first, second, third = run_steps(run, steps, "input", n, label="three steps")
     assert (first.failed, first.asked, second.failed, second.asked) == (1, 120, 0, 45)
     assert len(storage.list_files(run.dir.path("work/second"), ".parquet")) == 3
+    assert len(storage.list_files(run.dir.path("work/third"), ".parquet")) == 3
     assert "ok 61" not in second_log.read_text()  # the failed shard's kept rows never reached the second step
 
     outage.unlink()
     first_log.unlink()
     second_log.unlink()
-    first, second = run_steps(run, steps, "input", n, label="two steps")
+    (tmp_path / "chain" / "work" / "third" / shard_host.output_part(0, 0)).unlink()  # made from the second's part again
+    first, second, third = run_steps(run, steps, "input", n, label="three steps")
     assert first.failed == 0 and len(first_log.read_text().splitlines()) == 30
     assert sorted(second_log.read_text().splitlines()) == sorted(t for i, t in enumerate(texts) if i % 2 and 60 <= i < 90)
     parts = pa.concat_tables([storage.read_parquet(p) for p in storage.list_files(run.dir.path("work/second"))])
     assert parts.column("other").to_pylist() == [i for i in range(120) if i % 2]  # every kept row once, in order
     assert second.partials == first.partials == {}  # no figures declared: nothing summed
+    tagged = pa.concat_tables([storage.read_parquet(p) for p in storage.list_files(run.dir.path("work/third"))])
+    assert tagged.column("other").to_pylist() == [i for i in range(120) if i % 2 and i % 3 == 0]
+    assert tagged.column("answer").to_pylist() == [f"OK {i}" for i in tagged.column("other").to_pylist()]
+    assert os.getpid() not in {int(t[1:]) for t in tagged.column("tag").to_pylist()}  # made on the workers
+    assert third.failed == 0 and third.partials == {}
+    assert len(storage.list_files(run.dir.path("work/third"), ".parquet")) == 4
+
+
+def test_a_chain_may_begin_with_a_step_without_a_worker(ray_session, tmp_path):
+    """First in a chain, a worker-less step is a Ray Data task per shard, and the step after takes its parts."""
+    from redline.cluster import storage
+    from redline.cluster.config import ActorPoolSize
+    from redline.pipelines.stages import Step, run_steps
+
+    log = tmp_path / "asked.log"
+    run = _run(tmp_path, "lead")
+    n = _shards(run, pa.table({"id": [f"r{i}" for i in range(9)], "text": [f"t{i}" for i in range(9)],
+                               "other": list(range(9))}), 4)
+    steps = [(Step("tag", None, {}, ActorPoolSize(), "tagging", num_cpus=0.25, rows=_multiple_of_three), "work/tag"),
+             (_step(_Answers, {"log": str(log), "outage": str(tmp_path / "none")}), "work/answers")]
+    tagged, answered = run_steps(run, steps, "input", n, label="two steps")
+    assert (tagged.failed, answered.failed, answered.asked) == (0, 0, 3)
+    parts = pa.concat_tables([storage.read_parquet(p) for p in storage.list_files(run.dir.path("work/answers"))])
+    assert parts.column("answer").to_pylist() == ["T0", "T3", "T6"]
 
 
 def test_steps_that_do_not_fit_at_once_take_turns_and_stop_at_a_failed_step(ray_session, tmp_path):
