@@ -55,7 +55,7 @@ def quiet_data_context() -> None:
     ctx.raise_original_map_exception = True
     # Each call of a redline actor is a whole shard: a pool grows once a shard waits behind a busy
     # actor (1.5 shards per actor on average, not Ray Data's 1.75), whether an actor keeps one shard
-    # in flight (a small run: see `shard_host.in_flight`) or two.
+    # in flight (a small run: see `runner.in_flight`) or two.
     ctx.autoscaling_config.actor_pool_util_upscaling_threshold = 1.5
     # A failed task is logged by Ray Data at ERROR with its whole traceback before the driver sees it;
     # redline reports it once, as one line (the trace is in the run's error.log; -v shows Ray's logs).

@@ -29,7 +29,7 @@ from redline.cluster.config import ActorPoolSize, Execution, Result, RunConfig
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.cluster.tables import STATUS_OK, conform
 from redline.errors import RedlineError
-from redline.pipelines import shard_host, sharded
+from redline.pipelines import runner, shard_host, sharded
 from redline.pipelines.corpora import CorpusConfig, guess_rows, read_corpora
 from redline.pipelines.figures import ATTACK
 from redline.pipelines.report import COUNT_COLUMNS, Report, png_bytes
@@ -182,7 +182,7 @@ def execute(config: AttackConfig, run: Run, watch: Stopwatch, verbose: bool) -> 
                 "wordnet": _shared_wordnet(config)}
 
     shard_rows = sharded.inputs_written(run)  # a resume: every shard of attempts is written already
-    before = shard_host.done_parts(run, OUTPUT_DIR, 0)
+    before = runner.done_parts(run, OUTPUT_DIR, 0)
     pending = None if shard_rows is None else [i for i in range(len(shard_rows)) if i not in before]
     label = f"attacking {config.victim.name}"
     step = Step("attack", AttackWorker, worker_kwargs() if pending is None or pending else {}, config, label,

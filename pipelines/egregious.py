@@ -28,7 +28,7 @@ from redline.cluster.artifacts import local_path
 from redline.cluster.config import ActorPoolSize, Execution, Input, Result, RunConfig, Strict, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.errors import RedlineError
-from redline.pipelines import shard_host, sharded
+from redline.pipelines import runner, shard_host, sharded
 from redline.pipelines.figures import EGREGIOUS, EGREGIOUS_EFFORT, EGREGIOUS_SOURCES, outcomes
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.stages import Step, run_beside
@@ -292,7 +292,7 @@ def execute(config: EgregiousConfig, run: Run, watch: Stopwatch, verbose: bool) 
     step = Step("triggers", TriggerWorker, kwargs, config, "searching triggers", config.num_cpus, config.num_gpus,
                 config.batch_size, figures=FIGURES, select=_every_row, assemble=assemble,
                 what="each trigger-search actor")
-    manifest["resumed_shards"] = len(shard_host.done_parts(run, OUTPUT_DIR, 0).intersection(range(len(shard_rows))))
+    manifest["resumed_shards"] = len(runner.done_parts(run, OUTPUT_DIR, 0).intersection(range(len(shard_rows))))
 
     def hits_so_far(run: Run) -> str:
         partials = sharded.run_partials(run, {"effort": EGREGIOUS_EFFORT}, OUTPUT_DIR, {})

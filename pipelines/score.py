@@ -24,7 +24,7 @@ from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.cluster.tables import STATUS_ERROR, STATUS_OK, conform
 from redline.errors import RedlineError
 from redline.pipelines import aggregates as A
-from redline.pipelines import shard_host, sharded
+from redline.pipelines import runner, shard_host, sharded
 from redline.pipelines.corpora import CorpusConfig, corpus_rows, distinct, guess_rows, iter_corpora, iter_corpus
 from redline.pipelines.figures import SCORE, Table, outcomes
 from redline.pipelines.report import COUNT_COLUMNS, Report, grouped_bars, png_bytes
@@ -154,7 +154,7 @@ def score_corpus(run: Run, config: Any, sources: tuple[sharded.Source, ...], wat
                   assemble=partial(assemble_shard, detector_names=[det.name]), what=f"detector '{det.name}' (each actor)")
              for det in config.detectors]
     shard_rows = sharded.inputs_written(run)  # a resume: every input shard is written already
-    before = [shard_host.done_parts(run, OUTPUT_DIR, k) for k in range(len(steps))]
+    before = [runner.done_parts(run, OUTPUT_DIR, k) for k in range(len(steps))]
     if shard_rows is None:
         manifest["shard_size"] = manifest.get("shard_size") or chosen_shard_size(config, sources)
     # the corpus is read by the same plan (its shards taken as they are written), unless written before

@@ -43,7 +43,7 @@ class Source:
 @dataclass(frozen=True)
 class Inputs:
     """How a run's input shards are made, for a runner that reads them as it goes
-    (`shard_host.run_pools(inputs=...)`): each source's chunks cut into shards of `shard_size` rows,
+    (`runner.run_pools(inputs=...)`): each source's chunks cut into shards of `shard_size` rows,
     `counts(chunk)` added up, `rows(shard)`: the work a shard is. One source is read by one task, its
     chunks in order; several (each with its `size`) by one task each, side by side, as many at once as
     the cluster holds: source k's shards are numbered after those of sources 0..k-1 and never hold
@@ -100,7 +100,7 @@ def prepare_inputs(run: Run, build: Callable[[], pa.Table | Iterable[pa.Table]],
     `directory`: where in the run the shards go; `record`: a second source of the same run (DiaSafety's
     pregenerated responses beside its contexts), recorded under that manifest key (shards, rows per
     shard, counts) instead of the run's inputs. (`run score` and `run attack` stream instead: the
-    runner reads the shards as a Ray Data source, `shard_host.Inputs`, and its pools take each shard
+    runner reads the shards as a Ray Data source, `sharded.Inputs`, and its pools take each shard
     as it is written.)"""
     written_before = inputs_written(run, directory, record)
     if written_before is not None:

@@ -1,5 +1,5 @@
 """Worker classes over a run's sharded rows, hosted like every pipeline's workers
-(`pipelines/shard_host.py`): each shard's output part is written by the actor that made it, and a
+(`pipelines/runner.py`, `pipelines/shard_host.py`): each shard's output part is written by the actor that made it, and a
 rerun after a crash redoes only the shards that have no part yet (answers a judge was paid for are
 not asked again).
 
@@ -28,7 +28,7 @@ from redline.cluster import storage
 from redline.cluster.config import ActorPoolSize
 from redline.cluster.runs import Run
 from redline.pipelines import aggregates as A
-from redline.pipelines import shard_host, sharded
+from redline.pipelines import runner, shard_host, sharded
 from redline.pipelines.figures import Table
 
 VERDICT = ("kept", "reject_reason", "reject_kind")  # a filtering step's verdict on each of its rows
@@ -45,7 +45,7 @@ class Step:
     worker's rows) and `assemble(shard, results)` (the part) replace the rows, asked and finish above.
     `what`: its actors as an error names them (default: by the worker class). `worker` None: the step
     calls no model, its part is `finish(rows)` (or `assemble(shard, no answers)`), made where the rows
-    are (`shard_host.Pool.then`; no actor of its own: it would hold nothing)."""
+    are (`runner.Pool.then`; no actor of its own: it would hold nothing)."""
 
     name: str
     worker: type | None
@@ -109,7 +109,7 @@ def run_steps(run: Run, steps: list[tuple[Step, str]], source: str, n_shards: in
                 break
             source, source_pool = room, 0
         return results
-    pools: list[shard_host.Pool] = []
+    pools: list[runner.Pool] = []
     for k, (step, room) in enumerate(steps):
         pool = _pool(run, step, source, room, source_pool, None, tag=k, takes=k - 1 if k else shard_host.READ)
         if step.worker is None and pools:  # no model: the host of the step before makes its part, in the same call
@@ -117,31 +117,31 @@ def run_steps(run: Run, steps: list[tuple[Step, str]], source: str, n_shards: in
         else:
             pools.append(pool)
         source, source_pool = room, 0
-    used = shard_host.run_chain(run, pools, n_shards, label=label, verbose=verbose)
+    used = runner.run_chain(run, pools, n_shards, label=label, verbose=verbose)
     return [_result(run, step, room, n_shards, used[k]) for k, (step, room) in enumerate(steps)]
 
 
 def run_beside(run: Run, steps: list[Step], room: str, *, shard_rows: list[int] | None,
                inputs: sharded.Inputs | None = None, label: str, unit: str = "rows",
-               note: Callable[[Run], str] | None = None, verbose: bool = False) -> list[shard_host.PoolUse]:
+               note: Callable[[Run], str] | None = None, verbose: bool = False) -> list[runner.PoolUse]:
     """`steps` side by side over the run's input shards, step k writing its part of each shard to `room`
     as pool k (a shard a step already wrote is skipped): the shards written before (`shard_rows`), or
     with `inputs` (`shard_rows` None) read by the same plan, each shard taken as soon as it is written.
     `note(run)`: running figures for the progress line. What each step spent, in order."""
     pools = [_pool(run, step, sharded.INPUT_DIR, room, None,
-                   None if shard_rows is None else shard_host.pending(run, room, len(shard_rows), k), pool=k)
+                   None if shard_rows is None else runner.pending(run, room, len(shard_rows), k), pool=k)
              for k, step in enumerate(steps)]
-    used = shard_host.run_pools(run, pools, shard_rows, label=label, verbose=verbose, unit=unit, note=note,
-                                inputs=inputs)
+    used = runner.run_pools(run, pools, shard_rows, label=label, verbose=verbose, unit=unit, note=note,
+                            inputs=inputs)
     return [used[k] for k in range(len(steps))]
 
 
 def _pool(run: Run, step: Step, source: str, room: str, source_pool: int | None, todo: list[int] | None,
-          pool: int = 0, **chained: Any) -> shard_host.Pool:
+          pool: int = 0, **chained: Any) -> runner.Pool:
     work = shard_host.ShardWork(run.dir.uri, room, pool, step.select or partial(_worker_rows, step=step),
                                 step.assemble or partial(_joined, step=step), step.figures, step.batch_size,
                                 input_dir=source, input_pool=source_pool, errors=step.errors)
-    return shard_host.Pool(work, step.worker, step.kwargs, step.size.actors, step.num_cpus, step.num_gpus, todo,
+    return runner.Pool(work, step.worker, step.kwargs, step.size.actors, step.num_cpus, step.num_gpus, todo,
                            max_actors=step.size.max_actors, what=step.what, **chained)
 
 
@@ -150,15 +150,15 @@ def run_step(run: Run, step: Step, source: str, room: str, n_shards: int, *, sou
     """`step` over the `n_shards` shards in `source` of the run (input shards, or a step's parts when
     `source_pool` is the pool that wrote them), each part written to `room` by its actor; a shard
     already done is skipped. `total`: the rows the progress bar counts to."""
-    todo = shard_host.pending(run, room, n_shards, 0)
-    use = shard_host.PoolUse()
+    todo = runner.pending(run, room, n_shards, 0)
+    use = runner.PoolUse()
     if todo:
-        use = shard_host.run_pools(run, [_pool(run, step, source, room, source_pool, todo)], [0] * n_shards,
+        use = runner.run_pools(run, [_pool(run, step, source, room, source_pool, todo)], [0] * n_shards,
                                    label=step.label, verbose=verbose, total=total)[0]
     return _result(run, step, room, n_shards, use)
 
 
-def _result(run: Run, step: Step, room: str, n_shards: int, use: shard_host.PoolUse) -> StepResult:
+def _result(run: Run, step: Step, room: str, n_shards: int, use: runner.PoolUse) -> StepResult:
     written = set(storage.list_files(run.dir.path(room), ".parquet"))
     parts = {(i, 0): shard_host.output_part(i, 0) for i in range(n_shards)
              if run.dir.path(room, shard_host.output_part(i, 0)) in written}

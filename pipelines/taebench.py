@@ -42,7 +42,7 @@ from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, require_fini
 from redline.cluster.runtime import ensure_ray
 from redline.errors import RedlineError
 from redline.pipelines import aggregates as A
-from redline.pipelines import shard_host, sharded
+from redline.pipelines import runner, sharded
 from redline.pipelines.figures import JUDGE_USAGE, TAEBENCH, TAEBENCH_STAGE, TAEBENCH_STAGES, Table
 from redline.pipelines.report import Report, png_bytes
 from redline.pipelines.stages import Step, run_steps
@@ -349,7 +349,7 @@ def execute(config: TaebenchConfig, run: Run, watch: Stopwatch, verbose: bool) -
         if step is None:
             stage_lines[stage], found[stage] = "off (disabled in the config)", None
             continue
-        if stage == "grammar" and shard_host.pending(run, room, n_shards, 0):
+        if stage == "grammar" and runner.pending(run, room, n_shards, 0):
             skipped = _grammar_unavailable(config)
             if skipped:
                 stage_lines[stage], found[stage] = skipped, None

@@ -78,7 +78,7 @@ def _doubled(tmp_path, worker_kwargs=None, *, shards: int = 12, actors: int = 1,
              num_cpus: float = 0.5, pools: int = 1):
     """`shards` shards of 10 rows through `pools` Doubler pools; returns the run, each pool's use and its rows."""
     from redline.cluster import storage
-    from redline.pipelines import shard_host
+    from redline.pipelines import runner, shard_host
 
     run = _run(tmp_path, "doubled")
     n = _shards(run, pa.table({"id": [f"r{i}" for i in range(shards * 10)], "x": list(range(shards * 10))}), 10)
@@ -88,7 +88,7 @@ def _doubled(tmp_path, worker_kwargs=None, *, shards: int = 12, actors: int = 1,
 
     work = [shard_host.ShardWork(run.dir.uri, "out", k, lambda s: s.select(["id", "x"]), joined, {}, 5)
             for k in range(pools)]
-    use = shard_host.run_pools(run, [shard_host.Pool(w, Doubler, worker_kwargs or {}, actors, num_cpus, 0.0,
+    use = runner.run_pools(run, [runner.Pool(w, Doubler, worker_kwargs or {}, actors, num_cpus, 0.0,
                                                      list(range(n)), max_actors=max_actors) for w in work],
                                [10] * n, label="doubling")
     rows = [pa.concat_tables([storage.read_parquet(run.dir.path("out", shard_host.output_part(i, k)))
@@ -125,9 +125,9 @@ def test_the_manifest_holds_the_bars_own_rate_and_time_left_while_the_step_runs(
     """What `redline view` shows as a running step's rate and time left is what the driver's progress
     line computes (one definition), saved with the counts; gone once the step ends."""
     from redline.cluster.runs import RunDir
-    from redline.pipelines import shard_host
+    from redline.pipelines import runner
 
-    monkeypatch.setattr(shard_host, "MANIFEST_EVERY_S", 0.0)
+    monkeypatch.setattr(runner, "MANIFEST_EVERY_S", 0.0)
     saved: list[dict] = []
     write = RunDir.write_manifest
     monkeypatch.setattr(RunDir, "write_manifest", lambda self, m: (saved.append(dict(m.get("progress") or {})),
@@ -146,7 +146,7 @@ def test_a_run_read_as_it_goes_gives_each_actor_one_of_its_few_shards(ray_sessio
     the sources' guess says the run is small). The gate holds each actor's first call until the other
     has signed in: one actor taking both shards fails here (after the gate's minute), on any machine."""
     from redline.cluster import storage
-    from redline.pipelines import shard_host, sharded
+    from redline.pipelines import runner, shard_host, sharded
 
     (tmp_path / "gate").mkdir()
     (tmp_path / "stagger").mkdir()
@@ -154,10 +154,10 @@ def test_a_run_read_as_it_goes_gives_each_actor_one_of_its_few_shards(ray_sessio
     table = pa.table({"id": [f"r{i}" for i in range(20)], "x": list(range(20))})
     work = shard_host.ShardWork(run.dir.uri, "out", 0, lambda s: s.select(["id", "x"]),
                                 lambda s, r: s.append_column("pid", r.column("pid")), {}, 5)
-    pool = shard_host.Pool(work, Doubler, {"gate": str(tmp_path / "gate"), "stagger": str(tmp_path / "stagger")},
+    pool = runner.Pool(work, Doubler, {"gate": str(tmp_path / "gate"), "stagger": str(tmp_path / "stagger")},
                            2, 0.5, 0.0, None, max_actors=2)
     source = sharded.Source(lambda: table, about=20)  # the sources' guess of their rows
-    shard_host.run_pools(run, [pool], None, label="doubling",
+    runner.run_pools(run, [pool], None, label="doubling",
                          inputs=sharded.Inputs((source,), 10, lambda t: {"rows": t.num_rows}))
     pids = [set(storage.read_parquet(run.dir.path("out", shard_host.output_part(i, 0))).column("pid").to_pylist())
             for i in range(2)]
@@ -170,14 +170,14 @@ def test_a_pool_asking_for_a_gpu_is_a_plan_ray_data_accepts(ray_session, tmp_pat
     # where it refuses, so this needs no GPU.
     import ray.data
 
-    from redline.pipelines import shard_host
+    from redline.pipelines import runner, shard_host
 
     run = _run(tmp_path, "gpu")
     work = shard_host.ShardWork(run.dir.uri, "out", 0, lambda s: s, lambda s, r: s, {}, 5)
-    pool = shard_host.Pool(work, Doubler, {}, 1, 1.0, 1.0, [0, 1])
+    pool = runner.Pool(work, Doubler, {}, 1, 1.0, 1.0, [0, 1])
     markers = ray.data.from_items([{"shard": 0, "pool": -1}])
-    assert shard_host.chain(markers, [pool], shards=2, done={}) is not None
-    assert shard_host.plan([pool]) is not None
+    assert runner.chain(markers, [pool], shards=2, done={}) is not None
+    assert runner.plan([pool]) is not None
 
 
 def test_constructor_user_error_reaches_the_caller(ray_session, tmp_path):
@@ -321,16 +321,17 @@ def test_steps_run_as_one_plan_and_a_shard_a_step_failed_on_goes_no_further(ray_
     soon as the step before wrote it). A shard the first step failed on is not passed on; the rerun asks
     the first step only that shard and the second only its kept rows, and the shards the first step had
     written before still reach the second. A step without a worker (rows chosen, a column added: no
-    model) is a Ray Data task per shard in the same plan, behind the others."""
+    model) is made by the host of the step before it, from the part it has just written; its part
+    deleted, the rerun makes it from that part again without asking the steps before."""
     from redline.cluster import storage
     from redline.cluster.config import ActorPoolSize
-    from redline.pipelines import shard_host
+    from redline.pipelines import runner, shard_host
     from redline.pipelines.stages import Step, run_steps
 
     def not_one_plan(*args, **kwargs):
         raise AssertionError("a step ran in a plan of its own")
 
-    monkeypatch.setattr(shard_host, "run_pools", not_one_plan)
+    monkeypatch.setattr(runner, "run_pools", not_one_plan)
     texts = [f"ok {i}" for i in range(60)] + ["down 60"] + [f"ok {i}" for i in range(61, 120)]
     table = pa.table({"id": [f"r{i}" for i in range(120)], "text": texts, "other": list(range(120))})
     first_log, second_log, outage = tmp_path / "first.log", tmp_path / "second.log", tmp_path / "outage"

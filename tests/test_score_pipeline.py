@@ -462,7 +462,7 @@ def test_an_actor_writes_its_shard_and_a_retried_shard_is_written_and_counted_on
     from redline.cluster import storage
     from redline.cluster.runs import Run, RunDir
     from redline.pipelines import aggregates as A
-    from redline.pipelines import shard_host, sharded
+    from redline.pipelines import runner, shard_host, sharded
     from redline.pipelines.figures import Figure, Table
 
     run = Run(RunDir(str(tmp_path / "run")), {}, reused=False)
@@ -494,11 +494,11 @@ def test_an_actor_writes_its_shard_and_a_retried_shard_is_written_and_counted_on
                                                       {}, 4), _Doubler, {})
     with pytest.raises(RedlineError, match="this node cannot see the run directory"):
         blind({"shard": np.array([0])})
-    assert shard_host.pending(run, "out", 9, 1) == [0, 1, 2, 3, 4, 5, 6, 8]  # pool 1 wrote shard 7
-    assert shard_host.pending(run, "out", 9, 0) == list(range(9))
+    assert runner.pending(run, "out", 9, 1) == [0, 1, 2, 3, 4, 5, 6, 8]  # pool 1 wrote shard 7
+    assert runner.pending(run, "out", 9, 0) == list(range(9))
     storage.write_parquet(shard, run.dir.path("out", "part-00000.parquet"))  # a part of an earlier redline's run
     with pytest.raises(RedlineError, match="parts written by an earlier redline"):
-        shard_host.pending(run, "out", 9, 1)
+        runner.pending(run, "out", 9, 1)
 
 
 
@@ -542,7 +542,7 @@ def test_a_run_whose_corpora_were_cut_another_way_is_refused_not_resumed(tmp_pat
     mid-read (parts numbered as one stream, no layout recorded) is refused instead of resumed."""
     from types import SimpleNamespace
 
-    from redline.pipelines.shard_host import PER_SOURCE, check_layout
+    from redline.pipelines.runner import PER_SOURCE, check_layout
 
     saved = []
     run = SimpleNamespace(manifest={}, dir=SimpleNamespace(uri=str(tmp_path), write_manifest=saved.append))
