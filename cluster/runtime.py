@@ -7,6 +7,7 @@ import functools
 import logging
 import os
 import socket
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
@@ -151,6 +152,41 @@ def on_a_worker(fn: Any, *args: Any, num_cpus: float = 1, num_gpus: float = 0) -
 
     ensure_ray()  # a resumed run may not have started Ray: never let `.remote()` pick a cluster itself
     return ray.get(ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_retries=2)(fn).remote(*args))
+
+
+def on_a_worker_reporting(fn: Any, *args: Any, advance: Callable[[int], Any], num_cpus: float = 1,
+                          num_gpus: float = 0) -> Any:
+    """`on_a_worker`, for long work with a progress bar: `fn(report, *args)` runs in a Ray task and
+    calls `report(n)` as it goes (n units done); each report reaches the driver's `advance` within a
+    second (through a queue actor that asks no CPU). Interrupted on the driver (Ctrl-C), the task is
+    cancelled."""
+    import ray
+    from ray.util.queue import Queue
+
+    ensure_ray()
+    queue = Queue(actor_options={"num_cpus": 0})
+    ref = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_retries=0)(_reporting).remote(queue, fn, *args)
+
+    def drain() -> None:
+        done = queue.get_nowait_batch(queue.qsize()) if queue.qsize() else []
+        if done:
+            advance(sum(done))
+
+    try:
+        while not ray.wait([ref], timeout=0.5)[0]:
+            drain()
+        result = ray.get(ref)
+        drain()
+        return result
+    except BaseException:
+        ray.cancel(ref, force=True)
+        raise
+    finally:
+        queue.shutdown()
+
+
+def _reporting(queue: Any, fn: Any, *args: Any) -> Any:
+    return fn(lambda n: queue.put_nowait(int(n)), *args)
 
 
 @functools.cache

@@ -222,11 +222,12 @@ class Sketch(Value):
         return sums.get(self.name) or {"level": SKETCH_LEVEL, "counts": {}}
 
     def keys(self, rows: pa.Table) -> tuple[pa.Array, pa.Array]:
+        """Each row's bin at `SKETCH_LEVEL` (an integer) and whether the row is counted."""
         values, counted = _counted(rows, self.column, self.where)
         p = pc.if_else(counted, values.cast(pa.float64()), 0.5)  # rows not counted: a key dropped with them
         p = pc.max_element_wise(pc.min_element_wise(p, 1 - 1e-15), 1e-15)
         logit = pc.ln(pc.divide(p, pc.subtract(1.0, p)))
-        return pc.floor(pc.multiply(logit, float(2 ** SKETCH_LEVEL))).cast(pa.int64()).cast(pa.string()), counted
+        return pc.floor(pc.multiply(logit, float(2 ** SKETCH_LEVEL))).cast(pa.int64()), counted
 
 
 def coarsen(sketch: dict[str, Any], level: int) -> dict[str, Any]:
@@ -251,6 +252,19 @@ def coarsen(sketch: dict[str, Any], level: int) -> dict[str, Any]:
 
 def _bin_keys(counts: dict[str, int]) -> pa.Array:
     return pa.array(list(counts), pa.string()).cast(pa.int64())
+
+
+def _sketch_of(keys: pa.Array, counts: pa.Array) -> dict[str, Any]:
+    """A shard's sketch from its bins at `SKETCH_LEVEL` and their rows: at the finest level at which
+    it holds at most `SKETCH_BINS` bins, made in pyarrow before any bin becomes a Python object."""
+    distinct, shift = keys, 0
+    while len(distinct) > SKETCH_BINS:
+        distinct, shift = pc.unique(pc.shift_right(distinct, 1)), shift + 1
+    if shift:
+        summed = pa.table({"key": pc.shift_right(keys, shift), "n": counts}).group_by(
+            "key", use_threads=False).aggregate([("n", "sum")])
+        keys, counts = summed.column("key"), summed.column("n_sum")
+    return {"level": SKETCH_LEVEL - shift, "counts": dict(zip(keys.cast(pa.string()).to_pylist(), counts.to_pylist()))}
 
 
 def bounded(sketch: dict[str, Any]) -> dict[str, Any]:
@@ -424,13 +438,27 @@ def partials(rows: pa.Table, by: tuple[str, ...], needs: Iterable[Partial]) -> P
         key, counted = tally.keys(rows)
         kept = pa.table({**keys, "one": shares.column("one"), "key": key}).filter(counted)
         counts = kept.group_by([*names, "key"], use_threads=False).aggregate([([], "count_all")])
+        if isinstance(tally, Sketch):  # bounded per group while its bins are still arrays
+            for group in out:
+                mine = counts.filter(_in_group(counts, names, group)) if by else counts
+                out[group][tally.name] = _sketch_of(mine.column("key"), mine.column("count_all"))
+            continue
         found = zip(*(counts.column(k).to_pylist() for k in names)) if by else [()] * counts.num_rows
         for group, k, n in zip(found, counts.column("key").to_pylist(), counts.column("count_all").to_pylist()):
             counted_by[tuple(group)][k] = n
         for group, found_ in counted_by.items():
-            out[group][tally.name] = (bounded({"level": SKETCH_LEVEL, "counts": found_})
-                                      if isinstance(tally, Sketch) else found_)
+            out[group][tally.name] = found_
     return out
+
+
+def _in_group(table: pa.Table, names: list[str], group: Group) -> pa.Array:
+    """Which rows of a grouped table belong to `group` (a null in the group matches nulls)."""
+    mask = None
+    for name, value in zip(names, group):
+        column = table.column(name)
+        here = pc.is_null(column) if value is None else pc.fill_null(pc.equal(column, value), False)
+        mask = here if mask is None else pc.and_(mask, here)
+    return mask
 
 
 def merge(*results: Partials) -> Partials:

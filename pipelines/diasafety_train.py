@@ -16,6 +16,7 @@ import random
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -29,7 +30,7 @@ from redline.cluster.config import Execution, Input, Result, RunConfig, Strict
 from redline.cluster.devices import PRECISION_HELP, Precision
 from redline.cluster.progress import progress_bar
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, clear
-from redline.cluster.runtime import check_placeable
+from redline.cluster.runtime import check_placeable, ensure_ray, on_a_worker, on_a_worker_reporting
 from redline.errors import RedlineError, last_line
 from redline.pipelines.figures import DIALOGUE_SAFETY_FINE, DIALOGUE_SAFETY_TRAIN
 from redline.pipelines.report import Report, grouped_bars
@@ -220,83 +221,125 @@ def _scores(classifiers: C.ContextClassifiers, rows: list[dict[str, str]],
     return C.fine_metrics(gold, pred, chosen), C.coarse_metrics([g != C.SAFE for g in gold], C.coarse(pred))
 
 
-def execute(config: DialogueSafetyTrainConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
+# --------------------------------------------------------------------------------------------
+# The work, each part in a task on a worker: the driver reads no row, trains and scores nothing
+
+
+def settings_of(config: DialogueSafetyTrainConfig) -> TrainSettings:
+    return TrainSettings(epochs=config.epochs, learning_rate=config.learning_rate, batch_size=config.batch_size,
+                         max_length=config.max_length, seed=config.seed, precision=config.precision,
+                         num_gpus=config.num_gpus)
+
+
+def shape(config: DialogueSafetyTrainConfig) -> dict[str, Any]:
+    """The chosen categories, each split's rows and what one epoch of each variant trains on."""
+    chosen, rows = splits(config)
+    train = rows["train"]
+    per_variant = {v: len(train) if v == "single" else
+                   sum(len(C.ova_rows(train, c, config.na_ratio, config.seed)) for c in chosen)
+                   for v in config.variants}
+    return {"categories": chosen, "rows": {s: len(r) for s, r in rows.items()}, "examples": per_variant}
+
+
+def train_one_variant(report: Callable[[int], Any], config: DialogueSafetyTrainConfig, variant: str, models: str,
+                      tune_root: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One variant's classifiers trained (one after another, reporting examples as they train, or as
+    Tune trials) and saved under `models` (the run directory's, uploaded when it is on s3://)."""
     chosen, rows = splits(config)
     train, val = rows["train"], rows["val"]
-    eval_splits = [s for s in ("val", "test") if s in rows]  # the best epoch is chosen on val alone
-    settings = TrainSettings(epochs=config.epochs, learning_rate=config.learning_rate, batch_size=config.batch_size,
-                             max_length=config.max_length, seed=config.seed, precision=config.precision,
-                             num_gpus=config.num_gpus)
-    fine: dict[str, dict[str, list[dict[str, Any]]]] = {s: {} for s in eval_splits}
-    coarse_rows: list[dict[str, Any]] = []
-    training: dict[str, Any] = {}
-    trials: dict[str, list[dict[str, Any]]] = {}
-    grid = config.search.combinations() if config.search else []
-    resources = {"cpu": config.trial_cpus, "gpu": config.trial_gpus} if config.tune_trials or config.search else None
+    settings, with_context = settings_of(config), variant != "one_vs_all_no_context"
+    as_trials = None
+    if config.tune_trials or config.search:
+        grid = config.search.combinations() if config.search else []
+        resources = {"cpu": config.trial_cpus, "gpu": config.trial_gpus}
+        trial_settings = replace(settings, num_gpus=config.trial_gpus)
 
-    def examples(variant: str) -> int:  # what one epoch of every classifier of the variant trains on
-        if variant == "single":
-            return len(train)
-        return sum(len(C.ova_rows(train, c, config.na_ratio, config.seed)) for c in chosen)
+        def as_trials(targets: dict[str, Path]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+            # Trials may run on any node: their checkpoints go where every node can write (the run dir).
+            return train_as_trials(train, val, targets, chosen, config.base_model, trial_settings, with_context,
+                                   config.patience, resources, grid, tune_root, config.na_ratio, config.seed)
+    with artifacts.local_output(models) as out:
+        return C.train_variant("single" if variant == "single" else "one-vs-all", train, val, chosen,
+                               config.base_model, out, settings, with_context=with_context, patience=config.patience,
+                               train_targets=as_trials, progress=report, na_ratio=config.na_ratio, seed=config.seed)
 
-    with progress_bar("training dialogue-safety classifiers",
-                      total=config.epochs * sum(examples(v) for v in config.variants), unit="examples") as advance:
-        for variant in config.variants:
-            with_context = variant != "one_vs_all_no_context"
-            as_trials = None
-            if resources is not None:
-                # Trials may run on any node: their checkpoints go where every node can write (the run dir).
-                tune_root, trial_settings = run.dir.path("tune", variant), replace(settings, num_gpus=config.trial_gpus)
 
-                def as_trials(targets: dict[str, Path], with_context: bool = with_context,
-                              trial_settings: TrainSettings = trial_settings,
-                              tune_root: str = tune_root) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-                    return train_as_trials(train, val, targets, chosen, config.base_model, trial_settings, with_context,
-                                           config.patience, resources, grid, tune_root,  # type: ignore[arg-type]
-                                           config.na_ratio, config.seed)
-            models = run.dir.path("models", variant)
-            done = run.manifest.setdefault("trained", {}).get(variant)
-            if done is not None and artifacts.exists(storage.join(models, C.META_FILE)):
-                # a resumed run: this variant's classifiers were trained and saved before it stopped
-                training[variant], trials[variant] = done["training"], done["trials"]
-                advance(config.epochs * examples(variant))
-            else:
-                # Models are written here (a local directory, uploaded when the run directory is on s3://).
-                with artifacts.local_output(models) as out:
-                    training[variant], trials[variant] = C.train_variant(
-                        "single" if variant == "single" else "one-vs-all", train, val, chosen, config.base_model, out,
-                        settings, with_context=with_context, patience=config.patience, train_targets=as_trials,
-                        progress=advance, na_ratio=config.na_ratio, seed=config.seed)
-                run.manifest["trained"][variant] = {"training": training[variant], "trials": trials[variant]}
-                run.dir.write_manifest(run.manifest)
-                watch.lap(f"train_{variant}_s")
-            classifiers = C.ContextClassifiers(artifacts.local_path(models), batch_size=64,
-                                               max_length=config.max_length, precision=config.precision,
-                                               num_gpus=config.num_gpus)
-            for split in eval_splits:
-                fine[split][variant], coarse = _scores(classifiers, rows[split], chosen)
-                coarse_rows.append({"model": variant, "split": split,
-                                    "input": "context + response" if with_context else "response", **coarse})
+def score_variant(config: DialogueSafetyTrainConfig, variant: str, models: str) -> dict[str, Any]:
+    """A trained variant's fine-grain rows and coarse-grain figures on each split it is scored on."""
+    chosen, rows = splits(config)
+    classifiers = C.ContextClassifiers(artifacts.local_path(models), batch_size=64, max_length=config.max_length,
+                                       precision=config.precision, num_gpus=config.num_gpus)
+    out = {}
+    for split in (s for s in ("val", "test") if s in rows):
+        fine, coarse = _scores(classifiers, rows[split], chosen)
+        out[split] = {"fine": fine, "coarse": coarse}
+    return out
+
+
+def baseline_rows(config: DialogueSafetyTrainConfig) -> list[dict[str, Any]]:
+    """The utterance-level detectors' and context baselines' coarse-grain rows on each split."""
+    _, rows = splits(config)
+    out: list[dict[str, Any]] = []
     for det_cfg in config.utterance_detectors:
         det = build_detector(det_cfg)
-        for split in eval_splits:
+        for split in (s for s in ("val", "test") if s in rows):
             gold_unsafe = [g != C.SAFE for g in C.truth(rows[split])]
             for label, texts in (("response", [r["response"] for r in rows[split]]),
                                  ("context + response", [f"{r['context']} {r['response']}" for r in rows[split]])):
-                coarse_rows.append({"model": det_cfg.name, "split": split, "input": label,
-                                    **C.coarse_metrics(gold_unsafe, det.detect(texts)[2].tolist())})
+                out.append({"model": det_cfg.name, "split": split, "input": label,
+                            **C.coarse_metrics(gold_unsafe, det.detect(texts)[2].tolist())})
     for base in config.context_baselines:
         det = build_detector(base.detector)
-        for split in eval_splits:
+        for split in (s for s in ("val", "test") if s in rows):
             gold_unsafe = [g != C.SAFE for g in C.truth(rows[split])]
             if base.join == "pair":
                 unsafe = det.detect_pairs([(r["context"], r["response"]) for r in rows[split]])[2]
             else:
                 sep = "\n" if base.join == "newline" else " "
                 unsafe = det.detect([f"{r['context']}{sep}{r['response']}" for r in rows[split]])[2]
-            coarse_rows.append({"model": base.detector.name, "split": split, "input": f"context + response ({base.join})",
-                                **C.coarse_metrics(gold_unsafe, unsafe.tolist())})
-    run.manifest.update(categories=chosen, rows={s: len(r) for s, r in rows.items()}, training=training,
+            out.append({"model": base.detector.name, "split": split, "input": f"context + response ({base.join})",
+                        **C.coarse_metrics(gold_unsafe, unsafe.tolist())})
+    return out
+
+
+def execute(config: DialogueSafetyTrainConfig, run: Run, watch: Stopwatch, verbose: bool) -> list[dict[str, Any]]:
+    """Each variant trained in a task on a worker (its GPU: `num_gpus`; Tune trials from a task that asks no
+    CPU), then scored in another, and the baselines scored in a third: the driver records what they
+    return, variant by variant, so a stopped run resumes with the variants it had not finished."""
+    ensure_ray(verbose=verbose)
+    found = on_a_worker(shape, config, num_cpus=0.5)
+    chosen, examples = found["categories"], found["examples"]
+    trials_run = bool(config.tune_trials or config.search)
+    fine: dict[str, dict[str, list[dict[str, Any]]]] = {s: {} for s in ("val", "test") if s in found["rows"]}
+    coarse_rows: list[dict[str, Any]] = []
+    training: dict[str, Any] = {}
+    trials: dict[str, list[dict[str, Any]]] = {}
+    with progress_bar("training dialogue-safety classifiers",
+                      total=config.epochs * sum(examples[v] for v in config.variants), unit="examples") as advance:
+        for variant in config.variants:
+            models = run.dir.path("models", variant)
+            done = run.manifest.setdefault("trained", {}).get(variant)
+            if done is not None and artifacts.exists(storage.join(models, C.META_FILE)):
+                # a resumed run: this variant's classifiers were trained and saved before it stopped
+                training[variant], trials[variant] = done["training"], done["trials"]
+                advance(config.epochs * examples[variant])
+            else:
+                training[variant], trials[variant] = on_a_worker_reporting(
+                    train_one_variant, config, variant, models, run.dir.path("tune", variant),
+                    advance=advance, num_cpus=0 if trials_run else 1,
+                    num_gpus=0 if trials_run else config.num_gpus)
+                run.manifest["trained"][variant] = {"training": training[variant], "trials": trials[variant]}
+                run.dir.write_manifest(run.manifest)
+                watch.lap(f"train_{variant}_s")
+            scored = on_a_worker(score_variant, config, variant, models, num_gpus=config.num_gpus)
+            for split, figures in scored.items():
+                fine[split][variant] = figures["fine"]
+                coarse_rows.append({"model": variant, "split": split, "input": "response"
+                                    if variant == "one_vs_all_no_context" else "context + response", **figures["coarse"]})
+    if config.utterance_detectors or config.context_baselines:
+        gpus = max([d.num_gpus for d in config.utterance_detectors] + [b.detector.num_gpus for b in config.context_baselines])
+        coarse_rows += on_a_worker(baseline_rows, config, num_gpus=gpus)
+    run.manifest.update(categories=chosen, rows=found["rows"], training=training,
                         trials={v: t for v, t in trials.items() if t}, fine=fine["val"],
                         fine_test=fine.get("test", {}))
     return coarse_rows

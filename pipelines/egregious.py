@@ -208,7 +208,7 @@ def model_targets(config: EgregiousConfig, model: EgregiousModelConfig
 
 def build_inputs(config: EgregiousConfig) -> pa.Table:
     """Every (model, list, target, search) row, built in a task on a worker: each model's target lists
-    come from a task of its own (`model_targets`); what each model's lists and thresholds were rides in
+    come from a task of its own (`model_targets`; one model on CPUs: in this task); what each model's lists and thresholds were rides in
     the table's metadata (`models`), which `input_counts` hands to the driver."""
     import ray
 
@@ -216,9 +216,13 @@ def build_inputs(config: EgregiousConfig) -> pa.Table:
 
     rows: dict[str, list[str]] = {f.name: [] for f in INPUT_SCHEMA}
     per_model: dict[str, Any] = {}
-    check_placeable("the task building target lists", config.num_cpus, config.num_gpus)
-    task = ray.remote(num_cpus=config.num_cpus, num_gpus=config.num_gpus or 0, max_retries=1)(model_targets)
-    built = ray.get([task.remote(config, model) for model in config.models])
+    if len(config.models) == 1 and not config.num_gpus:
+        # one model: built here, in this task on a worker (a task of its own cost a process and its imports)
+        built = [model_targets(config, config.models[0])]
+    else:
+        check_placeable("the task building target lists", config.num_cpus, config.num_gpus)
+        task = ray.remote(num_cpus=config.num_cpus, num_gpus=config.num_gpus or 0, max_retries=1)(model_targets)
+        built = ray.get([task.remote(config, model) for model in config.models])
     for model, (thresholds, lists, skipped, dropped) in zip(config.models, built):
         per_model[model.name] = {"t_out": thresholds.t_out, "t_in": thresholds.t_in, "lists": {k: len(v) for k, v in lists.items()},
                                  "lists_skipped": skipped, "replies_dropped": dropped}

@@ -54,7 +54,7 @@ def test_rows_are_validated(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, tiny_binary_model):
+def trained(tmp_path_factory, tiny_binary_model, ray_session):
     from redline.cluster.config import validate_config
     from redline.pipelines.diasafety_train import (
         DialogueSafetyTrainConfig,
@@ -462,10 +462,13 @@ def test_a_one_vs_all_head_can_train_on_fewer_na_rows():
 
 
 @pytest.mark.slow
-def test_a_stopped_training_resumes_without_retraining_finished_variants(tmp_path, tiny_binary_model, monkeypatch):
-    """The run stops while training its second variant; rerun, it trains only that one and reports both."""
-    from redline.actors.dialogue_safety import classifiers as C
+def test_a_stopped_training_resumes_without_retraining_finished_variants(tmp_path, tiny_binary_model, monkeypatch,
+                                                                         ray_session):
+    """The run stops (Ctrl-C on the driver) once its first variant is trained and recorded; rerun, it
+    trains only the second (the first's saved classifier is not written again) and reports both. Every
+    variant trains in a task on a worker: the driver holds no row."""
     from redline.cluster.config import validate_config
+    from redline.cluster.runs import RunDir
     from redline.pipelines.diasafety_train import DialogueSafetyTrainConfig, run_dialogue_safety_training
 
     cfg = validate_config(DialogueSafetyTrainConfig, {
@@ -474,25 +477,25 @@ def test_a_stopped_training_resumes_without_retraining_finished_variants(tmp_pat
         "limit_val": 80, "epochs": 1, "max_length": 48, "learning_rate": 1e-3, "batch_size": 32,
         "categories": ["Offending User", "Risk Ignorance"], "variants": ["single", "one_vs_all"],
         "output": str(tmp_path), "run_name": "stopped"})
-    trained: list[str] = []
-    real = C.train_variant
+    write = RunDir.write_manifest
 
-    def stops_on_the_second(kind, *args, **kwargs):
-        trained.append(kind)
-        if len(trained) == 2:
+    def stops_once_one_is_trained(self, manifest):
+        write(self, manifest)
+        if len(manifest.get("trained") or {}) == 1 and manifest.get("state") == "running":
             raise KeyboardInterrupt
-        return real(kind, *args, **kwargs)
 
-    monkeypatch.setattr(C, "train_variant", stops_on_the_second)
+    monkeypatch.setattr(RunDir, "write_manifest", stops_once_one_is_trained)
     with pytest.raises(KeyboardInterrupt):
         run_dialogue_safety_training(cfg)
+    monkeypatch.setattr(RunDir, "write_manifest", write)
     stopped = json.loads((tmp_path / "stopped" / "manifest.json").read_text())
     assert stopped["state"] == "failed" and list(stopped["trained"]) == ["single"]
+    single = {p: p.stat().st_mtime_ns for p in (tmp_path / "stopped" / "models" / "single").rglob("*") if p.is_file()}
+    assert single and not (tmp_path / "stopped" / "models" / "one_vs_all").exists()
 
-    trained.clear()
-    monkeypatch.setattr(C, "train_variant", lambda kind, *a, **k: (trained.append(kind), real(kind, *a, **k))[1])
     result = run_dialogue_safety_training(cfg)
-    assert trained == ["one-vs-all"]  # the single classifier was not trained again
+    assert {p: p.stat().st_mtime_ns for p in single} == single  # the single classifier was not trained again
+    assert (tmp_path / "stopped" / "models" / "one_vs_all").is_dir()
     assert {r["model"] for r in result.summary} == {"single", "one_vs_all"}
     assert result.manifest["training"]["single"] == stopped["trained"]["single"]["training"]
 

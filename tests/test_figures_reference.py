@@ -97,6 +97,35 @@ def test_a_sketch_coarsens_and_bounds_as_floor_division_one_level_at_a_time(seed
     assert got["level"] == level and list(got["counts"].items()) == list(expected.items())
 
 
+def test_a_shards_sketch_per_group_is_the_plain_histogram_of_that_groups_rows():
+    """A shard's sketches grouped by a column that holds nulls: each group's sketch is the histogram of
+    its own counted rows' log-odds bins (floor(logit(p) * 2**30), NaN and other labels left out),
+    halved until it fits `SKETCH_BINS`, computed here in plain Python."""
+    from redline.pipelines import aggregates as A
+
+    rng = np.random.default_rng(11)
+    n = 12_000
+    group = rng.choice(["a", "b", None], n, p=[0.6, 0.3, 0.1]).tolist()
+    label = rng.integers(0, 2, n).tolist()
+    score = [float("nan") if rng.random() < 0.03 else float(x) for x in rng.random(n)]
+    table = pa.table({"g": group, "label": label, "score": score})
+    roc = A.RocAuc("score", "label")
+    found = A.partials(table, ("g",), roc.needs())
+    assert set(found) == {("a",), ("b",), (None,)}
+    for (g,), sums in found.items():
+        for sketch, positive in zip(roc.sketches(), (1, 0)):
+            bins: dict[str, int] = {}
+            for gg, y, p in zip(group, label, score):
+                if gg == g and y == positive and not math.isnan(p):
+                    p = min(max(p, 1e-15), 1 - 1e-15)
+                    key = str(math.floor(math.log(p / (1 - p)) * 2**30))
+                    bins[key] = bins.get(key, 0) + 1
+            level = 30
+            while len(bins) > A.SKETCH_BINS:
+                bins, level = _coarsened(bins, 1), level - 1
+            assert sums[sketch.name] == {"level": level, "counts": bins}
+
+
 @pytest.mark.parametrize("bounds,expected", [
     ((0.5, None), 3),     # from the part's greatest value: its rows at 0.5 match
     ((None, 0.1), 2),     # up to the part's least value
