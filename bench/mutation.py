@@ -58,7 +58,7 @@ TARGETS: dict[str, list[str]] = {
                                      "tests/test_plausible_outputs.py"],
     "actors/attack/search.py": ["tests/test_attack_components.py", "tests/test_attack_details.py",
                                 "tests/test_plausible_outputs.py"],
-    "pipelines/aggregates.py": ["tests/test_plausible_outputs.py", "tests/test_figures.py"],
+    "pipelines/aggregates.py": ["tests/test_plausible_outputs.py", "tests/test_figures.py", "tests/test_figures_reference.py"],
     "pipelines/figures.py": ["tests/test_plausible_outputs.py", "tests/test_figures.py"],
     "actors/triggers/hits.py": ["tests/test_triggers.py", "tests/test_plausible_outputs.py"],
     "actors/dialogue_safety/two_step.py": ["tests/test_dialogue_safety.py", "tests/test_plausible_outputs.py"],
