@@ -14,9 +14,9 @@ from __future__ import annotations
 import hashlib
 import random
 import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
