@@ -73,7 +73,7 @@ TARGETS: dict[str, list[str]] = {
     "pipelines/uncertainty.py": ["tests/test_card_figures.py", "tests/test_figures_reference.py"],
     "pipelines/card_figures.py": ["tests/test_card_figures.py", "tests/test_figures_reference.py"],
     "pipelines/table_index.py": ["tests/test_figures_reference.py", "tests/test_view_tables.py"],
-    # not pipelines/stages.py, runner.py nor shard_host.py: every test of theirs runs them on Ray, where a
+    # not pipelines/steps.py, runner.py nor shard_host.py: every test of theirs runs them on Ray, where a
     # mutant living in this process is not seen (mutmut finds no test to run)
     "view/plan.py": ["tests/test_view_tables.py"],
     "view/scan.py": ["tests/test_view_tables.py"],

@@ -1,4 +1,4 @@
-"""How work flows: shards of a run processed on actors (`stages`, `runner`, `shard_host`), their schemas,
+"""How work flows: shards of a run processed on actors (`steps`, `runner`, `shard_host`), their schemas,
 figures and reports."""
 
 # the modules other packages may import (a test holds every import from outside to this list)

@@ -31,7 +31,7 @@ from redline.errors import RedlineError, last_line
 from redline.pipelines.corpora import CorpusConfig, read_corpus
 from redline.pipelines.figures import ADVTRAIN
 from redline.pipelines.report import Report, grouped_bars
-from redline.pipelines.template import Pipeline
+from redline.pipelines.run_skeleton import Pipeline
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from redline.pipelines.figures import CARD, EGREGIOUS, TRANSFER
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.schema import NO_ANSWER
 from redline.pipelines.transfer import filter_victim_error, filter_victims
-from redline.pipelines.template import Gate, Pipeline
+from redline.pipelines.run_skeleton import Gate, Pipeline
 from redline.pipelines.uncertainty import MAX_WIDTH, bootstrap_dialogue
 
 
@@ -164,7 +164,7 @@ def plan(card: CardConfig, name: str, output: str, done: dict[str, str] | None =
     `taebench`, `transfer`, `clean`, `diasafety`, `triggers`. `done`: the parts already run (their run
     URIs), which the later parts read."""
     from redline.pipelines.attack import AttackConfig
-    from redline.pipelines.diasafety import DiaSafetyEvalConfig
+    from redline.pipelines.diasafety_eval import DiaSafetyEvalConfig
     from redline.pipelines.egregious import EgregiousConfig
     from redline.pipelines.score import ScoreConfig
     from redline.pipelines.taebench import TaebenchConfig
@@ -273,7 +273,7 @@ def _per_context(diasafety_uri: str) -> dict[str, list[dict[str, Any]]]:
     on a worker, which sends back one small row per context)."""
     import pyarrow.compute as pc
 
-    from redline.pipelines.diasafety import read_scored
+    from redline.pipelines.diasafety_eval import read_scored
 
     scored = read_scored(diasafety_uri, columns=["model", "context_id", "category", "verdict"])
     verdict = scored.column("verdict")

@@ -34,7 +34,7 @@ from redline.cluster.runtime import check_placeable, ensure_ray, on_a_worker, on
 from redline.errors import RedlineError, last_line
 from redline.pipelines.figures import DIALOGUE_SAFETY_FINE, DIALOGUE_SAFETY_TRAIN
 from redline.pipelines.report import Report, grouped_bars
-from redline.pipelines.template import Pipeline
+from redline.pipelines.run_skeleton import Pipeline
 
 
 class HyperGrid(Strict):

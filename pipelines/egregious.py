@@ -31,8 +31,8 @@ from redline.errors import RedlineError
 from redline.pipelines import runner, shard_host, sharded
 from redline.pipelines.figures import EGREGIOUS, EGREGIOUS_EFFORT, EGREGIOUS_SOURCES, outcomes
 from redline.pipelines.report import Report, grouped_bars
-from redline.pipelines.stages import Step, run_beside
-from redline.pipelines.template import Pipeline
+from redline.pipelines.run_skeleton import Pipeline
+from redline.pipelines.steps import Step, run_beside
 
 OUTPUT_DIR = "triggers"
 

@@ -183,7 +183,7 @@ def _dialogue_models(output: str, *, force: bool, verbose: bool, say: Any, steps
 
 
 def run_diasafety_chain(output: str, *, force: bool = False, verbose: bool = False, say: Any = print) -> dict[str, Any]:
-    from redline.pipelines.diasafety import DiaSafetyEvalConfig, run_diasafety
+    from redline.pipelines.diasafety_eval import DiaSafetyEvalConfig, run_diasafety
 
     data = diasafety_data_dir()
     bot, trained = _dialogue_models(output, force=force, verbose=verbose, say=say, steps=3)

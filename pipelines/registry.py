@@ -17,7 +17,7 @@ from redline.pipelines import figures
 from redline.pipelines.figures import Headline, Table
 
 if TYPE_CHECKING:
-    from redline.pipelines.template import Pipeline
+    from redline.pipelines.run_skeleton import Pipeline
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ ENTRIES: tuple[Entry, ...] = (
           "Adversarial training variants (no TAE, unfiltered TAE, TaeBench, TaeBench+, balanced TaeBench+) and any "
           "hyper-parameter grid as a Ray Tune sweep; the report is the paper's Table 5 (best trial per variant). An "
           "interrupted sweep resumes when the command is rerun.", "advtrain.yaml", figures.ADVTRAIN, ()),
-    Entry("diasafety", "redline.pipelines.diasafety", ("run", "diasafety"),
+    Entry("diasafety", "redline.pipelines.diasafety_eval", ("run", "diasafety"),
           "Evaluate chatbots on DiaSafety contexts: generate responses per context, judge them with the two-step "
           "detector (utterance-level, then the category's context classifier) and print the leaderboard of unsafe "
           "proportions per category (the paper's Table 8).", "diasafety.yaml", figures.DIASAFETY, ("scored",)),

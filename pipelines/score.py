@@ -29,8 +29,8 @@ from redline.pipelines.corpora import CorpusConfig, corpus_rows, distinct, guess
 from redline.pipelines.figures import SCORE, Table, outcomes
 from redline.pipelines.report import COUNT_COLUMNS, Report, grouped_bars, png_bytes
 from redline.pipelines.schema import PREDICTION_SCHEMA
-from redline.pipelines.stages import Step, run_beside
-from redline.pipelines.template import Pipeline
+from redline.pipelines.steps import Step, run_beside
+from redline.pipelines.run_skeleton import Pipeline
 
 log = logging.getLogger(__name__)
 

@@ -45,8 +45,8 @@ from redline.pipelines import aggregates as A
 from redline.pipelines import runner, sharded
 from redline.pipelines.figures import JUDGE_USAGE, TAEBENCH, TAEBENCH_STAGE, TAEBENCH_STAGES, Table
 from redline.pipelines.report import Report, png_bytes
-from redline.pipelines.stages import Step, run_steps
-from redline.pipelines.template import Pipeline
+from redline.pipelines.steps import Step, run_steps
+from redline.pipelines.run_skeleton import Pipeline
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +249,7 @@ def _detector_step(name: str, det: DetectorConfig, label: str, finish: Callable[
 
 
 def steps(config: TaebenchConfig) -> list[tuple[str, str, Step | None]]:
-    """(stage, room, step) after dedupe, in order; a stage of two steps (the judge, then the classifier)
+    """(stage, folder, step) after dedupe, in order; a stage of two steps (the judge, then the classifier)
     keeps the first's parts under work/; None: a stage turned off."""
     out: list[tuple[str, str, Step | None]] = []
     stage = {"grammar": TAEBENCH_STAGE}
@@ -344,24 +344,24 @@ def execute(config: TaebenchConfig, run: Run, watch: Stopwatch, verbose: bool) -
     run.dir.write_manifest(manifest)
     if manifest["counts"]["raw"] == 0:
         raise RedlineError("the attack runs hold no successful adversarial examples to filter")
-    chain: list[tuple[str, Step, str]] = []  # the stages that run: (stage, step, room)
-    for stage, room, step in steps(config):
+    chain: list[tuple[str, Step, str]] = []  # the stages that run: (stage, step, folder)
+    for stage, folder, step in steps(config):
         if step is None:
             stage_lines[stage], found[stage] = "off (disabled in the config)", None
             continue
-        if stage == "grammar" and runner.pending(run, room, n_shards, 0):
+        if stage == "grammar" and runner.pending(run, folder, n_shards, 0):
             skipped = _grammar_unavailable(config)
             if skipped:
                 stage_lines[stage], found[stage] = skipped, None
                 continue
-        chain.append((stage, step, room))
+        chain.append((stage, step, folder))
     names = ", ".join(dict.fromkeys(stage for stage, _, _ in chain))
     # the benchmark's own tables are the chain's last two steps: each shard's kept rows with their split
     # as soon as the label stage wrote it (TaeBench+), then its TAE rows (TaeBench)
-    chain += [("bench", step, room) for room, step in bench_steps(config)]
-    results = run_steps(run, [(step, room) for _, step, room in chain], DEDUPE_DIR, n_shards,
+    chain += [("bench", step, folder) for folder, step in bench_steps(config)]
+    results = run_steps(run, [(step, folder) for _, step, folder in chain], DEDUPE_DIR, n_shards,
                         label=f"quality stages ({names})", verbose=verbose)
-    for (stage, step, room), result in zip(chain, results):
+    for (stage, step, folder), result in zip(chain, results):
         if result.failed:
             raise RedlineError(f"{stage} stage: {_WHAT[step.name](config)} failed on {result.failed} of "
                                f"{result.asked} texts (first: {' '.join((result.failure or '').split())[:200]}); "
@@ -392,7 +392,7 @@ def _check_judge(run: Run, config: TaebenchConfig, partials: A.Partials) -> None
 
 
 def bench_steps(config: TaebenchConfig) -> list[tuple[str, Step]]:
-    """(room, step): TaeBench+ (every row the stages kept, with its train/test split) and TaeBench (its
+    """(folder, step): TaeBench+ (every row the stages kept, with its train/test split) and TaeBench (its
     TAE rows), a part per shard; no model, so each shard is a task, not an actor's call."""
     split = partial(with_bench_split, test_fraction=config.test_fraction, seed=config.seed)
     return [("taebench_plus", Step("taebench+", None, {}, ActorPoolSize(), "TaeBench+", num_cpus=0.25, finish=split)),

@@ -29,7 +29,7 @@ from redline.pipelines.schema import CORPUS_SCHEMA
 from redline.pipelines.score import preflight as preflight_detectors
 from redline.pipelines.score import score_corpus
 from redline.pipelines.taebench import read_bench
-from redline.pipelines.template import Pipeline
+from redline.pipelines.run_skeleton import Pipeline
 
 
 class TransferConfig(RunConfig):

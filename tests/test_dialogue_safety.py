@@ -160,7 +160,7 @@ def test_chatbot_evaluation_leaderboard(trained, tiny_causal_lm, tmp_path, ray_s
 
     from redline.cluster.config import validate_config
     from redline.errors import RedlineError
-    from redline.pipelines.diasafety import (
+    from redline.pipelines.diasafety_eval import (
         DiaSafetyEvalConfig,
         check_classifiers,
         run_diasafety,

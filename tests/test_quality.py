@@ -425,7 +425,7 @@ def test_dedupe_keeps_every_recipe_and_grammar_rejects_new_errors(ray_session, t
 
     from redline.cluster import storage
     from redline.cluster.runs import Run, RunDir
-    from redline.pipelines.stages import run_step
+    from redline.pipelines.steps import run_step
     from redline.pipelines.taebench import DEDUPE_DIR, TaebenchConfig, dedupe, read_bench, steps
 
     table = pa.table({
@@ -443,10 +443,10 @@ def test_dedupe_keeps_every_recipe_and_grammar_rejects_new_errors(ray_session, t
         run.write_manifest({"state": "running"})
         for i in range(2):  # two shards: the grammar step reads each one's kept rows, writes a part per shard
             storage.write_parquet(d.slice(2 * i, 2), run.path(DEDUPE_DIR, f"part-{i:05d}.parquet"))
-        stage, room, step = steps(cfg)[0]
-        result = run_step(Run(run, {"state": "running"}, reused=False), step, DEDUPE_DIR, room, 2)
+        stage, folder, step = steps(cfg)[0]
+        result = run_step(Run(run, {"state": "running"}, reused=False), step, DEDUPE_DIR, folder, 2)
     assert stage == "grammar" and result.failed == 0
-    g = read_bench(run.uri, room)
+    g = read_bench(run.uri, folder)
     assert g.column("id").to_pylist() == ["1", "3", "4"]  # the duplicate never reached the stage
     assert g.column("kept").to_pylist() == [False, True, True]  # row 4's seed has the same error
     assert g.column("reject_reason")[0].as_py() == "1 more grammar errors than the seed (1 vs 0)"

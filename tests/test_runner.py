@@ -181,7 +181,7 @@ def test_a_pool_asking_for_a_gpu_is_a_plan_ray_data_accepts(ray_session, tmp_pat
 
 
 def test_constructor_user_error_reaches_the_caller(ray_session, tmp_path):
-    from redline.pipelines.stages import run_step
+    from redline.pipelines.steps import run_step
 
     run = _run(tmp_path, "refused")
     n = _shards(run, pa.table({"id": ["a", "b"]}), 2)
@@ -212,7 +212,7 @@ def _run(tmp_path, name: str):
 
 def _step(worker, kwargs, **over):
     from redline.cluster.config import ActorPoolSize
-    from redline.pipelines.stages import Step
+    from redline.pipelines.steps import Step
 
     return Step(worker.__name__, worker, kwargs, ActorPoolSize(), worker.__name__, **{"num_cpus": 0.25, **over})
 
@@ -229,7 +229,7 @@ def test_a_failed_actor_is_recorded_by_its_cause_not_rays_wrapping(ray_session, 
     """The manifest's error is the cause in one line, never the actor's name in terminal colours."""
     from redline.cluster.runs import lifecycle
     from redline.errors import cause_line
-    from redline.pipelines.stages import run_step
+    from redline.pipelines.steps import run_step
 
     run = _run(tmp_path, "run")
     n = _shards(run, pa.table({"id": ["a", "b"]}), 2)
@@ -278,7 +278,7 @@ def test_a_step_resumes_only_the_shards_whose_answers_failed(ray_session, tmp_pa
     never re-asks (re-pays for) the shards that were answered; the next step reads only the rows the
     one before kept."""
     from redline.cluster import storage
-    from redline.pipelines.stages import run_step
+    from redline.pipelines.steps import run_step
 
     texts = [f"ok {i}" for i in range(60)] + ["down 60"] + [f"ok {i}" for i in range(61, 120)]
     table = pa.table({"id": [f"r{i}" for i in range(120)], "text": texts, "other": list(range(120))})
@@ -326,7 +326,7 @@ def test_steps_run_as_one_plan_and_a_shard_a_step_failed_on_goes_no_further(ray_
     from redline.cluster import storage
     from redline.cluster.config import ActorPoolSize
     from redline.pipelines import runner, shard_host
-    from redline.pipelines.stages import Step, run_steps
+    from redline.pipelines.steps import Step, run_steps
 
     def not_one_plan(*args, **kwargs):
         raise AssertionError("a step ran in a plan of its own")
@@ -371,7 +371,7 @@ def test_a_chain_may_begin_with_a_step_without_a_worker(ray_session, tmp_path):
     """First in a chain, a worker-less step is a Ray Data task per shard, and the step after takes its parts."""
     from redline.cluster import storage
     from redline.cluster.config import ActorPoolSize
-    from redline.pipelines.stages import Step, run_steps
+    from redline.pipelines.steps import Step, run_steps
 
     log = tmp_path / "asked.log"
     run = _run(tmp_path, "lead")
@@ -386,7 +386,7 @@ def test_a_chain_may_begin_with_a_step_without_a_worker(ray_session, tmp_path):
 
 
 def test_steps_that_do_not_fit_at_once_take_turns_and_stop_at_a_failed_step(ray_session, tmp_path):
-    from redline.pipelines.stages import run_steps
+    from redline.pipelines.steps import run_steps
 
     log, outage = tmp_path / "asked.log", tmp_path / "outage"
     outage.touch()

@@ -86,7 +86,7 @@ def kept_rows(shard: pa.Table) -> pa.Table:
 
 def run_steps(run: Run, steps: list[tuple[Step, str]], source: str, n_shards: int, *, source_pool: int | None = None,
               label: str, verbose: bool = False) -> list[StepResult]:
-    """The `steps` ((step, room): its parts go to `room`) one after the other over the `n_shards`
+    """The `steps` ((step, folder): its parts go to `folder`) one after the other over the `n_shards`
     shards in `source` (input shards, or a step's parts when `source_pool` is the pool that wrote
     them): in one plan when the cluster holds every step's least actors at once (`label`: its bar's),
     else one plan per step, stopping after a step that failed on a row. A shard a step already wrote is
@@ -103,66 +103,66 @@ def run_steps(run: Run, steps: list[tuple[Step, str]], source: str, n_shards: in
             and sum(s.size.actors * s.num_gpus for s in held) <= have.get("GPU", 0) + 1e-9)
     if len(steps) < 2 or not fits:
         results = []
-        for step, room in steps:
-            results.append(run_step(run, step, source, room, n_shards, source_pool=source_pool, verbose=verbose))
+        for step, folder in steps:
+            results.append(run_step(run, step, source, folder, n_shards, source_pool=source_pool, verbose=verbose))
             if results[-1].failed:
                 break
-            source, source_pool = room, 0
+            source, source_pool = folder, 0
         return results
     pools: list[runner.Pool] = []
-    for k, (step, room) in enumerate(steps):
-        pool = _pool(run, step, source, room, source_pool, None, tag=k, takes=k - 1 if k else shard_host.READ)
+    for k, (step, folder) in enumerate(steps):
+        pool = _pool(run, step, source, folder, source_pool, None, tag=k, takes=k - 1 if k else shard_host.READ)
         if step.worker is None and pools:  # no model: the host of the step before makes its part, in the same call
             pools[-1] = replace(pools[-1], then=(*pools[-1].then, pool))
         else:
             pools.append(pool)
-        source, source_pool = room, 0
+        source, source_pool = folder, 0
     used = runner.run_chain(run, pools, n_shards, label=label, verbose=verbose)
-    return [_result(run, step, room, n_shards, used[k]) for k, (step, room) in enumerate(steps)]
+    return [_result(run, step, folder, n_shards, used[k]) for k, (step, folder) in enumerate(steps)]
 
 
-def run_beside(run: Run, steps: list[Step], room: str, *, shard_rows: list[int] | None,
+def run_beside(run: Run, steps: list[Step], folder: str, *, shard_rows: list[int] | None,
                inputs: sharded.Inputs | None = None, label: str, unit: str = "rows",
                note: Callable[[Run], str] | None = None, verbose: bool = False) -> list[runner.PoolUse]:
-    """`steps` side by side over the run's input shards, step k writing its part of each shard to `room`
+    """`steps` side by side over the run's input shards, step k writing its part of each shard to `folder`
     as pool k (a shard a step already wrote is skipped): the shards written before (`shard_rows`), or
     with `inputs` (`shard_rows` None) read by the same plan, each shard taken as soon as it is written.
     `note(run)`: running figures for the progress line. What each step spent, in order."""
-    pools = [_pool(run, step, sharded.INPUT_DIR, room, None,
-                   None if shard_rows is None else runner.pending(run, room, len(shard_rows), k), pool=k)
+    pools = [_pool(run, step, sharded.INPUT_DIR, folder, None,
+                   None if shard_rows is None else runner.pending(run, folder, len(shard_rows), k), pool=k)
              for k, step in enumerate(steps)]
     used = runner.run_pools(run, pools, shard_rows, label=label, verbose=verbose, unit=unit, note=note,
                             inputs=inputs)
     return [used[k] for k in range(len(steps))]
 
 
-def _pool(run: Run, step: Step, source: str, room: str, source_pool: int | None, todo: list[int] | None,
+def _pool(run: Run, step: Step, source: str, folder: str, source_pool: int | None, todo: list[int] | None,
           pool: int = 0, **chained: Any) -> runner.Pool:
-    work = shard_host.ShardWork(run.dir.uri, room, pool, step.select or partial(_worker_rows, step=step),
+    work = shard_host.ShardWork(run.dir.uri, folder, pool, step.select or partial(_worker_rows, step=step),
                                 step.assemble or partial(_joined, step=step), step.figures, step.batch_size,
                                 input_dir=source, input_pool=source_pool, errors=step.errors)
     return runner.Pool(work, step.worker, step.kwargs, step.size.actors, step.num_cpus, step.num_gpus, todo,
                            max_actors=step.size.max_actors, what=step.what, **chained)
 
 
-def run_step(run: Run, step: Step, source: str, room: str, n_shards: int, *, source_pool: int | None = None,
+def run_step(run: Run, step: Step, source: str, folder: str, n_shards: int, *, source_pool: int | None = None,
              total: int | None = None, verbose: bool = False) -> StepResult:
     """`step` over the `n_shards` shards in `source` of the run (input shards, or a step's parts when
-    `source_pool` is the pool that wrote them), each part written to `room` by its actor; a shard
+    `source_pool` is the pool that wrote them), each part written to `folder` by its actor; a shard
     already done is skipped. `total`: the rows the progress bar counts to."""
-    todo = runner.pending(run, room, n_shards, 0)
+    todo = runner.pending(run, folder, n_shards, 0)
     use = runner.PoolUse()
     if todo:
-        use = runner.run_pools(run, [_pool(run, step, source, room, source_pool, todo)], [0] * n_shards,
+        use = runner.run_pools(run, [_pool(run, step, source, folder, source_pool, todo)], [0] * n_shards,
                                    label=step.label, verbose=verbose, total=total)[0]
-    return _result(run, step, room, n_shards, use)
+    return _result(run, step, folder, n_shards, use)
 
 
-def _result(run: Run, step: Step, room: str, n_shards: int, use: runner.PoolUse) -> StepResult:
-    written = set(storage.list_files(run.dir.path(room), ".parquet"))
+def _result(run: Run, step: Step, folder: str, n_shards: int, use: runner.PoolUse) -> StepResult:
+    written = set(storage.list_files(run.dir.path(folder), ".parquet"))
     parts = {(i, 0): shard_host.output_part(i, 0) for i in range(n_shards)
-             if run.dir.path(room, shard_host.output_part(i, 0)) in written}
-    partials = sharded.run_partials(run, step.figures, room, parts)
+             if run.dir.path(folder, shard_host.output_part(i, 0)) in written}
+    partials = sharded.run_partials(run, step.figures, folder, parts)
     return StepResult(partials, use.failed, use.rows, use.failure)
 
 

@@ -4,7 +4,7 @@ For each category, its contexts (safe and unsafe rows alike) are sent to every m
 generates `responses_per_context` responses (on actors; any generator kind: a local HF model, a
 redline Serve endpoint or any OpenAI-compatible API) — or responses generated elsewhere are read
 from a file. Each response goes through the two-step detector: utterance-level first, then the
-context classifier of the context's category (on actors too). Every step is a `pipelines/stages.py`
+context classifier of the context's category (on actors too). Every step is a `pipelines/steps.py`
 step over shards of contexts, its parts written by its workers; a model's generation and its
 scoring are one Ray Data plan (each shard scored as soon as its responses are written). Per model and category: the
 context-sensitive and the utterance-level unsafe proportions (of all responses to that category's
@@ -39,8 +39,8 @@ from redline.pipelines import sharded
 from redline.pipelines.figures import DIASAFETY, Table, category_figures, leaderboard
 from redline.pipelines.report import Report, grouped_bars
 from redline.pipelines.schema import DIALOGUE_SCORED_SCHEMA, NO_ANSWER
-from redline.pipelines.stages import Step, StepResult, run_step, run_steps
-from redline.pipelines.template import Pipeline
+from redline.pipelines.run_skeleton import Pipeline
+from redline.pipelines.steps import Step, StepResult, run_step, run_steps
 
 
 class PregeneratedResponses(Strict):
@@ -242,11 +242,11 @@ def execute(config: DiaSafetyEvalConfig, run: Run, watch: Stopwatch, verbose: bo
     watch.lap("generate_and_score_s")
     for p in config.pregenerated:
         # the file is this model's source: its responses are read into shards as a run's inputs are
-        room = f"responses/{p.name}"
+        folder = f"responses/{p.name}"
         per_shard = sharded.prepare_inputs(run, partial(pregenerated_table, run.dir.uri, p.path), config.shard_size,
                                            _answered_contexts, rows=responses_in,
-                                           directory=room, record=f"pregenerated {p.name}")
-        merged[p.name] = _judged(run_step(run, _score_step(config, p.name, board), room, f"scored/{p.name}",
+                                           directory=folder, record=f"pregenerated {p.name}")
+        merged[p.name] = _judged(run_step(run, _score_step(config, p.name, board), folder, f"scored/{p.name}",
                                           len(per_shard), total=sum(per_shard), verbose=verbose), p.name)
     if config.pregenerated:
         watch.lap("score_s")
