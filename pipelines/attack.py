@@ -33,8 +33,8 @@ from redline.pipelines import runner, shard_host, sharded
 from redline.pipelines.corpora import CorpusConfig, guess_rows, read_corpora
 from redline.pipelines.figures import ATTACK
 from redline.pipelines.report import COUNT_COLUMNS, Report, png_bytes
-from redline.pipelines.schema import ATTACK_SCHEMA
 from redline.pipelines.run_skeleton import Pipeline
+from redline.pipelines.schema import ATTACK_SCHEMA
 from redline.pipelines.steps import Step, run_beside
 
 log = logging.getLogger(__name__)

@@ -31,9 +31,9 @@ from redline.pipelines import card_figures as F
 from redline.pipelines import sharded
 from redline.pipelines.figures import CARD, EGREGIOUS, TRANSFER
 from redline.pipelines.report import Report, grouped_bars
+from redline.pipelines.run_skeleton import Gate, Pipeline
 from redline.pipelines.schema import NO_ANSWER
 from redline.pipelines.transfer import filter_victim_error, filter_victims
-from redline.pipelines.run_skeleton import Gate, Pipeline
 from redline.pipelines.uncertainty import MAX_WIDTH, bootstrap_dialogue
 
 

@@ -38,8 +38,8 @@ from redline.pipelines import aggregates as A
 from redline.pipelines import sharded
 from redline.pipelines.figures import DIASAFETY, Table, category_figures, leaderboard
 from redline.pipelines.report import Report, grouped_bars
-from redline.pipelines.schema import DIALOGUE_SCORED_SCHEMA, NO_ANSWER
 from redline.pipelines.run_skeleton import Pipeline
+from redline.pipelines.schema import DIALOGUE_SCORED_SCHEMA, NO_ANSWER
 from redline.pipelines.steps import Step, StepResult, run_step, run_steps
 
 

@@ -30,7 +30,6 @@ from redline.pipelines import sharded
 from redline.pipelines.shard_host import READ, SUMMARY_SCHEMA, ShardHost, ShardWork, host_once
 from redline.pipelines.sharded import Inputs
 
-
 MANIFEST_EVERY_S = 5.0
 @dataclass(frozen=True)
 class Pool:

@@ -28,9 +28,9 @@ from redline.pipelines import runner, shard_host, sharded
 from redline.pipelines.corpora import CorpusConfig, corpus_rows, distinct, guess_rows, iter_corpora, iter_corpus
 from redline.pipelines.figures import SCORE, Table, outcomes
 from redline.pipelines.report import COUNT_COLUMNS, Report, grouped_bars, png_bytes
+from redline.pipelines.run_skeleton import Pipeline
 from redline.pipelines.schema import PREDICTION_SCHEMA
 from redline.pipelines.steps import Step, run_beside
-from redline.pipelines.run_skeleton import Pipeline
 
 log = logging.getLogger(__name__)
 

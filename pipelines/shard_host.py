@@ -28,7 +28,6 @@ from redline.pipelines import aggregates as A
 from redline.pipelines import sharded
 from redline.pipelines.figures import Table
 
-
 SUMMARY_SCHEMA = pa.schema([("shard", pa.int64()), ("pool", pa.int64()), ("rows", pa.int64()),
                             ("seconds", pa.float64()), ("host", pa.string()), ("partials", pa.string()),
                             ("failed", pa.int64()), ("failure", pa.string())])

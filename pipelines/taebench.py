@@ -45,8 +45,8 @@ from redline.pipelines import aggregates as A
 from redline.pipelines import runner, sharded
 from redline.pipelines.figures import JUDGE_USAGE, TAEBENCH, TAEBENCH_STAGE, TAEBENCH_STAGES, Table
 from redline.pipelines.report import Report, png_bytes
-from redline.pipelines.steps import Step, run_steps
 from redline.pipelines.run_skeleton import Pipeline
+from redline.pipelines.steps import Step, run_steps
 
 log = logging.getLogger(__name__)
 

@@ -25,11 +25,11 @@ from redline.errors import RedlineError
 from redline.pipelines import sharded
 from redline.pipelines.figures import TRANSFER
 from redline.pipelines.report import Report, grouped_bars
+from redline.pipelines.run_skeleton import Pipeline
 from redline.pipelines.schema import CORPUS_SCHEMA
 from redline.pipelines.score import preflight as preflight_detectors
 from redline.pipelines.score import score_corpus
 from redline.pipelines.taebench import read_bench
-from redline.pipelines.run_skeleton import Pipeline
 
 
 class TransferConfig(RunConfig):
