@@ -248,7 +248,7 @@ def _detector_step(name: str, det: DetectorConfig, label: str, finish: Callable[
                 batch_size=det.batch_size, finish=finish, figures=figures, errors=detector_errors(prefix))
 
 
-def steps(config: TaebenchConfig) -> list[tuple[str, str, Step | None]]:
+def quality_steps(config: TaebenchConfig) -> list[tuple[str, str, Step | None]]:
     """(stage, folder, step) after dedupe, in order; a stage of two steps (the judge, then the classifier)
     keeps the first's parts under work/; None: a stage turned off."""
     out: list[tuple[str, str, Step | None]] = []
@@ -345,7 +345,7 @@ def execute(config: TaebenchConfig, run: Run, watch: Stopwatch, verbose: bool) -
     if manifest["counts"]["raw"] == 0:
         raise RedlineError("the attack runs hold no successful adversarial examples to filter")
     chain: list[tuple[str, Step, str]] = []  # the stages that run: (stage, step, folder)
-    for stage, folder, step in steps(config):
+    for stage, folder, step in quality_steps(config):
         if step is None:
             stage_lines[stage], found[stage] = "off (disabled in the config)", None
             continue

@@ -426,7 +426,7 @@ def test_dedupe_keeps_every_recipe_and_grammar_rejects_new_errors(ray_session, t
     from redline.cluster import storage
     from redline.cluster.runs import Run, RunDir
     from redline.pipelines.steps import run_step
-    from redline.pipelines.taebench import DEDUPE_DIR, TaebenchConfig, dedupe, read_bench, steps
+    from redline.pipelines.taebench import DEDUPE_DIR, TaebenchConfig, dedupe, quality_steps, read_bench
 
     table = pa.table({
         "id": ["1", "2", "3", "4"], "goal": ["tae", "tae", "tae", "bae"],
@@ -443,7 +443,7 @@ def test_dedupe_keeps_every_recipe_and_grammar_rejects_new_errors(ray_session, t
         run.write_manifest({"state": "running"})
         for i in range(2):  # two shards: the grammar step reads each one's kept rows, writes a part per shard
             storage.write_parquet(d.slice(2 * i, 2), run.path(DEDUPE_DIR, f"part-{i:05d}.parquet"))
-        stage, folder, step = steps(cfg)[0]
+        stage, folder, step = quality_steps(cfg)[0]
         result = run_step(Run(run, {"state": "running"}, reused=False), step, DEDUPE_DIR, folder, 2)
     assert stage == "grammar" and result.failed == 0
     g = read_bench(run.uri, folder)
