@@ -18,20 +18,11 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 import pyarrow as pa
-from pydantic import model_validator
+from pydantic import ConfigDict
 
-from redline.actors.providers import (
-    ChatClient,
-    Failed,
-    ProviderName,
-    ProviderSettings,
-    Refused,
-    SamplingParams,
-    build_provider,
-    providers,
-)
+from redline.actors.providers import ChatModel, Failed, Refused, SamplingParams
 from redline.cluster.artifacts import local_path
-from redline.cluster.config import ActorPoolSize, Execution, Input, RemoteApi, Result
+from redline.cluster.config import ActorPoolSize, Execution, Input, Result
 from redline.errors import RedlineError
 
 YES, NO, UNSURE = "yes", "no", "unsure"
@@ -83,48 +74,18 @@ def parse_answer(answer: str) -> tuple[str, str | None]:
     return UNSURE, "the judge answered unsure"
 
 
-class ChatModelOptions(RemoteApi):
-    """How to reach a chat model: a provider and what it needs."""
-
-    provider: ProviderName = Result("openai", description="A provider of the registry (`redline list providers`): "
-                                                          "openai, an OpenAI-compatible API; redline, redline's Serve "
-                                                          "app; bedrock, AWS Bedrock; hf, a local HF model.")
-    model: str = Input(description="Model name the server knows (openai, redline), Bedrock model id, or HF hub id / "
-                                   "directory (hf).")
-    base_url: str | None = Execution(None, description="openai, redline: base URL, e.g. http://127.0.0.1:8000/v1.")
-    api_key_env: str | None = Execution(None, description="Environment variable holding the key (default "
-                                                      "OPENAI_API_KEY, REDLINE_API_KEY for provider redline).")
-    region: str | None = Result(None, description="bedrock: AWS region; default: the AWS configuration's.")
-    endpoint_url: str | None = Result(None, description="bedrock: a VPC endpoint or a compatible stand-in.")
-    additional_fields: dict[str, Any] = Result(default_factory=dict,
-                                              description="bedrock: model-specific request fields.")
-    timeout_s: float = Execution(30.0, gt=0)
-
-    @model_validator(mode="after")
-    def _reachable(self) -> "ChatModelOptions":
-        providers()[self.provider].check_config({"model": self.model, "base_url": self.base_url})
-        return self
-
-    def provider_settings(self, local: dict[str, Any] | None = None) -> ProviderSettings:
-        return ProviderSettings(provider=self.provider, model=self.model, base_url=self.base_url,
-                                api_key_env=self.api_key_env, allow_insecure_http=self.allow_insecure_http,
-                                timeout_s=self.timeout_s, region=self.region, endpoint_url=self.endpoint_url,
-                                max_answer_bytes=self.max_answer_bytes,
-                                additional_fields=dict(self.additional_fields), local=local or {})
-
-
-class ChatJudgeOptions(ChatModelOptions):
+class ChatJudgeOptions(ChatModel):
     """How to ask a chat model about a text (judges and LLM-based detectors)."""
+
+    what: ClassVar[str] = "judge"
+    timeout_s: float = Execution(30.0, gt=0, description="Remote providers: seconds one request may take.")
+    max_retries: int = Execution(4, ge=0, description="Retries on 429, 5xx, timeouts and connection errors.")
 
     template: str | None = Result(None, description="Prompt with a {text} placeholder; default: the kind's own.")
     template_file: str | None = Input(None, description="Read the template from this file instead.")
     system_prompt: str | None = Result(None)
     max_tokens: int = Result(8, gt=0)
     temperature: float = Result(0.0, ge=0)
-    concurrency: int = Execution(8, gt=0, description="Requests in flight per actor.")
-    requests_per_second: float = Execution(20.0, gt=0, description="Rate limit per actor.")
-    max_retries: int = Execution(4, ge=0, description="Retries on 429, 5xx, timeouts and connection errors.")
-    backoff_s: float = Execution(0.5, gt=0, description="First retry delay; doubles each retry.")
     cache_dir: str | None = Execution("auto", description="Answer cache (SQLite) directory; auto: this user's cache "
                                                       "($REDLINE_CACHE or ~/.cache/redline)/judge; null turns it off.")
     price_per_1k_prompt_tokens: float = Result(0.0, ge=0)
@@ -141,6 +102,8 @@ class ChatJudgeOptions(ChatModelOptions):
 
 class JudgeConfig(ChatJudgeOptions, ActorPoolSize):
     """The TaeBench label filter's LLM judge (default template: the paper's 5-shot Yes/No/Unsure format)."""
+
+    model_config = ConfigDict(extra="allow")  # the provider's own settings (ActorPoolSize alone forbids extras)
 
     name: str = Result("llm-judge")
     num_cpus: float = Execution(0.25, ge=0)
@@ -172,13 +135,7 @@ class LLMJudge:
         self.template = config.prompt_template(default_template)
         if "{text}" not in self.template:
             raise RedlineError("judge template needs a {text} placeholder")
-        local = {"num_gpus": num_gpus} if config.provider == "hf" else None
-        provider = build_provider(config.provider_settings(local))
-        self.client = ChatClient(provider, requests_per_second=config.requests_per_second,
-                                 max_retries=config.max_retries, backoff_s=config.backoff_s,
-                                 concurrency=config.concurrency, cache_dir=config.cache_dir,
-                                 max_retry_after_s=config.max_retry_after_s,
-                                 max_failed_in_row=config.max_failed_in_row)
+        self.client = config.client(config.build_provider(num_gpus), cache_dir=config.cache_dir)
         self.params = SamplingParams(n=1, temperature=config.temperature, top_p=1.0, max_tokens=config.max_tokens)
 
     def prompt(self, text: str) -> str:

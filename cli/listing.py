@@ -32,12 +32,17 @@ def list_providers() -> None:
     """Chat-model providers judges, LLM-based detectors and generators reach models through."""
     from redline.actors.providers import providers
 
-    table = Table(title="chat-model providers (`provider:` of a judge, `kind:` of a generator)")
+    table = Table(title="chat-model providers (`provider:` of a judge, an LLM detector or a generator)")
     table.add_column("provider", style="bold")
     table.add_column("what it is")
+    table.add_column("its own settings")
     for name, cls in providers().items():
-        table.add_row(name, cls.description)
+        fields = cls.Options.model_fields
+        opts = ", ".join(f"{n}{'' if f.is_required() else '?'}" for n, f in fields.items()) or "–"
+        table.add_row(name, cls.description, opts)
     console.print(table)
+    console.print("Common fields: provider, model, timeout_s, max_retries, backoff_s, concurrency, requests_per_second, "
+                  "allow_insecure_http, max_retry_after_s, max_failed_in_row, max_answer_bytes.")
 
 
 @list_app.command("categories")

@@ -91,7 +91,7 @@ class TriggerSection(Strict):
 class CardConfig(RunConfig):
     """`redline eval`: a safety card for one chat model and its guard detector, beside references."""
 
-    model: GeneratorConfig = Input(description="The chat model (any generator kind).")
+    model: GeneratorConfig = Input(description="The chat model (any provider).")
     guard: DetectorConfig = Field(description="The guard detector that protects it (any detector kind).")
     baselines: list[DetectorConfig] = Field(default_factory=list, description=(
         "Reference guards: every guard part runs them too, side by side and ranked, and they are the other "
@@ -145,9 +145,9 @@ class CardConfig(RunConfig):
 
 def white_box(model: GeneratorConfig) -> str | None:
     """Why the trigger search cannot run on the model, or None when it can."""
-    if model.kind != "hf":
-        return f"the trigger search needs the model's gradients; a {model.kind} model is a black box to it"
-    if model.architecture == "seq2seq":
+    if not model.provider_class().has_gradients:
+        return f"the trigger search needs the model's gradients; a {model.provider} model is a black box to it"
+    if getattr(model.options(), "architecture", "auto") == "seq2seq":
         return "the trigger search covers causal LMs here; this model is seq2seq (use `redline run egregious`)"
     return None
 

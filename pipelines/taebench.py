@@ -276,7 +276,7 @@ def quality_steps(config: TaebenchConfig) -> list[tuple[str, str, Step | None]]:
 
 
 _WHAT = {"grammar": lambda c: "LanguageTool", "naturalness": lambda c: "the naturalness classifier",
-         "label-judge": lambda c: f"the LLM judge at {c.judge.base_url}",
+         "label-judge": lambda c: f"the LLM judge at {c.judge.where()}",
          "label-classifier": lambda c: f"classifier '{c.classifier.name}'"}
 
 

@@ -9,7 +9,7 @@ from pydantic import Field, StringConstraints, model_validator
 
 from redline.actors.detectors import DetectorConfig
 from redline.actors.generators import GeneratorConfig
-from redline.cluster.config import Execution, Input, Strict, unique_names
+from redline.cluster.config import Execution, Input, Result, Strict, unique_names
 
 HostName = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^(\*|[A-Za-z0-9.\-:\[\]]+)$")]
 
@@ -45,11 +45,14 @@ class ServedDetectorConfig(DetectorConfig):
 
 class ServedGeneratorConfig(GeneratorConfig):
     serve: DeploymentSettings = Field(default_factory=lambda: DeploymentSettings(batch=BatchSettings(max_batch_size=8)))
+    backend: Literal["hf", "vllm"] = Result("hf", description="vllm serves the model through ray.serve.llm (needs "
+                                                              "vLLM and a GPU).")
 
     @model_validator(mode="after")
     def _servable(self) -> "ServedGeneratorConfig":
-        if self.kind != "hf":
-            raise ValueError(f"generator '{self.name}': Serve hosts Hugging Face models (kind hf), not {self.kind}")
+        if self.provider != "hf":
+            raise ValueError(f"generator '{self.name}': Serve hosts Hugging Face models (provider hf), not "
+                             f"{self.provider}")
         return self
 
 

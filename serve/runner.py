@@ -130,7 +130,7 @@ def preflight(config: ServeConfig) -> None:
         from redline.errors import first_line
 
         try:
-            AutoConfig.from_pretrained(g.model, revision=g.revision)
+            AutoConfig.from_pretrained(g.model, revision=g.options().revision)  # type: ignore[attr-defined]
         except (OSError, ValueError) as err:
             raise RedlineError(f"generator '{g.name}': cannot load model '{g.model}': {first_line(err)}") from None
 

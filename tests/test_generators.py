@@ -35,12 +35,8 @@ def test_seq2seq_generation_batches_prompts_and_counts_tokens(tiny_seq2seq):
 
 
 def test_limits_and_stops(tiny_causal_lm):
-    from redline.actors.generators import (
-        GeneratorConfig,
-        HFGenerator,
-        SamplingParams,
-        truncate_at_stop,
-    )
+    from redline.actors.generators import GeneratorConfig, HFGenerator, SamplingParams
+    from redline.actors.providers.hf import truncate_at_stop
     from redline.errors import RedlineError
 
     assert truncate_at_stop("a b. c\nd", [".", "\n"]) == ("a b", True)
@@ -63,10 +59,14 @@ def test_generator_errors_are_one_line(tmp_path):
 
     with pytest.raises(RedlineError, match="no model saved with save_pretrained"):
         build_generator(GeneratorConfig(name="g", model=str(tmp_path / "nothing")))
-    with pytest.raises(RedlineError, match="needs base_url"):
-        validate_config(GeneratorConfig, {"name": "g", "kind": "openai", "model": "m"})
-    with pytest.raises(RedlineError, match="kind bedrock needs model"):
+    with pytest.raises(RedlineError, match="^config: generator 'g': provider openai: base_url: Field required$"):
+        validate_config(GeneratorConfig, {"name": "g", "provider": "openai", "model": "m"})
+    with pytest.raises(RedlineError, match="^config: generator 'g' needs model"):
         validate_config(GeneratorConfig, {"name": "g", "kind": "bedrock"})
+    with pytest.raises(RedlineError, match="generator 'g': provider hf: base_url: Extra inputs are not permitted"):
+        validate_config(GeneratorConfig, {"name": "g", "model": "m", "base_url": "http://127.0.0.1:1/v1"})
+    with pytest.raises(RedlineError, match="provider bedrock: region: Input should be a valid string"):
+        validate_config(GeneratorConfig, {"name": "g", "kind": "bedrock", "model": "m", "region": 3})
     gen = build_generator(GeneratorConfig(name="g", kind="openai", base_url=f"http://127.0.0.1:{free_port()}/v1",
                                           model="m", max_retries=0, timeout_s=5))
     with pytest.raises(RedlineError, match="cannot reach"):
@@ -112,31 +112,46 @@ def test_bedrock_generator_speaks_converse_through_boto3(monkeypatch):
         down.generate(["hi"], SamplingParams())
 
 
-def test_a_new_provider_is_one_class_and_its_registration(monkeypatch):
-    """Configs validate provider names against the registry: a provider registered once is accepted by
-    judges and generators alike and answers through the same client; a typo fails when the config loads."""
+def test_a_new_provider_with_a_setting_of_its_own_is_one_class_and_its_registration(monkeypatch):
+    """Configs validate provider names and each provider's own settings against the registry: a provider
+    registered once, with its `Options`, is accepted by judges, LLM detectors and generators alike, reads its
+    setting from the same flat config, answers through the same client, and its setting is in the run key
+    by the role it declares; a typo in either fails when the config loads."""
     from redline.actors import providers as P
+    from redline.actors.detectors import DetectorConfig
     from redline.actors.generators import GeneratorConfig, build_generator
-    from redline.actors.judges import ChatModelOptions
+    from redline.actors.judges import JudgeConfig, LLMJudge
     from redline.actors.providers import registry
+    from redline.cluster.config import Result, Strict, config_hash
 
     monkeypatch.setattr(registry.PROVIDERS, "_plugins", registry.PROVIDERS.all())  # the echo provider goes after
+
+    class EchoOptions(Strict):
+        times: int = Result(1, ge=1, description="How many times the last message is repeated.")
 
     @P.register_provider
     class Echo(P.ChatProvider):
         name = "echo"
         description = "repeats the last message"
-        needs = {"model": "any name"}
+        Options = EchoOptions
 
         def chat_one(self, messages, params):
-            return P.PromptResult(1, [P.Completion(messages[-1]["content"], "stop", 1)] * params.n)
+            text = " ".join([messages[-1]["content"]] * self.options.times)
+            return P.PromptResult(1, [P.Completion(text, "stop", 1)] * params.n)
 
     assert "echo" in P.providers()
-    gen = GeneratorConfig.model_validate({"name": "e", "kind": "echo", "model": "parrot"})
-    assert ChatModelOptions.model_validate({"provider": "echo", "model": "parrot"}).provider == "echo"
-    [result] = build_generator(gen).generate(["hello there"], P.SamplingParams(n=2))
-    assert [c.text for c in result.completions] == ["hello there", "hello there"]
-    with pytest.raises(ValueError, match="generator 'e': kind echo needs model"):
-        GeneratorConfig.model_validate({"name": "e", "kind": "echo"})
+    gen = GeneratorConfig.model_validate({"name": "e", "provider": "echo", "model": "parrot", "times": 2})
+    [result] = build_generator(gen).generate(["hello"], P.SamplingParams(n=2))
+    assert [c.text for c in result.completions] == ["hello hello", "hello hello"]
+    judge = LLMJudge(JudgeConfig.model_validate({"provider": "echo", "model": "parrot", "cache_dir": None}),
+                     default_template="yes {text}")
+    assert [j.verdict for j in judge.judge(["a", "b"])] == ["yes", "yes"]
+    detector = {"name": "d", "kind": "llm-judge", "provider": "echo", "model": "parrot"}
+    assert config_hash(DetectorConfig.model_validate({**detector, "times": 3})) != \
+        config_hash(DetectorConfig.model_validate(detector))  # a Result setting: another run
+    with pytest.raises(ValueError, match="generator 'e': provider echo: times: Input should be greater"):
+        GeneratorConfig.model_validate({"name": "e", "provider": "echo", "model": "parrot", "times": 0})
+    with pytest.raises(ValueError, match="judge: provider echo: tiems: Extra inputs are not permitted"):
+        DetectorConfig.model_validate({**detector, "tiems": 3})
     with pytest.raises(ValueError, match=r"unknown provider 'ecoh' \(known: openai, redline, bedrock, hf, echo\)"):
-        ChatModelOptions.model_validate({"provider": "ecoh", "model": "parrot"})
+        JudgeConfig.model_validate({"provider": "ecoh", "model": "parrot"})

@@ -505,11 +505,10 @@ def _completion(text: str) -> bytes:
 
 
 def _chat_client(service: _Service, **kwargs):
-    from redline.actors.providers.base import ProviderSettings
+    from redline.actors.providers import ChatModel
     from redline.actors.providers.client import ChatClient
-    from redline.actors.providers.registry import build_provider
 
-    provider = build_provider(ProviderSettings(provider="openai", model="m", base_url=service.url))
+    provider = ChatModel(provider="openai", model="m", base_url=service.url).build_provider()
     return ChatClient(provider, **kwargs)
 
 

@@ -98,7 +98,7 @@ def test_judges_reach_any_provider_bedrock_included(tmp_path, monkeypatch):
                                        cache_dir=None))
         with pytest.raises(RedlineError, match="judge endpoint Bedrock answered ValidationException"):
             missing.judge(["x"])
-    with pytest.raises(Exception, match="provider openai needs base_url"):
+    with pytest.raises(Exception, match="provider openai: base_url: Field required"):
         JudgeConfig(model="m")
 
 

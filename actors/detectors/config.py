@@ -57,10 +57,11 @@ class DetectorConfig(ActorPoolSize):
         return self
 
     def extra_fields(self) -> dict[str, FieldInfo]:
-        """The kind's own fields (its `Options`), with their roles in the run key."""
-        from redline.actors.detectors.registry import detector_class
-
-        return detector_class(self.kind).Options.model_fields
+        """The kind's own fields (its `Options`), with their roles in the run key; where those options
+        hold extra fields of their own (an LLM detector's chat model: its provider's settings), theirs too."""
+        options = self.options()
+        nested = options.extra_fields() if hasattr(options, "extra_fields") else {}
+        return {**type(options).model_fields, **nested}
 
     def options(self) -> BaseModel:
         from redline.actors.detectors.registry import detector_class

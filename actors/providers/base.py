@@ -11,12 +11,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, ClassVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from redline.cluster.config import Strict
 from redline.cluster.protocol import check_sampling
 from redline.errors import RedlineError
+
+if TYPE_CHECKING:
+    from redline.actors.providers.chat_model import ChatModel
 
 Messages = list[dict[str, str]]
 
@@ -32,6 +36,10 @@ def check_provider(name: str) -> str:
 
 
 ProviderName = Annotated[str, AfterValidator(check_provider)]
+
+
+class NoOptions(Strict):
+    """A provider without settings of its own."""
 
 
 class SamplingParams(BaseModel):
@@ -67,23 +75,6 @@ class PromptResult:
     completions: list[Completion] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class ProviderSettings:
-    """How to reach one chat model, whatever the provider (fields a provider does not use are ignored)."""
-
-    provider: str
-    model: str
-    base_url: str | None = None
-    api_key_env: str | None = None
-    allow_insecure_http: bool = False
-    timeout_s: float = 60.0
-    max_answer_bytes: int = 1 << 20
-    region: str | None = None
-    endpoint_url: str | None = None
-    additional_fields: dict[str, Any] = field(default_factory=dict)
-    local: dict[str, Any] = field(default_factory=dict)  # hf: the generator config of a local model
-
-
 class Refused(RedlineError):
     """The service refused the request itself (auth, unknown model, bad request): not worth a retry."""
 
@@ -103,24 +94,19 @@ class ChatProvider(ABC):
     description: ClassVar[str]
     # A remote service: requests run concurrently under a rate limit and are retried on Transient.
     remote: ClassVar[bool] = True
-    # What a config must give for this provider: {field: what it is}, checked when the config loads.
-    needs: ClassVar[dict[str, str]] = {"model": "the model to use"}
+    # A model in this process whose gradients the trigger search can follow.
+    has_gradients: ClassVar[bool] = False
+    # The provider's own settings, beside a chat model's common fields in a config (`ChatModel`).
+    Options: ClassVar[type[BaseModel]] = NoOptions
 
-    @classmethod
-    def check_config(cls, values: dict[str, Any]) -> None:
-        """Raises ValueError naming the first field this provider needs that `values` lacks."""
-        for name, what in cls.needs.items():
-            value = values.get(name)
-            if not value or (name == "base_url" and not str(value).startswith(("http://", "https://"))):
-                raise ValueError(f"provider {cls.name} needs {name} ({what})")
-
-    def __init__(self, settings: ProviderSettings) -> None:
-        self.settings = settings
+    def __init__(self, config: "ChatModel", num_gpus: float = 0.0) -> None:
+        self.config = config
+        self.options = config.options()
 
     @property
     def endpoint(self) -> str:
         """Where requests go, for error messages."""
-        return self.settings.base_url or self.settings.endpoint_url or self.name
+        return self.name
 
     @abstractmethod
     def chat_one(self, messages: Messages, params: SamplingParams) -> PromptResult: ...

@@ -15,6 +15,7 @@ from redline.actors.providers.base import (
     SamplingParams,
     Transient,
 )
+from redline.cluster.config import Result, Strict
 from redline.errors import first_line
 
 FINISH = {"max_tokens": "length", "stop_sequence": "stop", "end_turn": "stop"}
@@ -22,19 +23,28 @@ TRANSIENT_CODES = {"ThrottlingException", "ServiceUnavailableException", "Intern
                    "ModelNotReadyException", "ModelTimeoutException", "TooManyRequestsException"}
 
 
+class BedrockOptions(Strict):
+    region: str | None = Result(None, description="AWS region; default: the AWS configuration's.")
+    endpoint_url: str | None = Result(None, description="A VPC endpoint or a compatible stand-in.")
+    additional_fields: dict[str, Any] = Result(
+        default_factory=dict, description="Model-specific request fields (additionalModelRequestFields); top_k is "
+                                          "sent as {top_k: K} here, the name Anthropic and Mistral models use.")
+
+
 class BedrockProvider(ChatProvider):
     name = "bedrock"
     description = "a model on AWS Bedrock (Converse API via boto3; `region`, `endpoint_url`, `additional_fields`)"
-    needs = {"model": "a Bedrock model id or ARN"}
+    Options = BedrockOptions
 
-    def __init__(self, settings: Any) -> None:
-        super().__init__(settings)
+    def __init__(self, config: Any, num_gpus: float = 0.0) -> None:
+        super().__init__(config)
+        settings = self.options
         import boto3
         from botocore.config import Config
 
         # Retries are the ChatClient's; botocore only gets the timeouts.
-        config = Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=settings.timeout_s,
-                        read_timeout=settings.timeout_s)
+        config = Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=config.timeout_s,
+                        read_timeout=config.timeout_s)
         try:
             self.client = boto3.session.Session().client("bedrock-runtime", region_name=settings.region,
                                        endpoint_url=settings.endpoint_url, config=config)
@@ -43,19 +53,19 @@ class BedrockProvider(ChatProvider):
 
     @property
     def endpoint(self) -> str:
-        return self.settings.endpoint_url or self.client.meta.endpoint_url
+        return self.options.endpoint_url or self.client.meta.endpoint_url
 
     def request(self, messages: Messages, params: SamplingParams) -> dict[str, Any]:
         inference: dict[str, Any] = {"maxTokens": params.max_tokens, "temperature": params.temperature,
                                      "topP": params.top_p}
         if params.stop:
             inference["stopSequences"] = list(params.stop)
-        extra = dict(self.settings.additional_fields)
+        extra = dict(self.options.additional_fields)
         if params.top_k is not None:
             extra.setdefault("top_k", params.top_k)  # the name Anthropic and Mistral models use
         system = [{"text": m["content"]} for m in messages if m["role"] == "system"]
         request: dict[str, Any] = {
-            "modelId": self.settings.model, "inferenceConfig": inference,
+            "modelId": self.config.model, "inferenceConfig": inference,
             "messages": [{"role": m["role"], "content": [{"text": m["content"]}]} for m in messages
                          if m["role"] != "system"]}
         if system:

@@ -101,8 +101,10 @@ class ChatClient:
         self.cache = AnswerCache(cache_dir)
 
     def key(self, messages: Messages, params: SamplingParams) -> str:
-        s = self.provider.settings
-        raw = json.dumps([s.provider, s.base_url, s.model, messages, params.model_dump(mode="json")])
+        p = self.provider
+        # The server a provider names by its base_url is part of the key (a cache made before keeps its hits).
+        raw = json.dumps([p.name, getattr(p.options, "base_url", None), p.config.model, messages,
+                          params.model_dump(mode="json")])
         return hashlib.sha256(raw.encode()).hexdigest()
 
     def ask(self, messages: Messages, params: SamplingParams,

@@ -16,8 +16,9 @@ from redline.actors.providers.base import (
     SamplingParams,
     Transient,
 )
+from redline.cluster.config import Execution, Strict
 from redline.cluster.net import check_key_transport, retry_after_s
-from redline.errors import RedlineError, first_line
+from redline.errors import first_line
 
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
@@ -32,26 +33,36 @@ def api_message(err: Any) -> str:
     return first_line(err)[:200]
 
 
+class OpenAIOptions(Strict):
+    base_url: str = Execution(pattern=r"^https?://", description="The server's base URL, e.g. "
+                                                                  "http://127.0.0.1:8000/v1.")
+    api_key_env: str | None = Execution(None, description="Environment variable holding the key (default "
+                                                          "OPENAI_API_KEY; REDLINE_API_KEY for provider redline).")
+
+
 class OpenAIProvider(ChatProvider):
     name = "openai"
     description = "any OpenAI-compatible chat API (OpenAI, vLLM, TGI, LiteLLM, Ollama ...), `base_url` + key from the env"
     default_key_env = "OPENAI_API_KEY"
-    needs = {"base_url": "http://... or https://...", "model": "the name the server knows"}
+    Options = OpenAIOptions
 
-    def __init__(self, settings: Any) -> None:
-        super().__init__(settings)
+    def __init__(self, config: Any, num_gpus: float = 0.0) -> None:
+        super().__init__(config)
         from openai import OpenAI
 
-        if not settings.base_url or not settings.base_url.startswith(("http://", "https://")):
-            raise RedlineError(f"provider {self.name} needs base_url (http://... or https://...)")
-        key = os.environ.get(settings.api_key_env or self.default_key_env, "")
-        check_key_transport(settings.base_url, bool(key), settings.allow_insecure_http, f"model at {settings.base_url}")
+        self.base_url = self.options.base_url
+        key = os.environ.get(self.options.api_key_env or self.default_key_env, "")
+        check_key_transport(self.base_url, bool(key), config.allow_insecure_http, f"model at {self.base_url}")
         # Retries are the ChatClient's: they share its rate limiter and are counted.
-        self.client = OpenAI(base_url=settings.base_url, api_key=key or "not-needed", timeout=settings.timeout_s,
+        self.client = OpenAI(base_url=self.base_url, api_key=key or "not-needed", timeout=config.timeout_s,
                              max_retries=0)
 
+    @property
+    def endpoint(self) -> str:
+        return self.base_url
+
     def sampling(self, params: SamplingParams) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"model": self.settings.model, "n": params.n, "temperature": params.temperature,
+        kwargs: dict[str, Any] = {"model": self.config.model, "n": params.n, "temperature": params.temperature,
                                   "top_p": params.top_p, "max_tokens": params.max_tokens}
         if params.stop:
             kwargs["stop"] = list(params.stop)
@@ -66,7 +77,7 @@ class OpenAIProvider(ChatProvider):
         too) and parsed as a JSON object; Refused or Transient on failure."""
         import openai
 
-        limit = self.settings.max_answer_bytes
+        limit = self.config.max_answer_bytes
         try:
             with create(**kwargs) as response:
                 declared = response.headers.get("content-length", "")
@@ -83,7 +94,7 @@ class OpenAIProvider(ChatProvider):
             raise Transient(f"{type(err).__name__}: {first_line(err)}", unreachable=True) from None
         except openai.APIStatusError as err:
             if err.status_code not in RETRYABLE_STATUS:
-                raise Refused(f"{self.settings.base_url} answered HTTP {err.status_code} ({api_message(err)}); fix the "
+                raise Refused(f"{self.base_url} answered HTTP {err.status_code} ({api_message(err)}); fix the "
                               "model settings (model, key, base_url)") from None
             headers = err.response.headers if err.response is not None else None
             raise Transient(f"HTTP {err.status_code}", retry_after_s(headers)) from None

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from redline.cluster.plugins import Registry
 
 if TYPE_CHECKING:
-    from redline.actors.providers.base import ChatProvider, ProviderSettings
+    from redline.actors.providers.base import ChatProvider
 
 
 def _built_in() -> tuple[type["ChatProvider"], ...]:
@@ -25,7 +25,3 @@ register_provider = PROVIDERS.register  # a provider from outside this package (
 def providers() -> dict[str, type["ChatProvider"]]:
     """Every provider by name: the only list of them (configs validate against it)."""
     return PROVIDERS.all()
-
-
-def build_provider(settings: "ProviderSettings") -> "ChatProvider":
-    return PROVIDERS.get(settings.provider)(settings)
