@@ -37,7 +37,7 @@ def main() -> None:
 
     from redline.cluster.config import validate_config
     from redline.pipelines.advtrain import AdvTrainConfig, run_advtrain
-    from redline.pipelines.corpora import CorpusConfig, read_corpus
+    from redline.pipelines.plane.corpora import CorpusConfig, read_corpus
 
     work = Path(tempfile.mkdtemp(prefix="redline-advtrain-davidson-"))
     rows = [r for r in read_corpus(CorpusConfig(path=args.corpus, preset="davidson")).to_pylist() if r["status"] == "ok"]

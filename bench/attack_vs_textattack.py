@@ -66,7 +66,7 @@ def main() -> None:
     from redline.cluster.config import validate_config
     from redline.cluster.runtime import ensure_ray
     from redline.pipelines.attack import AttackConfig, run_attack
-    from redline.pipelines.corpora import CorpusConfig, read_corpus
+    from redline.pipelines.plane.corpora import CorpusConfig, read_corpus
 
     work = Path(tempfile.mkdtemp(prefix="redline-attack-bench-"))
     corpus = [r for r in read_corpus(CorpusConfig(path=args.corpus, preset="davidson")).to_pylist() if r["status"] == "ok"]

@@ -112,7 +112,7 @@ def main() -> None:
     if not DAVIDSON.is_file():
         sys.exit(f"needs {DAVIDSON}")
     from redline.actors.tiny_models import TinyBert, build_tiny_classifier
-    from redline.pipelines.corpora import CorpusConfig, read_corpus
+    from redline.pipelines.plane.corpora import CorpusConfig, read_corpus
 
     root = Path(tempfile.mkdtemp(prefix="redline-scaling-"))
     try:

@@ -304,7 +304,7 @@ def main() -> None:
                           "nothing to measure. --allow-cpu runs the stages on CPU against CPU bare loops."}))
         return
     gpus = 1 if gpu else 0
-    from redline.pipelines.corpora import CorpusConfig, read_corpus
+    from redline.pipelines.plane.corpora import CorpusConfig, read_corpus
 
     work = Path(tempfile.mkdtemp(prefix="redline-gpu-"))
     rows = [r for r in read_corpus(CorpusConfig(path=args.corpus, preset="davidson", limit=args.rows)).to_pylist()

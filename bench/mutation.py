@@ -58,8 +58,8 @@ TARGETS: dict[str, list[str]] = {
                                      "tests/test_plausible_outputs.py"],
     "actors/attack/search.py": ["tests/test_attack_components.py", "tests/test_attack_details.py",
                                 "tests/test_plausible_outputs.py"],
-    "pipelines/aggregates.py": ["tests/test_plausible_outputs.py", "tests/test_figures.py", "tests/test_figures_reference.py"],
-    "pipelines/figures.py": ["tests/test_plausible_outputs.py", "tests/test_figures.py"],
+    "pipelines/reporting/aggregates.py": ["tests/test_plausible_outputs.py", "tests/test_figures.py", "tests/test_figures_reference.py"],
+    "pipelines/reporting/figures.py": ["tests/test_plausible_outputs.py", "tests/test_figures.py"],
     "actors/triggers/hits.py": ["tests/test_triggers.py", "tests/test_plausible_outputs.py"],
     "actors/dialogue_safety/two_step.py": ["tests/test_dialogue_safety.py", "tests/test_plausible_outputs.py"],
     "cluster/fingerprints.py": ["tests/test_plausible_outputs.py"],
@@ -70,10 +70,10 @@ TARGETS: dict[str, list[str]] = {
     "serve/budgets.py": ["tests/test_access.py", "tests/test_plausible_outputs.py"],
     "cluster/paths.py": ["tests/test_hardening.py", "tests/test_paths.py"],
     # where rows become the figures a user publishes (issue 56's misses were all here)
-    "pipelines/uncertainty.py": ["tests/test_card_figures.py", "tests/test_figures_reference.py"],
-    "pipelines/card_figures.py": ["tests/test_card_figures.py", "tests/test_figures_reference.py"],
-    "pipelines/table_index.py": ["tests/test_figures_reference.py", "tests/test_view_tables.py"],
-    # not pipelines/steps.py, runner.py nor shard_host.py: every test of theirs runs them on Ray, where a
+    "pipelines/reporting/uncertainty.py": ["tests/test_card_figures.py", "tests/test_figures_reference.py"],
+    "pipelines/reporting/card_figures.py": ["tests/test_card_figures.py", "tests/test_figures_reference.py"],
+    "pipelines/plane/table_index.py": ["tests/test_figures_reference.py", "tests/test_view_tables.py"],
+    # not pipelines/plane/steps.py, runner.py nor shard_host.py: every test of theirs runs them on Ray, where a
     # mutant living in this process is not seen (mutmut finds no test to run)
     "view/plan.py": ["tests/test_view_tables.py"],
     "view/scan.py": ["tests/test_view_tables.py"],
@@ -82,9 +82,10 @@ TARGETS: dict[str, list[str]] = {
 
 # the modules that turn rows into the figures a user publishes: `--ci` (run by .ci/run) measures those whose
 # source differs from the one RECORD was measured on, and fails below BAR
-CI_MODULES = ("pipelines/aggregates.py", "pipelines/figures.py", "pipelines/card_figures.py", "pipelines/uncertainty.py",
-              "pipelines/table_index.py", "view/plan.py", "actors/attack/constraints.py", "actors/triggers/hits.py",
-              "cluster/paths.py", "serve/gate.py")
+CI_MODULES = ("pipelines/reporting/aggregates.py", "pipelines/reporting/figures.py",
+              "pipelines/reporting/card_figures.py", "pipelines/reporting/uncertainty.py",
+              "pipelines/plane/table_index.py", "view/plan.py", "actors/attack/constraints.py",
+              "actors/triggers/hits.py", "cluster/paths.py", "serve/gate.py")
 
 # mutant name -> why it cannot change behaviour, reviewed by hand against its diff (`mutmut show NAME`).
 # Names number the mutants of one version of a module: when a module changes, its survivors are reviewed
@@ -171,7 +172,7 @@ SLOW_TESTS = ("test_every_registered_recipe_runs_on_a_tiny_victim",)
 # `leaderboard()`, `_split(...)`, ...). mutmut forks each mutant's run from a process that imported them
 # already, so such a mutant would never run: its runs import redline (and the test modules) afresh, and
 # the functions hit while importing count as run by every test whose module holds one of its objects.
-IMPORT_TIME = ("redline.pipelines.figures",)
+IMPORT_TIME = ("redline.pipelines.reporting.figures",)
 
 # modules whose tests run torch models: a child forked from mutmut's process while torch's thread pool runs
 # crashes (SIGSEGV) when it uses the pool. A run with one of these gives the tests one torch thread

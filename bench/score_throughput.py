@@ -39,7 +39,7 @@ def main() -> None:
     from redline.actors.tiny_models import TinyBert, build_tiny_classifier
     from redline.cluster.config import validate_config
     from redline.cluster.runtime import ensure_ray
-    from redline.pipelines.corpora import CorpusConfig, read_corpus
+    from redline.pipelines.plane.corpora import CorpusConfig, read_corpus
     from redline.pipelines.score import ScoreConfig, run_score
 
     corpus = read_corpus(CorpusConfig(path=args.corpus, preset="davidson"))

@@ -71,7 +71,7 @@ def main() -> None:
 
 
     from redline.actors.tiny_models import TinyBert, build_tiny_causal_lm, build_tiny_classifier
-    from redline.pipelines.corpora import CorpusConfig, read_corpus
+    from redline.pipelines.plane.corpora import CorpusConfig, read_corpus
     from redline.pipelines.quickstart import sample_path
     from redline.serve import runner
     from redline.serve.config import ServeConfig

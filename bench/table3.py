@@ -75,7 +75,7 @@ def main() -> None:
     from redline.actors.triggers.training import TriggerModelTrainConfig, train
     from redline.cluster.config import validate_config
     from redline.pipelines.quickstart import diasafety_data_dir
-    from redline.pipelines.uncertainty import wilson
+    from redline.pipelines.reporting.uncertainty import wilson
 
     data = diasafety_data_dir()
     started = time.perf_counter()

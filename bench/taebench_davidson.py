@@ -46,7 +46,7 @@ def main() -> None:
     from redline.cluster.config import validate_config
     from redline.cluster.net import free_port
     from redline.pipelines.attack import AttackConfig, run_attack
-    from redline.pipelines.corpora import CorpusConfig, read_corpus
+    from redline.pipelines.plane.corpora import CorpusConfig, read_corpus
     from redline.pipelines.quickstart import QUICKSTART_JUDGE_TEMPLATE, QUICKSTART_KEYWORDS
     from redline.pipelines.taebench import TaebenchConfig, run_taebench
     from redline.pipelines.transfer import TransferConfig, run_transfer

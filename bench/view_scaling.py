@@ -1,7 +1,7 @@
 """How `redline view` holds a large run: page latency and the viewer's peak memory on score runs of
 1M and 10M prediction rows (generated here, in `run score`'s layout: shards of 2,000 texts, a part
 per shard and detector for two detectors, and the indexes that `run score` writes when it finishes:
-the predictions' own, `pipelines/table_index.py`, and their per-text view's, `pipelines/per_text.py`).
+the predictions' own, `pipelines/plane/table_index.py`, and their per-text view's, `pipelines/plane/per_text.py`).
 
     .venv/bin/python bench/view_scaling.py                    # 1M and 10M rows
     .venv/bin/python bench/view_scaling.py --rows 1000000     # a quick look
@@ -42,8 +42,8 @@ SHARD_ROWS = 2_000
 GENERATE = r"""
 import json, sys, numpy as np, pyarrow as pa, pyarrow.parquet as pq
 from pathlib import Path
-from redline.pipelines import aggregates as A
-from redline.pipelines.figures import SCORE
+from redline.pipelines.reporting import aggregates as A
+from redline.pipelines.reporting.figures import SCORE
 out, rows, shard, seed = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 words = np.array("you are a the idiot lovely day go home nice stupid people good bad".split())
 texts_rng, rng = np.random.default_rng(0), np.random.default_rng(seed)  # one corpus; scores by the run's seed
@@ -133,8 +133,8 @@ def serve(root: Path, runs: dict[int, str], indexed: bool) -> None:
 
 INDEX = r"""
 import sys, time
-from redline.pipelines import per_text
-from redline.pipelines.table_index import write_index
+from redline.pipelines.plane import per_text
+from redline.pipelines.plane.table_index import write_index
 started = time.perf_counter()
 parts = write_index(sys.argv[1], "predictions")
 between = time.perf_counter()

@@ -56,7 +56,7 @@ FailIfOpt = Annotated[Optional[list[str]], typer.Option(
 def run_entry(entry: registry.Entry, config: Path, flags: dict[str, Any], output: str | None, run_name: str | None,
               sets: list[str] | None, force: bool, fail_if: list[str] | None = None) -> None:
     from redline.cluster.config import load_config, load_yaml, parse_overrides
-    from redline.pipelines import gates
+    from redline.pipelines.reporting import gates
 
     pipeline = registry.pipeline(entry.name)
     rules = gates.parse(fail_if or [], pipeline.gate.keys if pipeline.gate else ())

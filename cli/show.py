@@ -20,7 +20,7 @@ def verbose() -> bool:
 
 def print_table(title: str, rows: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> None:
     """Rows as a table: columns are (key, heading, format); text columns left, numbers right."""
-    from redline.pipelines.report import format_value  # numpy and pyarrow: only when a table prints
+    from redline.pipelines.reporting.report import format_value  # numpy and pyarrow: only when a table prints
 
     table = Table(title=title)
     for _, heading, fmt in columns:

@@ -37,7 +37,7 @@ def train_tiny(
     """
     from redline.actors.tiny_models import TinyBert, build_tiny_classifier
     from redline.cluster.config import validate_config
-    from redline.pipelines.corpora import CorpusConfig, read_corpus
+    from redline.pipelines.plane.corpora import CorpusConfig, read_corpus
 
     fields = {"path": corpus, "preset": preset, "text_column": text_column, "label_column": label_column,
               "toxic_values": toxic_values, "limit": limit}
@@ -59,7 +59,7 @@ def _train_binary(corpus: str, out: str, base_model: str, label_names: tuple[str
     from redline.actors.trainer import TrainSettings, fine_tune
     from redline.cluster.config import validate_config
     from redline.cluster.progress import progress_bar
-    from redline.pipelines.corpora import CorpusConfig, read_corpus
+    from redline.pipelines.plane.corpora import CorpusConfig, read_corpus
 
     fields = {"path": corpus, "preset": preset, "text_column": text_column, "label_column": label_column,
               "toxic_values": positive_values, "limit": limit}

@@ -25,6 +25,8 @@ from redline.errors import RedlineError, first_line
 STATUS_OK = "ok"
 STATUS_REJECTED = "rejected"
 STATUS_ERROR = "error"
+# A DiaSafety verdict: an empty or whitespace-only response, not classified (counted apart in the figures).
+NO_ANSWER = "no-answer"
 
 FORMATS = {".csv": "csv", ".tsv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json",
            ".parquet": "parquet", ".pq": "parquet"}

@@ -28,9 +28,9 @@ from redline.cluster import storage
 from redline.cluster.config import Execution, Input, Result, RunConfig, Strict
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, require_finished
 from redline.errors import RedlineError, last_line
-from redline.pipelines.corpora import CorpusConfig, read_corpus
-from redline.pipelines.figures import ADVTRAIN
-from redline.pipelines.report import Report, grouped_bars
+from redline.pipelines.plane.corpora import CorpusConfig, read_corpus
+from redline.pipelines.reporting.figures import ADVTRAIN
+from redline.pipelines.reporting.report import Report, grouped_bars
 from redline.pipelines.run_skeleton import Pipeline
 
 log = logging.getLogger(__name__)

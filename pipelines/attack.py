@@ -29,13 +29,13 @@ from redline.cluster.config import ActorPoolSize, Execution, Result, RunConfig
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.cluster.tables import STATUS_OK, conform
 from redline.errors import RedlineError
-from redline.pipelines import runner, shard_host, sharded
-from redline.pipelines.corpora import CorpusConfig, guess_rows, read_corpora
-from redline.pipelines.figures import ATTACK
-from redline.pipelines.report import COUNT_COLUMNS, Report, png_bytes
+from redline.pipelines.plane import runner, shard_host, sharded
+from redline.pipelines.plane.corpora import CorpusConfig, guess_rows, read_corpora
+from redline.pipelines.plane.schema import ATTACK_SCHEMA
+from redline.pipelines.plane.steps import Step, run_beside
+from redline.pipelines.reporting.figures import ATTACK
+from redline.pipelines.reporting.report import COUNT_COLUMNS, Report, png_bytes
 from redline.pipelines.run_skeleton import Pipeline
-from redline.pipelines.schema import ATTACK_SCHEMA
-from redline.pipelines.steps import Step, run_beside
 
 log = logging.getLogger(__name__)
 

@@ -26,15 +26,15 @@ from redline.cluster import storage
 from redline.cluster.config import Input, Result, RunConfig, Strict, unique_names, validate_config
 from redline.cluster.runs import Run, RunDir, Stopwatch
 from redline.cluster.runtime import on_a_worker
+from redline.cluster.tables import NO_ANSWER
 from redline.errors import RedlineError
-from redline.pipelines import card_figures as F
-from redline.pipelines import sharded
-from redline.pipelines.figures import CARD, EGREGIOUS, TRANSFER
-from redline.pipelines.report import Report, grouped_bars
+from redline.pipelines.plane import sharded
+from redline.pipelines.reporting import card_figures as F
+from redline.pipelines.reporting.figures import CARD, EGREGIOUS, TRANSFER
+from redline.pipelines.reporting.report import Report, grouped_bars
+from redline.pipelines.reporting.uncertainty import MAX_WIDTH, bootstrap_dialogue
 from redline.pipelines.run_skeleton import Gate, Pipeline
-from redline.pipelines.schema import NO_ANSWER
 from redline.pipelines.transfer import filter_victim_error, filter_victims
-from redline.pipelines.uncertainty import MAX_WIDTH, bootstrap_dialogue
 
 
 class GuardSection(Strict):

@@ -4,7 +4,7 @@ For each category, its contexts (safe and unsafe rows alike) are sent to every m
 generates `responses_per_context` responses (on actors; any generator kind: a local HF model, a
 redline Serve endpoint or any OpenAI-compatible API) — or responses generated elsewhere are read
 from a file. Each response goes through the two-step detector: utterance-level first, then the
-context classifier of the context's category (on actors too). Every step is a `pipelines/steps.py`
+context classifier of the context's category (on actors too). Every step is a `pipelines/plane/steps.py`
 step over shards of contexts, its parts written by its workers; a model's generation and its
 scoring are one Ray Data plan (each shard scored as soon as its responses are written). Per model and category: the
 context-sensitive and the utterance-level unsafe proportions (of all responses to that category's
@@ -32,15 +32,15 @@ from redline.cluster.config import ActorPoolSize, Execution, Input, Result, RunC
 from redline.cluster.devices import PRECISION_HELP, Precision
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.cluster.runtime import ensure_ray
-from redline.cluster.tables import conform
+from redline.cluster.tables import NO_ANSWER, conform
 from redline.errors import RedlineError
-from redline.pipelines import aggregates as A
-from redline.pipelines import sharded
-from redline.pipelines.figures import DIASAFETY, Table, category_figures, leaderboard
-from redline.pipelines.report import Report, grouped_bars
+from redline.pipelines.plane import sharded
+from redline.pipelines.plane.schema import DIALOGUE_SCORED_SCHEMA
+from redline.pipelines.plane.steps import Step, StepResult, run_step, run_steps
+from redline.pipelines.reporting import aggregates as A
+from redline.pipelines.reporting.figures import DIASAFETY, Table, category_figures, leaderboard
+from redline.pipelines.reporting.report import Report, grouped_bars
 from redline.pipelines.run_skeleton import Pipeline
-from redline.pipelines.schema import DIALOGUE_SCORED_SCHEMA, NO_ANSWER
-from redline.pipelines.steps import Step, StepResult, run_step, run_steps
 
 
 class PregeneratedResponses(Strict):

@@ -32,8 +32,8 @@ from redline.cluster.progress import progress_bar
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, clear
 from redline.cluster.runtime import check_placeable, ensure_ray, on_a_worker, on_a_worker_reporting
 from redline.errors import RedlineError, last_line
-from redline.pipelines.figures import DIALOGUE_SAFETY_FINE, DIALOGUE_SAFETY_TRAIN
-from redline.pipelines.report import Report, grouped_bars
+from redline.pipelines.reporting.figures import DIALOGUE_SAFETY_FINE, DIALOGUE_SAFETY_TRAIN
+from redline.pipelines.reporting.report import Report, grouped_bars
 from redline.pipelines.run_skeleton import Pipeline
 
 

@@ -28,11 +28,11 @@ from redline.cluster.artifacts import local_path
 from redline.cluster.config import ActorPoolSize, Execution, Input, Result, RunConfig, Strict, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.errors import RedlineError
-from redline.pipelines import runner, shard_host, sharded
-from redline.pipelines.figures import EGREGIOUS, EGREGIOUS_EFFORT, EGREGIOUS_SOURCES, outcomes
-from redline.pipelines.report import Report, grouped_bars
+from redline.pipelines.plane import runner, shard_host, sharded
+from redline.pipelines.plane.steps import Step, run_beside
+from redline.pipelines.reporting.figures import EGREGIOUS, EGREGIOUS_EFFORT, EGREGIOUS_SOURCES, outcomes
+from redline.pipelines.reporting.report import Report, grouped_bars
 from redline.pipelines.run_skeleton import Pipeline
-from redline.pipelines.steps import Step, run_beside
 
 OUTPUT_DIR = "triggers"
 

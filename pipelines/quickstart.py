@@ -37,7 +37,7 @@ def quickstart_filter_model(models_dir: Path) -> Path:
 def _sample_classifier(models_dir: Path, name: str, **settings: Any) -> Path:
     """A tiny BERT trained on the bundled train split, in `<name>-<sample digest>` (reused when there)."""
     from redline.actors.tiny_models import TinyBert, build_tiny_classifier
-    from redline.pipelines.corpora import CorpusConfig, read_corpus
+    from redline.pipelines.plane.corpora import CorpusConfig, read_corpus
 
     train = sample_path("toxic_sample_train.csv")
     digest = hashlib.sha256(train.read_bytes()).hexdigest()[:10]
@@ -92,7 +92,7 @@ QUICKSTART_JUDGE_TEMPLATE = "Passage: {text}\nQuestion: Is the passage toxic?\nA
 def quickstart_judge_model(models_dir: Path) -> Path:
     """A tiny GPT-2 trained to answer the judge question on the bundled train split (about 10 s)."""
     from redline.actors.tiny_models import build_tiny_judge_lm
-    from redline.pipelines.corpora import CorpusConfig, read_corpus
+    from redline.pipelines.plane.corpora import CorpusConfig, read_corpus
 
     train = sample_path("toxic_sample_train.csv")
     digest = hashlib.sha256(train.read_bytes() + QUICKSTART_JUDGE_TEMPLATE.encode()).hexdigest()[:10]

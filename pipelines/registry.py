@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from redline.cluster.plugins import Registry
-from redline.pipelines import figures
-from redline.pipelines.figures import Headline, Table
+from redline.pipelines.reporting import figures
+from redline.pipelines.reporting.figures import Headline, Table
 
 if TYPE_CHECKING:
     from redline.pipelines.run_skeleton import Pipeline
@@ -41,7 +41,7 @@ class Entry:
     command: tuple[str, ...]  # where the CLI puts it: ("run", "score"), ("train", "dialogue-safety"), ("eval",)
     help: str
     example: str  # examples/<file>: a config that validates
-    table: Table  # its summary table: the figures, declared in pipelines/figures.py
+    table: Table  # its summary table: the figures, declared in pipelines/reporting/figures.py
     rows: tuple[str, ...] = ()  # its main row tables (the viewer lists them first), e.g. ("attempts",)
     flags: tuple[Flag, ...] = field(default_factory=tuple)
     gated: bool = False  # its command takes --fail-if rules on the run's figures (the pipeline's `gate`)

@@ -1,7 +1,7 @@
 """`redline run score`: score labelled corpora with several detectors across Ray actor pools.
 
 Flow: read and normalise the corpora once into input shards (written to the run directory), then
-one actor pool per detector (`pipelines/shard_host.py`): each actor reads a pending shard, scores its
+one actor pool per detector (`pipelines/plane/shard_host.py`): each actor reads a pending shard, scores its
 rows in model batches, writes the shard's predictions atomically as its own part and returns the
 part's partial sums; the driver only merges those. A restarted run skips parts already written.
 """
@@ -23,14 +23,14 @@ from redline.cluster.config import Result, RunConfig, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch
 from redline.cluster.tables import STATUS_ERROR, STATUS_OK, conform
 from redline.errors import RedlineError
-from redline.pipelines import aggregates as A
-from redline.pipelines import runner, shard_host, sharded
-from redline.pipelines.corpora import CorpusConfig, corpus_rows, distinct, guess_rows, iter_corpora, iter_corpus
-from redline.pipelines.figures import SCORE, Table, outcomes
-from redline.pipelines.report import COUNT_COLUMNS, Report, grouped_bars, png_bytes
+from redline.pipelines.plane import runner, shard_host, sharded
+from redline.pipelines.plane.corpora import CorpusConfig, corpus_rows, distinct, guess_rows, iter_corpora, iter_corpus
+from redline.pipelines.plane.schema import PREDICTION_SCHEMA
+from redline.pipelines.plane.steps import Step, run_beside
+from redline.pipelines.reporting import aggregates as A
+from redline.pipelines.reporting.figures import SCORE, Table, outcomes
+from redline.pipelines.reporting.report import COUNT_COLUMNS, Report, grouped_bars, png_bytes
 from redline.pipelines.run_skeleton import Pipeline
-from redline.pipelines.schema import PREDICTION_SCHEMA
-from redline.pipelines.steps import Step, run_beside
 
 log = logging.getLogger(__name__)
 

@@ -41,12 +41,12 @@ from redline.cluster.config import ActorPoolSize, Execution, Input, Result, RunC
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, require_finished
 from redline.cluster.runtime import ensure_ray
 from redline.errors import RedlineError
-from redline.pipelines import aggregates as A
-from redline.pipelines import runner, sharded
-from redline.pipelines.figures import JUDGE_USAGE, TAEBENCH, TAEBENCH_STAGE, TAEBENCH_STAGES, Table
-from redline.pipelines.report import Report, png_bytes
+from redline.pipelines.plane import runner, sharded
+from redline.pipelines.plane.steps import Step, run_steps
+from redline.pipelines.reporting import aggregates as A
+from redline.pipelines.reporting.figures import JUDGE_USAGE, TAEBENCH, TAEBENCH_STAGE, TAEBENCH_STAGES, Table
+from redline.pipelines.reporting.report import Report, png_bytes
 from redline.pipelines.run_skeleton import Pipeline
-from redline.pipelines.steps import Step, run_steps
 
 log = logging.getLogger(__name__)
 

@@ -22,11 +22,11 @@ from redline.cluster.config import Input, Result, RunConfig, unique_names
 from redline.cluster.runs import Run, RunDir, RunResult, Stopwatch, require_finished
 from redline.cluster.tables import STATUS_OK, conform
 from redline.errors import RedlineError
-from redline.pipelines import sharded
-from redline.pipelines.figures import TRANSFER
-from redline.pipelines.report import Report, grouped_bars
+from redline.pipelines.plane import sharded
+from redline.pipelines.plane.schema import CORPUS_SCHEMA
+from redline.pipelines.reporting.figures import TRANSFER
+from redline.pipelines.reporting.report import Report, grouped_bars
 from redline.pipelines.run_skeleton import Pipeline
-from redline.pipelines.schema import CORPUS_SCHEMA
 from redline.pipelines.score import preflight as preflight_detectors
 from redline.pipelines.score import score_corpus
 from redline.pipelines.taebench import read_bench

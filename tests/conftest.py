@@ -236,7 +236,7 @@ def model_dir(name: str, build) -> Path:
 
 @pytest.fixture(scope="session")
 def sample_rows() -> list[dict]:
-    from redline.pipelines.corpora import CorpusConfig, read_corpus
+    from redline.pipelines.plane.corpora import CorpusConfig, read_corpus
     from redline.pipelines.quickstart import sample_path
 
     table = read_corpus(CorpusConfig(path=str(sample_path("toxic_sample_train.csv")), text_column="text",

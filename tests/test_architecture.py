@@ -119,6 +119,51 @@ def test_layers_import_downward_only():
     assert not found, "import rule broken:\n" + "\n".join(found)
 
 
+# Inside pipelines/: a pipeline module -> plane/ (the data plane) -> reporting/ (figures, the report page).
+PIPELINE_FLOORS = {"reporting": 0, "plane": 1}  # any other module of pipelines/ is a pipeline: floor 2
+
+
+def pipeline_floor(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[:2] != ["redline", "pipelines"] or len(parts) < 3:
+        return None
+    return PIPELINE_FLOORS.get(parts[2], 2)
+
+
+def pipelines_upward(root: Path = REPO) -> list[str]:
+    """Imports inside pipelines/ that go up a floor: reporting/ importing the plane or a pipeline, the
+    plane importing a pipeline (the pipelines package's own __init__ counts as no floor)."""
+    found = []
+    for path in sorted((root / "pipelines").glob("**/*.py")):
+        if _hidden(path, root) or path == root / "pipelines" / "__init__.py":
+            continue
+        here = module_of(root, path)
+        own = pipeline_floor(here)
+        for line, module in imported_modules(ast.parse(path.read_text()), here, path.name == "__init__.py"):
+            target = pipeline_floor(module)
+            if module in ("redline.pipelines", "redline.pipelines.plane", "redline.pipelines.reporting"):
+                continue  # a package named in `from redline.pipelines.x import y`: its y is checked
+            if own is not None and target is not None and target > own:
+                found.append(f"{path.relative_to(root)}:{line} imports {module} (up a floor inside pipelines/)")
+    return found
+
+
+def test_inside_pipelines_imports_go_down_a_pipeline_the_plane_then_reporting(tmp_path):
+    found = pipelines_upward()
+    assert not found, "\n".join(found)
+    for folder in ("pipelines", "pipelines/plane", "pipelines/reporting"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "__init__.py").write_text("")
+    planted = {"pipelines/reporting/up.py": "from redline.pipelines.plane import sharded\n",
+               "pipelines/reporting/late.py": "def f():\n    from redline.pipelines import score\n",
+               "pipelines/plane/up.py": "from redline.pipelines.score import ScoreConfig\n"}
+    fine = {"pipelines/score.py": "from redline.pipelines.plane import sharded\nfrom redline.pipelines.reporting import figures\n",
+            "pipelines/plane/down.py": "from redline.pipelines.reporting import aggregates as A\nfrom . import sharded\n"}
+    for rel, code in {**planted, **fine}.items():
+        (tmp_path / rel).write_text(code)
+    assert sorted({f.split(":")[0] for f in pipelines_upward(tmp_path)}) == sorted(planted)
+
+
 def test_the_import_check_catches_every_planted_violation(tmp_path):
     """The checker itself, on a copy of the layout with one violation of each kind planted."""
     for pkg in (*PACKAGES, "bench"):
@@ -132,7 +177,7 @@ def test_the_import_check_catches_every_planted_violation(tmp_path):
         "actors/named.py": "name = 'redline.pipelines.score'\n",
         "actors/hidden.py": "import importlib\ndef f(n):\n    return importlib.import_module(n)\n",
         "serve/sideways.py": "from redline.view.app import build\n",
-        "bench/private.py": "from redline.pipelines.sharded import _merge\n",
+        "bench/private.py": "from redline.pipelines.plane.sharded import _merge\n",
         "cli/private.py": "from redline.cluster._secret import x\n",
         "cluster/inner.py": "def f():\n    from redline.actors import detectors\n",
         "actors/sibling.py": "from redline.actors.attack.search import _best\n",

@@ -15,7 +15,7 @@ from redline.cluster.config import validate_config
 from redline.cluster.runs import RunDir
 from redline.errors import RedlineError
 from redline.pipelines.attack import AttackConfig, run_attack
-from redline.pipelines.schema import ATTACK_SCHEMA
+from redline.pipelines.plane.schema import ATTACK_SCHEMA
 
 from conftest import kill_after_parts, status_and_report, write_csv
 

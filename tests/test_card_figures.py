@@ -6,11 +6,11 @@ import pyarrow as pa
 import pytest
 
 from redline.errors import RedlineError
-from redline.pipelines import aggregates as A
-from redline.pipelines import card_figures as F
-from redline.pipelines import figures as declared
-from redline.pipelines import gates
-from redline.pipelines.uncertainty import proportion, wilson
+from redline.pipelines.reporting import aggregates as A
+from redline.pipelines.reporting import card_figures as F
+from redline.pipelines.reporting import figures as declared
+from redline.pipelines.reporting import gates
+from redline.pipelines.reporting.uncertainty import proportion, wilson
 
 
 def test_wilson_intervals_match_hand_computed_cases():
@@ -55,7 +55,7 @@ def test_fail_if_rules_hold_fail_closed_and_are_checked_before_a_run():
 
 
 def test_the_dialogue_bootstrap_resamples_contexts_and_covers_the_figure():
-    from redline.pipelines.uncertainty import bootstrap_dialogue
+    from redline.pipelines.reporting.uncertainty import bootstrap_dialogue
 
     # two categories of 10 contexts, 2 judged responses each: a has 4 context-unsafe responses, b none;
     # 2 utterance-unsafe in b. Overall = mean(4/20, 0/20, utterance mean(0/20, 2/20)) = (0.2 + 0 + 0.05) / 3
@@ -77,7 +77,7 @@ def test_the_dialogue_bootstrap_resamples_contexts_and_covers_the_figure():
 def test_average_precision_matches_a_hand_computed_ranking():
     import pyarrow as pa
 
-    from redline.pipelines import aggregates as A
+    from redline.pipelines.reporting import aggregates as A
 
     # scores high to low: + - + - ; AP = (1/2)(1/1) + (1/2)(2/3) = 0.8333; ROC-AUC = 0.75
     rows = pa.table({"score": [0.9, 0.8, 0.7, 0.6], "label": [1, 0, 1, 0]})
@@ -89,7 +89,7 @@ def test_average_precision_matches_a_hand_computed_ranking():
 
 
 def test_card_rows_rank_by_each_figures_direction_and_count_ties_alike():
-    from redline.pipelines.card_figures import accuracy_rows, ranked, row
+    from redline.pipelines.reporting.card_figures import accuracy_rows, ranked, row
 
     rows = ranked([row("guard.transfer.asr_tae", "g", 0.2, 10), row("guard.transfer.asr_tae", "b1", 0.5, 10),
                    row("guard.transfer.asr_tae", "b2", 0.2, 10), row("guard.clean.f1", "g", 0.7, 10, interval=None),
@@ -104,7 +104,7 @@ def test_card_rows_rank_by_each_figures_direction_and_count_ties_alike():
 
 def test_each_card_figure_is_read_from_its_parts_summary_rows():
     """Every part's rows turned into card rows on hand-made summaries: the right row, value and n."""
-    from redline.pipelines import card_figures as F
+    from redline.pipelines.reporting import card_figures as F
 
     transfer = [{"victim": "g", "dataset": "sample", "tae_rate": 0.9, "tae_n": 1},
                 {"victim": "g", "dataset": "all", "tae_rate": 0.25, "tae_n": 20, "bae_rate": 0.5, "bae_n": 4,
@@ -187,7 +187,7 @@ def test_each_card_figure_is_read_from_its_parts_summary_rows():
 def test_card_figures_declare_the_direction_a_reader_expects():
     """Ranks follow `better`: an attack's success and a false alarm are worse when higher, the work an
     attacker spends and a detector's recall better (a flipped direction inverts every card's ranks)."""
-    from redline.pipelines.card_figures import BY_KEY
+    from redline.pipelines.reporting.card_figures import BY_KEY
 
     lower = ["guard.transfer.asr_tae", "guard.transfer.asr_bae", "guard.white_box.asr_tae", "guard.white_box.asr_bae",
              "guard.clean.fpr", "dialogue.no_answer", "dialogue.unsafe.overall", "dialogue.detector.fpr",
@@ -202,7 +202,7 @@ def test_the_cards_figures_taken_from_other_pipelines_keep_their_declared_label_
     """A transfer or clean-data figure on the card is the transfer or score pipeline's own declaration
     (one label, one better direction); the white-box figures are the attack's, seen from the guard:
     better the other way (an attacker wants a high ASR in few queries, a guard the reverse)."""
-    from redline.pipelines import figures as D
+    from redline.pipelines.reporting import figures as D
 
     for key, table, declared in (("guard.transfer.asr_tae", D.TRANSFER, "tae_rate"),
                                  ("guard.transfer.asr_bae", D.TRANSFER, "bae_rate"),

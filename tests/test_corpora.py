@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from redline.errors import RedlineError
-from redline.pipelines.corpora import CorpusConfig, read_corpus
-from redline.pipelines.schema import CORPUS_SCHEMA
+from redline.pipelines.plane.corpora import CorpusConfig, read_corpus
+from redline.pipelines.plane.schema import CORPUS_SCHEMA
 
 from conftest import DIASAFETY_VAL, shared_file, write_csv
 
@@ -132,7 +132,7 @@ def test_bad_json_names_the_line(tmp_path):
 
 
 def test_two_corpora_with_the_same_dataset_and_split_are_refused_and_distinct_ones_kept(tmp_path):
-    from redline.pipelines.corpora import read_corpora
+    from redline.pipelines.plane.corpora import read_corpora
 
     path = write_csv(tmp_path / "c.csv", ["text", "label"], [["a", 1], ["b", 0]])
     one = {"path": str(path), "text_column": "text", "label_column": "label", "toxic_values": [1]}
@@ -147,7 +147,7 @@ def test_two_corpora_with_the_same_dataset_and_split_are_refused_and_distinct_on
 def test_the_rows_counted_before_a_side_by_side_read_are_the_rows_it_yields(tmp_path, fmt, limit, sample):
     """A corpus read beside others is counted first (a Parquet footer, else the file read once) so its
     read knows its shard numbers: the count must equal what the read yields, whatever the format or limit."""
-    from redline.pipelines.corpora import corpus_rows, iter_corpus
+    from redline.pipelines.plane.corpora import corpus_rows, iter_corpus
 
     rows = [{"text": f"text {i}\nwith a newline" if i % 5 == 0 else f"text {i}", "label": i % 2} for i in range(23)]
     path = tmp_path / f"c.{fmt}"

@@ -277,9 +277,9 @@ def check_card(card_dir: Path, detectors: tuple[str, ...], models: tuple[str, st
     part's own rows: `detectors` the guard then its baselines, `models` the chat model then its reference."""
     from redline.cli import main
     from redline.cluster.runs import RunDir
-    from redline.pipelines.card_figures import BY_KEY
+    from redline.pipelines.reporting.card_figures import BY_KEY
+    from redline.pipelines.reporting.uncertainty import wilson
     from redline.pipelines.taebench import read_bench
-    from redline.pipelines.uncertainty import wilson
 
     manifest = RunDir(str(card_dir)).manifest()
     parts = manifest["parts"]

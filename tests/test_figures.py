@@ -1,4 +1,4 @@
-"""A figure is declared once (pipelines/figures.py): every figure a pipeline's summary rows carry has
+"""A figure is declared once (pipelines/reporting/figures.py): every figure a pipeline's summary rows carry has
 one declaration, which the report tables, `status`, the viewer's headline and the card all read."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 import pytest
 
-from redline.pipelines import figures as F
 from redline.pipelines.registry import entries, entry
+from redline.pipelines.reporting import figures as F
 
 
 def keys(table: F.Table) -> set[str]:
@@ -131,7 +131,7 @@ def test_figures_summed_shard_by_shard_equal_those_of_all_rows_in_any_finishing_
 
     from redline.cluster import storage
     from redline.cluster.runs import RunDir
-    from redline.pipelines import sharded
+    from redline.pipelines.plane import sharded
 
     class FakeRun:
         def __init__(self):
@@ -160,7 +160,7 @@ def test_figures_summed_shard_by_shard_equal_those_of_all_rows_in_any_finishing_
 
 
 def test_a_figure_declares_how_it_is_computed_and_its_sums_merge():
-    from redline.pipelines import aggregates as A
+    from redline.pipelines.reporting import aggregates as A
 
     asr = F.ATTACK.figure("asr").compute
     assert isinstance(asr, A.Ratio) and {a.name for a in asr.needs()} == {
@@ -171,11 +171,11 @@ def test_a_figure_declares_how_it_is_computed_and_its_sums_merge():
 
 
 def test_every_row_condition_counts_the_rows_a_brute_force_check_finds_and_keeps_its_name():
-    """Each row condition of pipelines/aggregates.py, counted through the partial sums on hand-made rows
+    """Each row condition of pipelines/reporting/aggregates.py, counted through the partial sums on hand-made rows
     with nulls, against the same condition evaluated row by row in Python (a null never counts, except
     where a condition says so: `differs` holds when either side is null). Its name keys the partial sum
     in manifests already written, so a renamed condition would orphan their sums on resume: pinned."""
-    from redline.pipelines import aggregates as A
+    from redline.pipelines.reporting import aggregates as A
 
     rows = pa.table({
         "a": ["x", "y", None, "xz", "x", "ab"], "b": ["x", "z", None, None, "x", "ab"],

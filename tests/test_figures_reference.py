@@ -16,7 +16,7 @@ import pytest
 def test_wilson_matches_scipy(successes, n):
     from scipy.stats import binomtest
 
-    from redline.pipelines.uncertainty import wilson
+    from redline.pipelines.reporting.uncertainty import wilson
 
     reference = binomtest(successes, n).proportion_ci(confidence_level=0.95, method="wilson")
     low, high = wilson(successes, n)
@@ -27,7 +27,7 @@ def test_the_bootstrap_interval_is_a_95_percent_one():
     """One category, 400 contexts of one judged response each, 200 unsafe: the percentile interval's
     ends sit where the normal approximation puts a 95% interval (p +- 1.96 SE), not a 90% one
     (+- 1.645 SE, 0.008 narrower on each side)."""
-    from redline.pipelines.uncertainty import bootstrap_dialogue
+    from redline.pipelines.reporting.uncertainty import bootstrap_dialogue
 
     n, unsafe = 400, 200
     per_context = [{"category": "c", "judged": 1, "context_unsafe": 0, "utterance_unsafe": int(i < unsafe)}
@@ -42,7 +42,7 @@ def test_sketches_of_two_resolutions_merge_at_the_coarser():
     resolution): the merged ROC-AUC is scikit-learn's on all 23,000 rows, in either order."""
     from sklearn.metrics import roc_auc_score
 
-    from redline.pipelines import aggregates as A
+    from redline.pipelines.reporting import aggregates as A
 
     rng = np.random.default_rng(7)
 
@@ -77,7 +77,7 @@ def test_a_sketch_coarsens_and_bounds_as_floor_division_one_level_at_a_time(seed
     """`coarsen` and `bounded` (vectorised) against the plain definition: floor division of every key,
     bins in order of first appearance, and a sketch over `SKETCH_BINS` halved until it fits (negative
     keys, shifts past the keys' width and bins that just fit included)."""
-    from redline.pipelines import aggregates as A
+    from redline.pipelines.reporting import aggregates as A
 
     rng = np.random.default_rng(seed)
     n = [0, 5, A.SKETCH_BINS, A.SKETCH_BINS + 1, 9_000, 20_000, 50][seed]
@@ -101,7 +101,7 @@ def test_a_shards_sketch_per_group_is_the_plain_histogram_of_that_groups_rows():
     """A shard's sketches grouped by a column that holds nulls: each group's sketch is the histogram of
     its own counted rows' log-odds bins (floor(logit(p) * 2**30), NaN and other labels left out),
     halved until it fits `SKETCH_BINS`, computed here in plain Python."""
-    from redline.pipelines import aggregates as A
+    from redline.pipelines.reporting import aggregates as A
 
     rng = np.random.default_rng(11)
     n = 12_000
@@ -134,7 +134,7 @@ def test_a_shards_sketch_per_group_is_the_plain_histogram_of_that_groups_rows():
 ])
 def test_the_index_prunes_a_part_only_when_no_row_can_match(bounds, expected):
     """A range that ends exactly on a part's bound still reads (or counts) that part's rows."""
-    from redline.pipelines.table_index import known_rows, part_stats
+    from redline.pipelines.plane.table_index import known_rows, part_stats
 
     table = pa.table({"toxic_score": [0.1, 0.1, 0.5, 0.5, 0.5]})
     stats = part_stats("p", 1, table, [])
@@ -162,8 +162,8 @@ def test_every_card_figure_points_the_way_its_meaning_does():
     """A flipped direction inverts every card's ranks; each card figure is checked against an
     expectation written from its meaning, and against the pipeline figure it restates (the attack
     table speaks for the attacker, so its directions are the card's inverted)."""
-    from redline.pipelines import card_figures as C
-    from redline.pipelines import figures as F
+    from redline.pipelines.reporting import card_figures as C
+    from redline.pipelines.reporting import figures as F
 
     for figure in C.FIGURES:
         assert figure.better == _expected_direction(figure.key), figure.key
@@ -182,7 +182,7 @@ def test_every_card_figure_points_the_way_its_meaning_does():
 def test_the_index_counts_filters_and_ranges_from_a_parts_figures():
     """What the index says of a part without reading it: a count when its figures decide, 0 when no row
     can match, None when the rows must be read."""
-    from redline.pipelines.table_index import known_rows, part_stats
+    from redline.pipelines.plane.table_index import known_rows, part_stats
 
     table = pa.table({"detector": ["a", "a", "b", "b", "b", None], "goal": ["tae", "bae", "tae", "tae", "bae", "tae"],
                       "kept": [True, False, True, True, None, False],

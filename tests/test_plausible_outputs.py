@@ -21,7 +21,7 @@ from redline.actors.attack.text import AttackedText
 from redline.actors.attack.transformations import CharEdits
 from redline.actors.triggers import hits as H
 from redline.pipelines.diasafety_eval import safest_first
-from redline.pipelines.figures import ATTACK, EGREGIOUS, EGREGIOUS_SOURCES, SCORE, TRANSFER, leaderboard
+from redline.pipelines.reporting.figures import ATTACK, EGREGIOUS, EGREGIOUS_SOURCES, SCORE, TRANSFER, leaderboard
 
 # ---------------------------------------------------------------- metrics (wrong class, wrong denominator)
 

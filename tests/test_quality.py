@@ -425,7 +425,7 @@ def test_dedupe_keeps_every_recipe_and_grammar_rejects_new_errors(ray_session, t
 
     from redline.cluster import storage
     from redline.cluster.runs import Run, RunDir
-    from redline.pipelines.steps import run_step
+    from redline.pipelines.plane.steps import run_step
     from redline.pipelines.taebench import DEDUPE_DIR, TaebenchConfig, dedupe, quality_steps, read_bench
 
     table = pa.table({

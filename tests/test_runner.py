@@ -1,4 +1,4 @@
-"""The runner every pipeline's workers run on (`pipelines/shard_host.py`: one Ray Data plan, each
+"""The runner every pipeline's workers run on (`pipelines/plane/shard_host.py`: one Ray Data plan, each
 shard one call of an autoscaling actor pool): every shard comes back once, the pool grows while
 shards wait, a killed actor is replaced and its shard redone, pools side by side take turns on a
 cluster too small for all, and a user error raised in a worker's constructor reaches the caller as
@@ -78,7 +78,7 @@ def _doubled(tmp_path, worker_kwargs=None, *, shards: int = 12, actors: int = 1,
              num_cpus: float = 0.5, pools: int = 1):
     """`shards` shards of 10 rows through `pools` Doubler pools; returns the run, each pool's use and its rows."""
     from redline.cluster import storage
-    from redline.pipelines import runner, shard_host
+    from redline.pipelines.plane import runner, shard_host
 
     run = _run(tmp_path, "doubled")
     n = _shards(run, pa.table({"id": [f"r{i}" for i in range(shards * 10)], "x": list(range(shards * 10))}), 10)
@@ -125,7 +125,7 @@ def test_the_manifest_holds_the_bars_own_rate_and_time_left_while_the_step_runs(
     """What `redline view` shows as a running step's rate and time left is what the driver's progress
     line computes (one definition), saved with the counts; gone once the step ends."""
     from redline.cluster.runs import RunDir
-    from redline.pipelines import runner
+    from redline.pipelines.plane import runner
 
     monkeypatch.setattr(runner, "MANIFEST_EVERY_S", 0.0)
     saved: list[dict] = []
@@ -146,7 +146,7 @@ def test_a_run_read_as_it_goes_gives_each_actor_one_of_its_few_shards(ray_sessio
     the sources' guess says the run is small). The gate holds each actor's first call until the other
     has signed in: one actor taking both shards fails here (after the gate's minute), on any machine."""
     from redline.cluster import storage
-    from redline.pipelines import runner, shard_host, sharded
+    from redline.pipelines.plane import runner, shard_host, sharded
 
     (tmp_path / "gate").mkdir()
     (tmp_path / "stagger").mkdir()
@@ -170,7 +170,7 @@ def test_a_pool_asking_for_a_gpu_is_a_plan_ray_data_accepts(ray_session, tmp_pat
     # where it refuses, so this needs no GPU.
     import ray.data
 
-    from redline.pipelines import runner, shard_host
+    from redline.pipelines.plane import runner, shard_host
 
     run = _run(tmp_path, "gpu")
     work = shard_host.ShardWork(run.dir.uri, "out", 0, lambda s: s, lambda s, r: s, {}, 5)
@@ -181,7 +181,7 @@ def test_a_pool_asking_for_a_gpu_is_a_plan_ray_data_accepts(ray_session, tmp_pat
 
 
 def test_constructor_user_error_reaches_the_caller(ray_session, tmp_path):
-    from redline.pipelines.steps import run_step
+    from redline.pipelines.plane.steps import run_step
 
     run = _run(tmp_path, "refused")
     n = _shards(run, pa.table({"id": ["a", "b"]}), 2)
@@ -212,7 +212,7 @@ def _run(tmp_path, name: str):
 
 def _step(worker, kwargs, **over):
     from redline.cluster.config import ActorPoolSize
-    from redline.pipelines.steps import Step
+    from redline.pipelines.plane.steps import Step
 
     return Step(worker.__name__, worker, kwargs, ActorPoolSize(), worker.__name__, **{"num_cpus": 0.25, **over})
 
@@ -229,7 +229,7 @@ def test_a_failed_actor_is_recorded_by_its_cause_not_rays_wrapping(ray_session, 
     """The manifest's error is the cause in one line, never the actor's name in terminal colours."""
     from redline.cluster.runs import lifecycle
     from redline.errors import cause_line
-    from redline.pipelines.steps import run_step
+    from redline.pipelines.plane.steps import run_step
 
     run = _run(tmp_path, "run")
     n = _shards(run, pa.table({"id": ["a", "b"]}), 2)
@@ -278,7 +278,7 @@ def test_a_step_resumes_only_the_shards_whose_answers_failed(ray_session, tmp_pa
     never re-asks (re-pays for) the shards that were answered; the next step reads only the rows the
     one before kept."""
     from redline.cluster import storage
-    from redline.pipelines.steps import run_step
+    from redline.pipelines.plane.steps import run_step
 
     texts = [f"ok {i}" for i in range(60)] + ["down 60"] + [f"ok {i}" for i in range(61, 120)]
     table = pa.table({"id": [f"r{i}" for i in range(120)], "text": texts, "other": list(range(120))})
@@ -325,8 +325,8 @@ def test_steps_run_as_one_plan_and_a_shard_a_step_failed_on_goes_no_further(ray_
     deleted, the rerun makes it from that part again without asking the steps before."""
     from redline.cluster import storage
     from redline.cluster.config import ActorPoolSize
-    from redline.pipelines import runner, shard_host
-    from redline.pipelines.steps import Step, run_steps
+    from redline.pipelines.plane import runner, shard_host
+    from redline.pipelines.plane.steps import Step, run_steps
 
     def not_one_plan(*args, **kwargs):
         raise AssertionError("a step ran in a plan of its own")
@@ -371,7 +371,7 @@ def test_a_chain_may_begin_with_a_step_without_a_worker(ray_session, tmp_path):
     """First in a chain, a worker-less step is a Ray Data task per shard, and the step after takes its parts."""
     from redline.cluster import storage
     from redline.cluster.config import ActorPoolSize
-    from redline.pipelines.steps import Step, run_steps
+    from redline.pipelines.plane.steps import Step, run_steps
 
     log = tmp_path / "asked.log"
     run = _run(tmp_path, "lead")
@@ -386,7 +386,7 @@ def test_a_chain_may_begin_with_a_step_without_a_worker(ray_session, tmp_path):
 
 
 def test_steps_that_do_not_fit_at_once_take_turns_and_stop_at_a_failed_step(ray_session, tmp_path):
-    from redline.pipelines.steps import run_steps
+    from redline.pipelines.plane.steps import run_steps
 
     log, outage = tmp_path / "asked.log", tmp_path / "outage"
     outage.touch()

@@ -18,9 +18,9 @@ import pytest
 from redline.cluster import storage
 from redline.cluster.config import config_hash, validate_config
 from redline.errors import RedlineError
-from redline.pipelines.schema import PREDICTION_SCHEMA
+from redline.pipelines.plane.schema import PREDICTION_SCHEMA
+from redline.pipelines.plane.table_index import read_index
 from redline.pipelines.score import ScoreConfig, run_score
-from redline.pipelines.table_index import read_index
 
 from conftest import forget_dead_drivers_requests, kill_after_parts, status_and_report, write_csv
 
@@ -200,7 +200,7 @@ def test_several_corpora_are_read_side_by_side_each_row_once(ray_session, tmp_pa
     """Three corpus files: one read task each (their rows counted first on the workers, so each task
     knows its shard numbers), a shard never mixing two files, every row scored once; a run stopped
     mid-read resumes to the same shards."""
-    from redline.pipelines.corpora import read_corpora
+    from redline.pipelines.plane.corpora import read_corpora
 
     files = {name: write_csv(tmp_path / f"{name}.csv", ["text", "label"],
                              [[f"you idiot {name} {i}" if i % 2 else f"nice {name} {i}", i % 2] for i in range(n)])
@@ -248,7 +248,7 @@ def test_a_source_holding_other_than_its_counted_rows_is_refused_not_misnumbered
     """A source read beside others writes exactly its own shard numbers: rows beyond its count (the file
     grew between the count and the read) stop the read instead of overwriting the next source's shards,
     and fewer rows (it shrank) stop it instead of leaving a shard number no file has."""
-    from redline.pipelines import sharded
+    from redline.pipelines.plane import sharded
 
     run_uri = str(tmp_path)
     (tmp_path / "manifest.json").write_text("{}")
@@ -461,9 +461,9 @@ def test_an_actor_writes_its_shard_and_a_retried_shard_is_written_and_counted_on
 
     from redline.cluster import storage
     from redline.cluster.runs import Run, RunDir
-    from redline.pipelines import aggregates as A
-    from redline.pipelines import runner, shard_host, sharded
-    from redline.pipelines.figures import Figure, Table
+    from redline.pipelines.plane import runner, shard_host, sharded
+    from redline.pipelines.reporting import aggregates as A
+    from redline.pipelines.reporting.figures import Figure, Table
 
     run = Run(RunDir(str(tmp_path / "run")), {}, reused=False)
     storage.write_json(run.dir.manifest_uri, {"state": "running"})
@@ -513,7 +513,7 @@ def test_an_input_only_the_workers_see_is_fingerprinted_where_it_is_read(tmp_pat
 
     from redline.cluster import fingerprints
     from redline.errors import RedlineError
-    from redline.pipelines import sharded
+    from redline.pipelines.plane import sharded
 
     corpus, run = tmp_path / "worker-disk" / "c.csv", tmp_path / "run"
     corpus.parent.mkdir()
@@ -542,7 +542,7 @@ def test_a_run_whose_corpora_were_cut_another_way_is_refused_not_resumed(tmp_pat
     mid-read (parts numbered as one stream, no layout recorded) is refused instead of resumed."""
     from types import SimpleNamespace
 
-    from redline.pipelines.runner import PER_SOURCE, check_layout
+    from redline.pipelines.plane.runner import PER_SOURCE, check_layout
 
     saved = []
     run = SimpleNamespace(manifest={}, dir=SimpleNamespace(uri=str(tmp_path), write_manifest=saved.append))

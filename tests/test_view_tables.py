@@ -106,7 +106,7 @@ def test_tables_of_a_run_on_s3(s3_env, run):
     assert all(f[1] > 0 and f[2] > 0 for f in refs[0].files)
     page = R.query(source, {}, "-score", 1, 2)
     assert [r["id"] for r in page.rows] == ["c", "b"] and page.total == 3
-    from redline.pipelines.table_index import write_index
+    from redline.pipelines.plane.table_index import write_index
 
     assert write_index(f"s3://viewrows/runs/{run_id}", "predictions") == 2  # as the pipeline's worker does
     indexed = R.tables("s3://viewrows/runs", run_id)[0]
@@ -184,7 +184,7 @@ def test_pages_read_by_scanning_the_shards_match_the_plain_answer(tmp_path, filt
     table's index, only the shards its figures cannot rule out), the sort keeps only the best rows up
     to the page; every page (the last one too, and one past it) is what a whole-table filter and
     stable sort (NaN, then nulls, last) gives."""
-    from redline.pipelines.table_index import write_index
+    from redline.pipelines.plane.table_index import write_index
 
     rows = _rows(230)
     ref = _shards(tmp_path, rows, 40)
@@ -210,7 +210,7 @@ def test_an_indexed_table_opens_without_reading_a_shard_and_rules_shards_out(tmp
     """With its index, a table opens, offers its filters and pages from the index alone; a filter reads
     only the shards holding its value, a sort only those that can beat the page; a count past
     plan.COUNT_ROWS rows is a lower bound, said as such, with the page still right."""
-    from redline.pipelines.table_index import write_index
+    from redline.pipelines.plane.table_index import write_index
     from redline.view import plan, scan
 
     rows = [{"id": f"r{i}", "batch": f"b{i // 100}", "status": "rejected" if i % 50 == 0 else "ok",
@@ -260,7 +260,7 @@ def test_an_indexed_table_opens_without_reading_a_shard_and_rules_shards_out(tmp
 def test_a_stale_index_is_never_used(tmp_path):
     """A shard added (a resumed run) or rewritten after the index was written: the table is read from
     its shards, every row counted."""
-    from redline.pipelines.table_index import write_index
+    from redline.pipelines.plane.table_index import write_index
 
     ref = _shards(tmp_path, [{"id": f"r{i}", "status": "ok", "note": "n"} for i in range(60)], 20)
     folder = tmp_path / "runs" / "big" / "attempts"
@@ -350,7 +350,7 @@ def test_number_ranges_column_picker_and_row_permalinks_in_the_app(tmp_path):
         want = [r["id"] for r in rows if 2 <= r["queries"] <= 3 and r["status"] == "success"]
         assert f"{len(want)} of 100 rows" in page
         header = re.search(r"<thead>(.*?)</thead>", page, re.S).group(1)
-        # an attempts table shows the attack's own first columns (pipelines/schema.py FIRST_COLUMNS), in order
+        # an attempts table shows the attack's own first columns (pipelines/plane/schema.py FIRST_COLUMNS), in order
         assert re.findall(r">([a-z_]+)</a>", header) == ["id", "status", "queries"] and ">source<" not in header
         assert 'name="col" value="source" >' in page and 'name="min_queries" value="2"' in page
         export = client.get("/export", params={**base, "min_queries": "2", "max_queries": "3", "f_status": "success",
@@ -451,7 +451,7 @@ def test_a_running_runs_progress_shows_rows_done_and_the_drivers_rate_and_time_l
 
 @pytest.mark.parametrize("indexed", [False, True])
 def test_a_score_run_per_text_with_every_detector_side_by_side_and_its_filters(tmp_path, indexed):
-    from redline.pipelines.per_text import write_index
+    from redline.pipelines.plane.per_text import write_index
     from redline.view import per_text
 
     preds = [{"id": f"d/test/{i}", "text": f"text {i}", "detector": det, "label": None if i == 59 else i % 2,
@@ -506,7 +506,7 @@ def test_a_score_run_per_text_with_every_detector_side_by_side_and_its_filters(t
 def test_an_unlabelled_corpus_per_text_has_verdicts_but_no_mistakes():
     """Predictions without a label column (a corpus scored without labels): every detector's verdict
     side by side, nobody misclassified, no `fooled`, no label."""
-    from redline.pipelines.per_text import pivot
+    from redline.pipelines.plane.per_text import pivot
 
     parts = {k: pa.table({"id": ["x", "y"], "text": ["a", "b"], "status": ["ok", "ok"], "toxic_score": [0.9, 0.1],
                           "pred_toxic": [True, k == 1]}) for k in (0, 1)}
@@ -519,7 +519,7 @@ def test_an_unlabelled_corpus_per_text_has_verdicts_but_no_mistakes():
 def test_the_per_text_index_counts_without_reading_a_shard_and_a_stale_one_is_never_used(tmp_path, monkeypatch):
     """A large run's per-text view opens, filters and counts from its index: only the shards a page
     shows are pivoted. An index that no longer matches the parts (one rewritten) is not used."""
-    from redline.pipelines.per_text import write_index
+    from redline.pipelines.plane.per_text import write_index
     from redline.view import per_text
 
     root = tmp_path / "runs"
@@ -556,7 +556,7 @@ def test_a_transfer_runs_per_text_never_counts_a_detectors_own_examples_as_its_m
     """Examples made against a detector fool it by construction: the transfer figures leave them out
     of its rates (`own_n`), and the per-text view marks them `own` and leaves them out of its
     `misclassified`, so a filter counts what the report counts."""
-    from redline.pipelines.figures import TRANSFER
+    from redline.pipelines.reporting.figures import TRANSFER
 
     rows = []  # TAE made against a or b, BAE made against a, their seeds; each detector calls all benign
     for i in range(12):
@@ -587,7 +587,7 @@ def test_a_transfer_runs_per_text_never_counts_a_detectors_own_examples_as_its_m
 
 
 def test_each_pipelines_tables_open_on_their_own_first_columns():
-    from redline.pipelines.schema import first_columns
+    from redline.pipelines.plane.schema import first_columns
 
     stage = ["id", "text", "label", "goal", "recipe", "seed_text", "dataset", "recipes", "grammar_errors", "kept",
              "reject_reason", "reject_kind"]
@@ -646,7 +646,7 @@ def test_the_run_list_is_paged_follows_its_own_rows_and_rereads_only_changed_man
 def test_an_index_of_the_wrong_shape_is_ignored(tmp_path):
     """An index is read from wherever the run lives (a bucket): one whose figures are not of the types
     the planner compares is ignored, and the table is read from its shards."""
-    from redline.pipelines.table_index import write_index
+    from redline.pipelines.plane.table_index import write_index
 
     _shards(tmp_path, [{"id": f"r{i}", "score": float(i), "note": "n"} for i in range(40)], 20)
     write_index(str(tmp_path / "runs" / "big"), "attempts")
@@ -907,7 +907,7 @@ def test_compare_shows_every_figure_by_run_with_n_interval_and_difference_a_chos
 
     from starlette.testclient import TestClient
 
-    from redline.pipelines.uncertainty import wilson
+    from redline.pipelines.reporting.uncertainty import wilson
     from redline.view.app import build_app
 
     root = tmp_path / "runs"

@@ -31,8 +31,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from redline.cluster import access, paths, storage
 from redline.errors import RedlineError, first_line
+from redline.pipelines.plane.schema import first_columns
 from redline.pipelines.registry import entry
-from redline.pipelines.schema import first_columns
 from redline.view import catalog, charts, compare, report, row_page, rows, search
 
 HERE = Path(__file__).parent

@@ -25,9 +25,9 @@ import pyarrow.fs as pafs
 from redline.cluster import paths, storage
 from redline.cluster.runs import RunDir
 from redline.errors import RedlineError, first_line
-from redline.pipelines.figures import Headline
 from redline.pipelines.registry import Entry, entries
-from redline.pipelines.report import format_value
+from redline.pipelines.reporting.figures import Headline
+from redline.pipelines.reporting.report import format_value
 
 SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 MAX_DEPTH = 2

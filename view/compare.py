@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from redline.pipelines.figures import Figure, Table
-from redline.pipelines.uncertainty import wilson
+from redline.pipelines.reporting.figures import Figure, Table
+from redline.pipelines.reporting.uncertainty import wilson
 from redline.view import charts
 from redline.view.catalog import RunInfo, row_label, summary_rows
 from redline.view.scan import FilePiece, Source

@@ -1,4 +1,4 @@
-"""The per-text view of a score run's predictions (`pipelines/per_text.py`: one row per text, every
+"""The per-text view of a score run's predictions (`pipelines/plane/per_text.py`: one row per text, every
 detector's score and verdict side by side) as a table the viewer pages: one piece per input shard,
 pivoted when a request reads it. With the view's index (written when the run finished, and still
 matching the shards' parts) nothing is opened to show the table: its rows, filters and counts come
@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from redline.errors import RedlineError
-from redline.pipelines.per_text import NAME, READ, detector_name, parts_by_shard, pivot, schema, shard_key
-from redline.pipelines.table_index import TableIndex
+from redline.pipelines.plane.per_text import NAME, READ, detector_name, parts_by_shard, pivot, schema, shard_key
+from redline.pipelines.plane.table_index import TableIndex
 from redline.view.scan import FilePiece, Source
 
 PIVOTS_BYTES = 32 * 2**20  # the shards pivoted last, kept: a page's rows are taken from the shards its plan just read

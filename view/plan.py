@@ -1,4 +1,4 @@
-"""Pages of an indexed table (`pipelines/table_index.py`) planned from its parts' figures: a part
+"""Pages of an indexed table (`pipelines/plane/table_index.py`) planned from its parts' figures: a part
 that cannot match is never read, a part whose matches the figures count is read only when the page's
 rows lie in it, and a sort reads parts best bound first, stopping once no unread part can beat the
 page. Rows read only to count what matches are bounded (COUNT_ROWS); past that the total is a lower
@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from redline.pipelines.table_index import known_rows, sort_bound
+from redline.pipelines.plane.table_index import known_rows, sort_bound
 from redline.view.scan import BATCH_ROWS, Source
 
 MERGE_ROWS = 16_384  # rows of a sort's parts masked and merged at once

@@ -31,8 +31,7 @@ import pyarrow.parquet as pq
 
 from redline.cluster import storage
 from redline.errors import RedlineError, first_line
-from redline.pipelines.registry import entries
-from redline.pipelines.table_index import (
+from redline.pipelines.plane.table_index import (
     INDEX_DIR,
     TableIndex,
     chosen_facets,
@@ -42,6 +41,7 @@ from redline.pipelines.table_index import (
     read_index,
     too_varied,
 )
+from redline.pipelines.registry import entries
 from redline.view import per_text, plan
 from redline.view.scan import Source
 
@@ -59,7 +59,7 @@ class TableRef:
     root: str  # the runs location
     run_id: str
     files: tuple[tuple[str, int, float], ...]  # (path below the run, size, mtime): the cache key, so new shards show up
-    index: tuple[str, int, float] | None = None  # the parts' index (pipelines/table_index.py), when written
+    index: tuple[str, int, float] | None = None  # the parts' index (pipelines/plane/table_index.py), when written
 
 
 def _listing(run_uri: str) -> list[tuple[str, int, float]]:

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from redline.cluster import storage
 from redline.errors import RedlineError, first_line
-from redline.pipelines.table_index import TableIndex
+from redline.pipelines.plane.table_index import TableIndex
 
 BATCH_ROWS = 65_536
 

@@ -1,5 +1,5 @@
 """Worker classes over a run's sharded rows, hosted like every pipeline's workers
-(`pipelines/runner.py`, `pipelines/shard_host.py`): each shard's output part is written by the actor that made it, and a
+(`pipelines/plane/runner.py`, `pipelines/plane/shard_host.py`): each shard's output part is written by the actor that made it, and a
 rerun after a crash redoes only the shards that have no part yet (answers a judge was paid for are
 not asked again).
 
@@ -27,9 +27,9 @@ import pyarrow.compute as pc
 from redline.cluster import storage
 from redline.cluster.config import ActorPoolSize
 from redline.cluster.runs import Run
-from redline.pipelines import aggregates as A
-from redline.pipelines import runner, shard_host, sharded
-from redline.pipelines.figures import Table
+from redline.pipelines.plane import runner, shard_host, sharded
+from redline.pipelines.reporting import aggregates as A
+from redline.pipelines.reporting.figures import Table
 
 VERDICT = ("kept", "reject_reason", "reject_kind")  # a filtering step's verdict on each of its rows
 

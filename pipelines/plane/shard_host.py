@@ -3,7 +3,7 @@ from the run directory, sends through its row worker (a detector, ...) in model 
 onto the shard, writes atomically as the shard's output part and sums into its figures' partial sums;
 it returns one small summary row (its partial sums as JSON). Behind the input source or another pool,
 the rows it takes say which shards are ready for it, and every row passes on. The driver's side, the
-plans these hosts run in, is `pipelines/runner.py`.
+plans these hosts run in, is `pipelines/plane/runner.py`.
 
 A retried call (a lost actor) rewrites the same part with the same rows, and a part's sums are
 counted once (by part), so resume neither loses nor duplicates rows.
@@ -24,9 +24,9 @@ import pyarrow as pa
 
 from redline.cluster import storage
 from redline.cluster.runtime import give_back_freed_memory
-from redline.pipelines import aggregates as A
-from redline.pipelines import sharded
-from redline.pipelines.figures import Table
+from redline.pipelines.plane import sharded
+from redline.pipelines.reporting import aggregates as A
+from redline.pipelines.reporting.figures import Table
 
 SUMMARY_SCHEMA = pa.schema([("shard", pa.int64()), ("pool", pa.int64()), ("rows", pa.int64()),
                             ("seconds", pa.float64()), ("host", pa.string()), ("partials", pa.string()),
@@ -35,7 +35,7 @@ SUMMARY_SCHEMA = pa.schema([("shard", pa.int64()), ("pool", pa.int64()), ("rows"
 
 NO_ANSWERS = pa.schema([("id", pa.string())]).empty_table()  # a step without a worker answers no row
 
-READ = -1  # the pool of the input source's markers (`pipelines/input_source.py`)
+READ = -1  # the pool of the input source's markers (`pipelines/plane/input_source.py`)
 
 
 def output_part(index: int, pool: int) -> str:

@@ -23,8 +23,8 @@ import pyarrow.compute as pc
 from redline.cluster import storage
 from redline.cluster.tables import STATUS_OK
 from redline.errors import RedlineError
-from redline.pipelines import table_index
-from redline.pipelines.figures import OWN
+from redline.pipelines.plane import table_index
+from redline.pipelines.reporting.figures import OWN
 
 NAME = "per-text"
 PART = re.compile(r"part-(\d{5})-(\d+)\.parquet$")

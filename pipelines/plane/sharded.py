@@ -1,7 +1,7 @@
 """Sharded work inside a run directory: input shards written once, and the run's figures as running
 totals of its output parts' partial sums (counted once per part, in the manifest), so a resumed run
 counts a part written before a crash from its file. The actors that write the parts are hosted by
-`pipelines/shard_host.py`.
+`pipelines/plane/shard_host.py`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import pyarrow as pa
 from redline.cluster import fingerprints, storage
 from redline.cluster.runs import Run
 from redline.errors import RedlineError
-from redline.pipelines import aggregates as A
-from redline.pipelines.figures import Table
-from redline.pipelines.table_index import write_index
+from redline.pipelines.plane.table_index import write_index
+from redline.pipelines.reporting import aggregates as A
+from redline.pipelines.reporting.figures import Table
 
 INPUT_DIR = "input"
 
@@ -312,11 +312,11 @@ def shard_summary(run: Run, tables: dict[str, Table], output_dir: str,
 
 
 def index_output(run: Run, output_dir: str, then: Callable[[str], Any] | None = None, per_text: bool = False) -> Any:
-    """Write the index of the run's finished output parts (`pipelines/table_index.py`: what a viewer
+    """Write the index of the run's finished output parts (`pipelines/plane/table_index.py`: what a viewer
     plans a page from) in a task on a worker, which reads every part once; returns how many parts,
     or with `then`, what `then(run_uri)` returns, run in the same task (a worker's start-up is
     about a second: one task, not two). `per_text`: the parts are predictions by shard and detector,
-    and their per-text view (`pipelines/per_text.py`) gets its index too."""
+    and their per-text view (`pipelines/plane/per_text.py`) gets its index too."""
     from redline.cluster.runtime import on_a_worker
 
     return on_a_worker(_index_then, run.dir.uri, output_dir, then, per_text, num_cpus=0.5)
@@ -325,7 +325,7 @@ def index_output(run: Run, output_dir: str, then: Callable[[str], Any] | None = 
 def _index_then(run_uri: str, output_dir: str, then: Callable[[str], Any] | None, per_text: bool) -> Any:
     parts = write_index(run_uri, output_dir)
     if per_text:
-        from redline.pipelines.per_text import write_index as write_per_text_index
+        from redline.pipelines.plane.per_text import write_index as write_per_text_index
 
         try:
             write_per_text_index(run_uri, output_dir)

@@ -1,10 +1,10 @@
 """The runner every pipeline's rows go through: one Ray Data plan per stage (`run_pools`, or
 `run_chain` for steps one behind the other), in which each call of a pool's actor
-(`map_batches(ShardHost)` on an autoscaling `ActorPoolStrategy`, `pipelines/shard_host.py`) is one
+(`map_batches(ShardHost)` on an autoscaling `ActorPoolStrategy`, `pipelines/plane/shard_host.py`) is one
 whole input shard. The driver receives one small summary row per shard and part (its partial sums as
 JSON), adds them to the run's manifest and feeds the progress bar: no row of the corpus or of the
 results passes through it. With `inputs`, the plan's own read task writes the input shards and the
-pools take each as it is written (`pipelines/input_source.py`). Resume is by part: a part written is
+pools take each as it is written (`pipelines/plane/input_source.py`). Resume is by part: a part written is
 a shard done for its pool (`done_parts`), never a list of ids.
 """
 
@@ -25,10 +25,10 @@ from redline.cluster.progress import progress_bar
 from redline.cluster.runs import Run
 from redline.cluster.runtime import check_placeable, ensure_ray
 from redline.errors import RedlineError
-from redline.pipelines import aggregates as A
-from redline.pipelines import sharded
-from redline.pipelines.shard_host import READ, SUMMARY_SCHEMA, ShardHost, ShardWork, host_once
-from redline.pipelines.sharded import Inputs
+from redline.pipelines.plane import sharded
+from redline.pipelines.plane.shard_host import READ, SUMMARY_SCHEMA, ShardHost, ShardWork, host_once
+from redline.pipelines.plane.sharded import Inputs
+from redline.pipelines.reporting import aggregates as A
 
 MANIFEST_EVERY_S = 5.0
 @dataclass(frozen=True)
@@ -226,7 +226,7 @@ def _drive(run: Run, stream: Any, pools: list[Pool], done: dict[int, frozenset[i
                 saved = time.monotonic()
     run.manifest.pop("progress", None)
     if streaming and read:
-        from redline.pipelines.input_source import read_result_uri
+        from redline.pipelines.plane.input_source import read_result_uri
 
         uris = [read_result_uri(run.dir.uri, k) for k in range(reads)]
         written = [storage.read_json(uri) for uri in uris if storage.exists(uri)]
@@ -294,11 +294,11 @@ def _size(source: sharded.Source) -> int:
 
 
 def _read(run: Run, inputs: Inputs, firsts: list[int] | None) -> Any:
-    """The plan's source: the read tasks writing the run's input shards (`pipelines/input_source.py`):
+    """The plan's source: the read tasks writing the run's input shards (`pipelines/plane/input_source.py`):
     one, or with `firsts` one per source, each given a CPU, run as many at once as the cluster holds."""
     import ray.data
 
-    from redline.pipelines.input_source import InputShards, read_result_uri
+    from redline.pipelines.plane.input_source import InputShards, read_result_uri
 
     check_placeable("the task reading the inputs", 1)
     for k in range(len(firsts or [0, 0]) - 1):  # an earlier attempt's: the driver reads this run's

@@ -19,7 +19,7 @@ from pydantic import Field, field_validator
 from redline.cluster.config import Input, LabelValue, Result, Strict
 from redline.cluster.tables import MIXED_KEY, STATUS_OK, STATUS_REJECTED, DataFile
 from redline.errors import RedlineError
-from redline.pipelines.schema import CORPUS_SCHEMA
+from redline.pipelines.plane.schema import CORPUS_SCHEMA
 
 
 class CorpusConfig(Strict):

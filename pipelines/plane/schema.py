@@ -52,7 +52,6 @@ ATTACK_SCHEMA = pa.schema(
 # One row per (model, context, response) of a DiaSafety chatbot evaluation. verdict: safe |
 # utterance-unsafe | context-unsafe | no-answer (an empty or whitespace-only response, not classified) |
 # "error: ..." (the model produced no responses for the context).
-NO_ANSWER = "no-answer"
 DIALOGUE_SCORED_SCHEMA = pa.schema(
     [
         pa.field("model", pa.string()),

@@ -1,6 +1,6 @@
 """The safety card's figures: their names (card.json and `--fail-if` use them), what each measures,
 which direction is better, and how each is read from its part's summary rows. Every proportion
-carries its n and a 95% interval (pipelines/uncertainty.py); a subject's figures are ranked against
+carries its n and a 95% interval (pipelines/reporting/uncertainty.py); a subject's figures are ranked against
 the references' on the same figure."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from redline.actors.dialogue_safety.taxonomy import taxonomy
-from redline.pipelines import aggregates as A
-from redline.pipelines import figures as declared
-from redline.pipelines.uncertainty import MAX_WIDTH, proportion
+from redline.pipelines.reporting import aggregates as A
+from redline.pipelines.reporting import figures as declared
+from redline.pipelines.reporting.uncertainty import MAX_WIDTH, proportion
 
 
 @dataclass(frozen=True)

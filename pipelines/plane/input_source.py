@@ -25,9 +25,9 @@ from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
 from redline.cluster import storage
-from redline.pipelines import sharded
-from redline.pipelines.shard_host import READ
-from redline.pipelines.sharded import Inputs
+from redline.pipelines.plane import sharded
+from redline.pipelines.plane.shard_host import READ
+from redline.pipelines.plane.sharded import Inputs
 
 
 class InputShards(Datasource):

@@ -2,7 +2,7 @@
 summary column is called, how it is shown, which direction is better and what it means. Reports,
 `redline status` / `report`, the viewer's run list and compare page and the safety card all read these
 declarations. A figure computed from output rows by partial sums declares how (`compute`, see
-`pipelines/aggregates.py`): its table then summarises shard by shard, merging the sums (attack,
+`pipelines/reporting/aggregates.py`): its table then summarises shard by shard, merging the sums (attack,
 transfer, the leaderboard, score, egregious).
 
 Light on purpose (no Ray, no torch): the registry and the viewer import it to show runs.
@@ -16,9 +16,8 @@ from typing import Any, Literal
 import pyarrow.compute as pc
 
 from redline.actors.triggers.hits import HIT_TYPES
-from redline.cluster.tables import STATUS_OK
-from redline.pipelines import aggregates as A
-from redline.pipelines.schema import NO_ANSWER
+from redline.cluster.tables import NO_ANSWER, STATUS_OK
+from redline.pipelines.reporting import aggregates as A
 
 Columns = list[tuple[str, str, str]]  # (key, heading, format) as report tables take them
 
@@ -463,7 +462,7 @@ DIALOGUE_SAFETY_FINE = Table(
 
 CARD = Table(
     keys=(_name("part"), _name("figure"), _name("subject", "detector / model")),
-    values=(Figure("value", "value", ".3f", None, "the figure (pipelines/card_figures.py defines each)"),
+    values=(Figure("value", "value", ".3f", None, "the figure (pipelines/reporting/card_figures.py defines each)"),
             _count("n", "n", "what the figure is a share of (examples, attempts, responses, targets)"),
             Figure("low", "95% low", ".3f", None, "lower end of the 95% interval"),
             Figure("high", "95% high", ".3f", None, "upper end of the 95% interval"),
