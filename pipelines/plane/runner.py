@@ -18,8 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
-
 from redline.cluster import storage
 from redline.cluster.progress import progress_bar
 from redline.cluster.runs import Run
@@ -148,8 +146,6 @@ def run_chain(run: Run, pools: list[Pool], n_shards: int, *, label: str, verbose
     shards 0..n_shards-1, each next one (`takes`: the one before's tag) a shard as soon as the one
     before wrote its part. A pool skips the shards it has a part for but still passes them on; a shard
     a pool failed on goes no further (a rerun asks it again). The bar counts parts to write."""
-    import ray.data
-
     every = with_followers(pools)
     busy = {p.id: PoolUse() for p in every}
     ensure_ray(verbose=verbose)
@@ -159,9 +155,8 @@ def run_chain(run: Run, pools: list[Pool], n_shards: int, *, label: str, verbose
         return busy
     _recount_if_gone(run, [dataclasses.replace(p, pending=[i for i in range(n_shards) if i not in done[p.id]])
                            for p in every])
-    markers = ray.data.from_arrow([pa.Table.from_pylist(
-        [{"shard": i, "pool": READ, "rows": 0, "seconds": 0.0, "host": "", "partials": None, "failed": 0,
-          "failure": None}], schema=SUMMARY_SCHEMA) for i in range(n_shards)])
+    markers = blocks([{"shard": i, "pool": READ, "rows": 0, "seconds": 0.0, "host": "", "partials": None, "failed": 0,
+                       "failure": None} for i in range(n_shards)])
     _drive(run, markers, pools, done, busy, label=label, unit="parts", note=None, total=todo, streaming=True,
            shards=n_shards, read=False)
     return busy
@@ -347,18 +342,24 @@ def chain(stream: Any, pools: list[Pool], *, shards: int | None, done: dict[int,
     return stream
 
 
+def blocks(rows: list[dict[str, Any]]) -> Any:
+    """A small plan source, one row per block, built on the driver: `from_items`, since `from_arrow`
+    runs a Ray task per table for its metadata (~1 s of a run's first plan)."""
+    import ray.data
+
+    return ray.data.from_items(rows, override_num_blocks=len(rows))
+
+
 def plan(pools: list[Pool]) -> Any:
     """One Ray Data plan for the pools side by side: per pool, its pending shard numbers (one block
     each) through `map_batches(ShardHost)` on an autoscaling actor pool (`ActorPoolStrategy`: its
     `actors` at least, up to `max_actors` while shards wait and the cluster has room), the pools'
     branches unioned into one stream of summary rows. One executor schedules every pool, so a pool
     whose actors cannot start yet holds no work, and one that is done gives its resources back."""
-    import ray.data
-
     branches = []
     for p in pools:
         least, most = p.sizes
-        shards = ray.data.from_arrow([pa.table({"shard": pa.array([i], pa.int64())}) for i in p.pending or []])
+        shards = blocks([{"shard": i} for i in p.pending or []])
         branches.append(_hosted(shards, p, least=least, most=most, in_flight=in_flight(len(p.pending or []), most),
                                 batch_size=1))
     return branches[0] if len(branches) == 1 else branches[0].union(*branches[1:])
