@@ -99,6 +99,8 @@ def main() -> None:
          naive_us_per_sequence=round(1e6 * seq_n, 1), batched_s_per_target=round(per_b, 3),
          naive_s_per_target=round(per_n, 3), speedup=round(per_n / per_b, 1),
          full_vocabulary_share=round(fast.counters.exact / fast.counters.sequences, 3),
+         **({"lm_scored_share": round(fast.counters.lm / fast.counters.sequences, 3)} if args.search.startswith("io")
+            else {}),
          identical_triggers=f"{same}/{len(few)}", reached_batched=reached)
 
 

@@ -156,7 +156,9 @@ def train_seq2seq(
     output: Annotated[Optional[str], typer.Option(help="Directory the model directory is written under.")] = None,
     set_: SetOpt = None,
 ) -> None:
-    """Train the paper's LSTM encoder-decoder on dialogue pairs (context: last-h or attention).
+    """Train the paper's LSTM encoder-decoder on dialogue pairs (context: last-h or attention;
+    context_feed: input puts it beside the word embedding at the decoder's input, as the paper does,
+    combine (the default) mixes it with the decoder's output).
 
     Word-level vocabulary of the N most frequent words, inputs cut to 15 and outputs to 20 tokens,
     SGD with the paper's halving schedule by default. Saves the model, its vocabulary and T_out (its

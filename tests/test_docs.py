@@ -60,6 +60,9 @@ HOW: dict[str, tuple[str, str]] = {
         "tests/test_triggers.py::test_training_saves_models_with_thresholds", "hours on 2 cores at the paper's size"),
     "redline train seq2seq --config examples/trigger_models.yaml --set context=last-h": (
         "tests/test_triggers.py::test_training_saves_models_with_thresholds", "hours on 2 cores at the paper's size"),
+    "redline train seq2seq --config examples/trigger_models.yaml --set context_feed=input": (
+        "tests/test_triggers.py::test_the_papers_context_feed_trains_saves_and_finds_the_planted_trigger",
+        "hours on 2 cores at the paper's size"),
     "redline train lm --config examples/trigger_models.yaml": (
         "tests/test_triggers.py::test_training_saves_models_with_thresholds", "hours on 2 cores at the paper's size"),
     "redline run egregious --config examples/egregious.yaml": (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -180,14 +181,17 @@ def test_candidate_bounds_never_undercut_the_exact_scores(planted):
     assert (logp_ub.reshape(logp.shape) - logp).median() < 0.5  # and tight enough to rule candidates out
 
 
-@pytest.mark.parametrize("search", ["o-sample-avg", "o-greedy", "io-sample-min"])
+@pytest.mark.parametrize("search", ["o-sample-avg", "o-greedy", "io-sample-min", "io-sample-avg"])
 def test_bounded_scoring_takes_the_decisions_of_full_scoring(planted, search):
     targets = [PLANTED[1], "nothing to say", "green small happy", "apple river table"]
     bounded, full = _search(planted, search, bound_support=4), _search(planted, search, bound_support=0)
     a, b = bounded.run(targets), full.run(targets)
     assert [r.trigger_ids for r in a] == [r.trigger_ids for r in b]
     assert [r.hits for r in a] == [r.hits for r in b]
+    assert [r.lm_average for r in a] == pytest.approx([r.lm_average for r in b])
     assert bounded.counters.sequences == full.counters.sequences and bounded.counters.exact < full.counters.sequences
+    if search.startswith("io"):  # the output bound rules candidates out before the LM scores them
+        assert 0 < bounded.counters.lm < bounded.counters.sequences
 
 
 def test_causal_lm_features_reproduce_its_logits(tiny_causal_lm):
@@ -282,6 +286,50 @@ def test_incremental_decoding_matches_the_full_forward_pass(dialogue_s2s):
             feats, state = module.decode_step(dec_in[:, t], enc_out, enc_state, mask, state)
             steps.append(feats)
     assert torch.allclose(torch.stack(steps, 1), full, atol=1e-5)
+
+
+@pytest.mark.parametrize("context", ["attention", "last-h"])
+@pytest.mark.parametrize("feed", ["combine", "input"])
+def test_every_seq2seq_variant_decodes_step_by_step_as_its_forward_pass(context, feed):
+    """gibbs-enum scores with `features`, decoding walks `decode_step`: both must be one model, padded
+    inputs included, and the trigger's embeddings must get a gradient (the search needs it)."""
+    torch.manual_seed(0)
+    module = M.Seq2Seq(M.ModelSpec("seq2seq", 40, 8, 16, context=context, context_feed=feed, dropout=0.0)).eval()
+    enc = torch.tensor([[5, 6, 7, 8, 9], [10, 11, 12, 0, 0]])
+    lengths = torch.tensor([5, 3])
+    dec_in = torch.tensor([[2, 5, 9, 12], [2, 7, 7, 30]])
+    embeds = module.enc_embedding(enc).detach().requires_grad_(True)
+    full = module.features(embeds, lengths, dec_in)
+    full.sum().backward()
+    assert embeds.grad is not None and embeds.grad[0].abs().sum() > 0
+    with torch.no_grad():
+        enc_out, enc_state, mask = module.encode(module.enc_embedding(enc), lengths)
+        state, steps = None, []
+        for t in range(dec_in.shape[1]):
+            feats, state = module.decode_step(dec_in[:, t], enc_out, enc_state, mask, state)
+            steps.append(feats)
+    assert torch.allclose(torch.stack(steps, 1), full.detach(), atol=1e-5)
+    # the paper's feed puts the context into the decoder LSTM's input; redline's first one after it
+    assert module.decoder.input_size == 8 + (16 if feed == "input" else 0)
+    assert (module.combine is None) == (feed == "input")
+
+
+def test_the_papers_context_feed_trains_saves_and_finds_the_planted_trigger(planted, tmp_path):
+    pairs = Path(planted["seq2seq"].path).parents[1] / "pairs.jsonl"  # the planted model's own training pairs
+    cfg = validate_config(TriggerModelTrainConfig, {
+        "pairs": {"path": str(pairs)}, "vocab_size": 50, "embedding_dim": 24, "hidden_dim": 48,
+        "dropout": 0.0, "optimizer": "adam", "learning_rate": 0.01, "epochs": 6, "batch_size": 32,
+        "context_feed": "input", "output": str(tmp_path / "models")})
+    trained = train(cfg, "seq2seq")
+    assert Path(trained.path).name == "seq2seq-attention-input"
+    loaded = M.load(trained.path)
+    assert loaded.spec.context_feed == "input" and loaded.metrics["test_ppl"] < 3
+    th = H.Thresholds(loaded.thresholds.average_logprob, None)
+    search = GibbsEnum(LSTMSeq2SeqTarget(loaded, torch.float64), None, th,
+                       SearchOptions(search="o-greedy", trigger_length=4, top_g=20, restarts=3, max_sweeps=10))
+    found, missed = search.run([PLANTED[1], "apple river table"])
+    assert found.reached and "o-greedy-hit" in found.hits, found
+    assert not missed.reached
 
 
 def _checker(trained, search: str, length: int) -> GibbsEnum:

@@ -84,6 +84,7 @@ class _Counters:
     backward: int = 0
     sequences: int = 0
     exact: int = 0  # sequences scored over the full vocabulary (the rest were ruled out by a bound)
+    lm: int = 0  # io searches: candidate sequences scored under the LM (the rest were ruled out first)
 
 
 @dataclass
@@ -182,12 +183,14 @@ class GibbsEnum:
         return {k: torch.cat(v) for k, v in out.items() if v}
 
     def _score_bounded(self, current: torch.Tensor, trial: torch.Tensor, tgt: torch.Tensor, mask: torch.Tensor,
-                       floor: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Exact scores of the G candidates `trial` [N * G, L] of each row that can beat the row's
-        objective `floor` [N]; the others get -inf. A cheap upper bound (scorers.target_score_bounds,
-        from what the row's `current` trigger [N, L] ranks highest at each target position) rules
-        most candidates out, and only the rest pay for the full vocabulary. Decisions are those of
-        scoring every candidate in full."""
+                       floor: torch.Tensor, at: int) -> dict[str, torch.Tensor]:
+        """Exact scores of the G candidates `trial` [N * G, L] of each row (its `current` trigger
+        [N, L] with position `at` changed) that can beat the row's objective `floor` [N]; the others
+        get -inf. A cheap upper bound (scorers.target_score_bounds, from what the current trigger
+        ranks highest at each target position) rules most candidates out, and only the rest pay for
+        the full vocabulary. In an io search the LM term is bounded too before any candidate is scored
+        under the LM: the tokens before `at` keep the current trigger's log-probabilities, the rest are
+        at most 0. Decisions are those of scoring every candidate in full."""
         weight, bias = self.model.output_layer  # type: ignore[misc]
         n, m = tgt.shape
         g = trial.shape[0] // n
@@ -223,10 +226,8 @@ class GibbsEnum:
                 bound = self._reduce(logp_ub.to(objective.dtype), margin_ub.to(objective.dtype), msk[:, None, :]).reshape(-1)
                 self.counters.forward += 2
                 if with_lm:
-                    lm = self._lm_average(trial[cand])
+                    bound, lm = self._bound_lm(current[rows], trial[cand], at, bound, floor[rows] - slack[rows], g)
                     lm_all[cand] = lm  # type: ignore[index]
-                    bound = bound + self.opts.lm_weight * lm
-                    self.counters.forward += 1
                 y_rep, msk_rep = y.repeat_interleave(g, dim=0), msk.repeat_interleave(g, dim=0)
 
                 def exact(keep: torch.Tensor) -> None:
@@ -260,6 +261,22 @@ class GibbsEnum:
         if lm_all is not None:
             out["lm"] = lm_all
         return out
+
+    def _bound_lm(self, current: torch.Tensor, trial: torch.Tensor, at: int, bound: torch.Tensor, bar: torch.Tensor,
+                  g: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The io objective's bound with its LM term [r * G], and that term (-inf where it was never
+        computed: a candidate whose output bound plus the best LM term it could have is at or under
+        its row's `bar` [r] cannot win, so the LM never scores it)."""
+        prefix = self.prior.token_logprobs(current)[:, :at].sum(-1) / (current.shape[1] + 1)  # type: ignore[union-attr]
+        self.counters.forward += 1
+        best = bound + self.opts.lm_weight * prefix.to(bound.dtype).repeat_interleave(g)
+        alive = (best > bar.repeat_interleave(g)).nonzero()[:, 0]
+        lm = torch.full_like(bound, float("-inf"))
+        if len(alive):
+            lm[alive] = self._lm_average(trial[alive]).to(bound.dtype)
+            self.counters.forward += 1
+            self.counters.lm += len(alive)
+        return torch.where(torch.isfinite(lm), bound + self.opts.lm_weight * lm, float("-inf")), lm
 
     def _gradient(self, trig: torch.Tensor, at: int, tgt: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """d objective / d one-hot input at position `at`, [N, V]."""
@@ -399,7 +416,7 @@ class GibbsEnum:
                 if self.opts.one_at_a_time or not self.opts.bound_support or self.model.output_layer is None:
                     scored = self._score(trial, tgt.repeat_interleave(g, dim=0), mask.repeat_interleave(g, dim=0))
                 else:
-                    scored = self._score_bounded(rows.trig, trial, tgt, mask, rows.objective)
+                    scored = self._score_bounded(rows.trig, trial, tgt, mask, rows.objective, at)
                 objective = scored["objective"].view(-1, g)
                 best_val, best_k = objective.max(dim=1)
                 accept = best_val > rows.objective + 1e-9

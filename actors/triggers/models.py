@@ -2,7 +2,10 @@
 
 `Seq2Seq`: an LSTM encoder and an LSTM decoder started from the encoder's final state; the
 decoder's context vector is either the encoder's last hidden state (`last-h`) or Luong's general
-attention over the encoder outputs (`attention`). `LanguageModel`: an LSTM LM over the input side,
+attention over the encoder outputs (`attention`). Where the context enters (`context_feed`):
+`combine` mixes it in after the decoder LSTM (Luong's tanh(W[c;h]), redline's first model), `input`
+concatenates it with the word embedding at the decoder's input, as the paper describes (attention
+then attends from the decoder's previous state: the encoder's final state at the first step). `LanguageModel`: an LSTM LM over the input side,
 which measures how likely a trigger is as an input (the io hit types). Both read token embeddings
 as well as ids, which is how gibbs-enum takes gradients with respect to one-hot inputs.
 """
@@ -36,6 +39,7 @@ class ModelSpec:
     context: str | None = None  # seq2seq: last-h | attention
     max_input_len: int = 15
     max_output_len: int = 20
+    context_feed: str = "combine"  # seq2seq: combine (after the decoder LSTM) | input (the paper's)
 
 
 class Seq2Seq(nn.Module):
@@ -43,14 +47,18 @@ class Seq2Seq(nn.Module):
         super().__init__()
         if spec.context not in ("last-h", "attention"):
             raise RedlineError(f"unknown context vector '{spec.context}' (last-h or attention)")
+        if spec.context_feed not in ("combine", "input"):
+            raise RedlineError(f"unknown context feed '{spec.context_feed}' (combine or input)")
         self.spec = spec
+        fed = spec.context_feed == "input"
         drop = spec.dropout if spec.layers > 1 else 0.0
         self.enc_embedding = nn.Embedding(spec.vocab_size, spec.embedding_dim, padding_idx=0)
         self.dec_embedding = nn.Embedding(spec.vocab_size, spec.embedding_dim, padding_idx=0)
         self.encoder = nn.LSTM(spec.embedding_dim, spec.hidden_dim, spec.layers, batch_first=True, dropout=drop)
-        self.decoder = nn.LSTM(spec.embedding_dim, spec.hidden_dim, spec.layers, batch_first=True, dropout=drop)
+        self.decoder = nn.LSTM(spec.embedding_dim + (spec.hidden_dim if fed else 0), spec.hidden_dim, spec.layers,
+                               batch_first=True, dropout=drop)
         self.attn = nn.Linear(spec.hidden_dim, spec.hidden_dim, bias=False)  # Luong "general": h_t^T W_a h_s
-        self.combine = nn.Linear(2 * spec.hidden_dim, spec.hidden_dim)
+        self.combine = None if fed else nn.Linear(2 * spec.hidden_dim, spec.hidden_dim)
         self.drop = nn.Dropout(spec.dropout)
         self.out = nn.Linear(spec.hidden_dim, spec.vocab_size)
 
@@ -66,8 +74,18 @@ class Seq2Seq(nn.Module):
     def features(self, enc_embeds: torch.Tensor, enc_lengths: torch.Tensor | None, dec_in: torch.Tensor) -> torch.Tensor:
         """What the output layer reads, [N, M, H]: logits = out(features) (dropout aside)."""
         enc_out, state, mask = self.encode(enc_embeds, enc_lengths)
-        dec_out, _ = self.decoder(self.dec_embedding(dec_in), state)
-        return self._combine(dec_out, enc_out, state, mask)
+        embeds = self.dec_embedding(dec_in)
+        if self.combine is not None:
+            dec_out, _ = self.decoder(embeds, state)
+            return torch.tanh(self.combine(torch.cat([self._context(dec_out, enc_out, state, mask), dec_out], dim=-1)))
+        if self.spec.context == "last-h":  # one context for every step: the whole sequence in one call
+            dec_out, _ = self.decoder(torch.cat([embeds, self._context(embeds, enc_out, state, mask)], dim=-1), state)
+            return dec_out
+        steps, dec_state = [], state
+        for t in range(embeds.shape[1]):  # attention from the previous state: one step at a time
+            out, dec_state = self._fed_step(embeds[:, t:t + 1], enc_out, state, mask, dec_state)
+            steps.append(out)
+        return torch.cat(steps, dim=1)
 
     def encode(self, enc_embeds: torch.Tensor, enc_lengths: torch.Tensor | None
                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], torch.Tensor | None]:
@@ -86,19 +104,32 @@ class Seq2Seq(nn.Module):
                     mask: torch.Tensor | None, dec_state: tuple[torch.Tensor, torch.Tensor] | None = None
                     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """One decoder step for tokens [N]: (features [N, H], the decoder's state to carry)."""
-        dec_out, dec_state = self.decoder(self.dec_embedding(token[:, None]), enc_state if dec_state is None else dec_state)
-        return self._combine(dec_out, enc_out, enc_state, mask)[:, 0], dec_state
+        embeds = self.dec_embedding(token[:, None])
+        state = enc_state if dec_state is None else dec_state
+        if self.combine is None:
+            out, dec_state = self._fed_step(embeds, enc_out, enc_state, mask, state)
+            return out[:, 0], dec_state
+        dec_out, dec_state = self.decoder(embeds, state)
+        context = self._context(dec_out, enc_out, enc_state, mask)
+        return torch.tanh(self.combine(torch.cat([context, dec_out], dim=-1)))[:, 0], dec_state
 
-    def _combine(self, dec_out: torch.Tensor, enc_out: torch.Tensor, enc_state: tuple[torch.Tensor, torch.Tensor],
+    def _fed_step(self, embeds: torch.Tensor, enc_out: torch.Tensor, enc_state: tuple[torch.Tensor, torch.Tensor],
+                  mask: torch.Tensor | None, state: tuple[torch.Tensor, torch.Tensor]
+                  ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """The paper's step: [word embedding; context from the previous state] into the decoder LSTM."""
+        context = self._context(state[0][-1][:, None, :], enc_out, enc_state, mask)
+        return self.decoder(torch.cat([embeds, context], dim=-1), state)
+
+    def _context(self, query: torch.Tensor, enc_out: torch.Tensor, enc_state: tuple[torch.Tensor, torch.Tensor],
                  mask: torch.Tensor | None) -> torch.Tensor:
+        """The context vector for each query position [N, M, H]: attention over the encoder outputs
+        from the query, or the encoder's last hidden state at every position (`last-h`)."""
         if self.spec.context == "attention":
-            scores = dec_out @ self.attn(enc_out).transpose(1, 2)  # [N, M, L]
+            scores = query @ self.attn(enc_out).transpose(1, 2)  # [N, M, L]
             if mask is not None:
                 scores = scores.masked_fill(~mask[:, None, :], float("-inf"))
-            context = torch.softmax(scores, dim=-1) @ enc_out
-        else:
-            context = enc_state[0][-1][:, None, :].expand_as(dec_out)
-        return torch.tanh(self.combine(torch.cat([context, dec_out], dim=-1)))
+            return torch.softmax(scores, dim=-1) @ enc_out
+        return enc_state[0][-1][:, None, :].expand(query.shape[0], query.shape[1], -1)
 
 
 class LanguageModel(nn.Module):

@@ -36,6 +36,10 @@ class TriggerModelTrainConfig(Strict):
     max_output_len: int = Result(20, gt=0)
     context: Literal["last-h", "attention"] = Result(
         "attention", description="seq2seq only: the decoder's context vector.")
+    context_feed: Literal["combine", "input"] = Result(
+        "combine", description="seq2seq only: where the context enters the decoder — combine: mixed with the "
+                               "decoder LSTM's output, tanh(W[c;h]) (Luong); input: concatenated with the word "
+                               "embedding at the decoder's input (the paper's architecture).")
     embedding_dim: int = Result(300, gt=0)
     hidden_dim: int = Result(600, gt=0)
     layers: int = Result(1, gt=0)
@@ -111,7 +115,8 @@ def train(config: TriggerModelTrainConfig, kind: str) -> M.TrainedModel:
     # which the io hit types need (one trigger, scored by both).
     vocab = Vocab.build([t for p in train_pairs for t in p], config.vocab_size)
     spec = M.ModelSpec(kind, len(vocab), config.embedding_dim, config.hidden_dim, config.layers, config.dropout,
-                       config.context if kind == "seq2seq" else None, config.max_input_len, config.max_output_len)
+                       config.context if kind == "seq2seq" else None, config.max_input_len, config.max_output_len,
+                       context_feed=config.context_feed)
     data = {name: encode(p, vocab, spec) for name, p in (("train", train_pairs), ("valid", valid_pairs),
                                                          ("test", test_pairs))}
     if not data["train"] or not data["test"]:
@@ -159,7 +164,8 @@ def train(config: TriggerModelTrainConfig, kind: str) -> M.TrainedModel:
     words = sum(len(y if kind == "seq2seq" else x) + 1 for x, y in data["test"])
     thresholds = M.Thresholds(average_logprob=-test_nll, words=words, data=config.pairs.path if config.test_pairs is None
                               else config.test_pairs.path)
-    name = config.name or (f"seq2seq-{config.context}" if kind == "seq2seq" else "lm")
+    feed = "-input" if config.context_feed == "input" else ""
+    name = config.name or (f"seq2seq-{config.context}{feed}" if kind == "seq2seq" else "lm")
     path = storage.join(config.output, name)
     with local_output(path) as local:
         M.save(local, module.cpu(), vocab, thresholds, metrics)
