@@ -5,9 +5,10 @@ decoder's context vector is either the encoder's last hidden state (`last-h`) or
 attention over the encoder outputs (`attention`). Where the context enters (`context_feed`):
 `combine` mixes it in after the decoder LSTM (Luong's tanh(W[c;h]), redline's first model), `input`
 concatenates it with the word embedding at the decoder's input, as the paper describes (attention
-then attends from the decoder's previous state: the encoder's final state at the first step). `LanguageModel`: an LSTM LM over the input side,
-which measures how likely a trigger is as an input (the io hit types). Both read token embeddings
-as well as ids, which is how gibbs-enum takes gradients with respect to one-hot inputs.
+then attends from the decoder's previous state: the encoder's final state at the first step).
+`LanguageModel`: an LSTM LM over the input side, which measures how likely a trigger is as an input
+(the io hit types). Both read token embeddings as well as ids, which is how gibbs-enum takes
+gradients with respect to one-hot inputs.
 """
 
 from __future__ import annotations
