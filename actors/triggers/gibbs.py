@@ -264,16 +264,26 @@ class GibbsEnum:
 
     def _bound_lm(self, current: torch.Tensor, trial: torch.Tensor, at: int, bound: torch.Tensor, bar: torch.Tensor,
                   g: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The io objective's bound with its LM term [r * G], and that term (-inf where it was never
-        computed: a candidate whose output bound plus the best LM term it could have is at or under
-        its row's `bar` [r] cannot win, so the LM never scores it)."""
-        prefix = self.prior.token_logprobs(current)[:, :at].sum(-1) / (current.shape[1] + 1)  # type: ignore[union-attr]
+        """The io objective's bound with its LM term [r * G], and that term. Every candidate shares the
+        current trigger's tokens before `at`, so the LM reads that prefix once per row: it gives those
+        tokens' log-probabilities and the candidate token's own; the tokens after it are at most 0. A
+        candidate whose output bound plus that LM bound is at or under its row's `bar` [r] cannot win:
+        the LM never reads the rest of it (its term -inf). The others are scored from the prefix's state
+        on. An LM that cannot continue a state (`prefix` None) scores every candidate whole."""
+        prior, length = self.prior, current.shape[1] + 1  # + </s>
+        shared = prior.prefix(current, at)  # type: ignore[union-attr]
         self.counters.forward += 1
-        best = bound + self.opts.lm_weight * prefix.to(bound.dtype).repeat_interleave(g)
-        alive = (best > bar.repeat_interleave(g)).nonzero()[:, 0]
+        if shared is None:
+            lm = self._lm_average(trial).to(bound.dtype)
+            self.counters.lm += trial.shape[0]
+            return bound + self.opts.lm_weight * lm, lm
+        before, next_logp, state = shared
+        known = (before[:, None] + next_logp.gather(1, trial[:, at].view(-1, g))).reshape(-1).to(bound.dtype)
+        alive = (bound + self.opts.lm_weight * known / length > bar.repeat_interleave(g)).nonzero()[:, 0]
         lm = torch.full_like(bound, float("-inf"))
         if len(alive):
-            lm[alive] = self._lm_average(trial[alive]).to(bound.dtype)
+            rest = prior.suffix_logprobs(state, alive // g, trial[alive, at:]).sum(-1)  # type: ignore[union-attr]
+            lm[alive] = (known[alive] + rest.to(bound.dtype)) / length
             self.counters.forward += 1
             self.counters.lm += len(alive)
         return torch.where(torch.isfinite(lm), bound + self.opts.lm_weight * lm, float("-inf")), lm

@@ -208,6 +208,18 @@ class PriorModel(ABC):
     def sample(self, n: int, length: int, allowed: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """n triggers of `length` tokens sampled from the LM, restricted to `allowed` tokens."""
 
+    def prefix(self, trig: torch.Tensor, at: int) -> tuple[torch.Tensor, torch.Tensor, Any] | None:
+        """What every trigger that differs from `trig` [N, L] only from position `at` on shares: the summed
+        log-probabilities of its tokens before `at` [N], the log-distribution of the token at `at` [N, V],
+        and the state `suffix_logprobs` continues from; None where the LM cannot continue a state (every
+        candidate is then scored whole)."""
+        return None
+
+    def suffix_logprobs(self, state: Any, rows: torch.Tensor, suffix: torch.Tensor) -> torch.Tensor:
+        """log P_LM of the tokens after the first of `suffix` [n, L - at] (and </s>), continuing the
+        prefix state of each row `rows` [n] (indices into the `prefix` call's triggers)."""
+        raise NotImplementedError
+
 
 def gold_logprobs(logp: torch.Tensor, gold: torch.Tensor, at: int | None, onehot: torch.Tensor | None) -> torch.Tensor:
     """log P of each gold token from log-probabilities [N, T, V]; with `at` and `onehot`, position
@@ -300,6 +312,24 @@ class LSTMPrior(PriorModel):
             embeds[:, at + 1] = onehot @ self.embedding_weight
         logp = torch.log_softmax(self.module(embeds), dim=-1)  # step t predicts token t (then </s>)
         return gold_logprobs(logp, gold, at, onehot)
+
+    def prefix(self, trig: torch.Tensor, at: int) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        bos = torch.full_like(trig[:, :1], self.vocab.bos)
+        out, state = self.module.lstm(self.module.embedding(torch.cat([bos, trig[:, :at]], dim=1)))
+        logp = torch.log_softmax(self.module.out(out).to(self._score_dtype), dim=-1)  # step t predicts token t
+        before = logp[:, :at].gather(-1, trig[:, :at, None])[..., 0].sum(-1)
+        return before, logp[:, at], state
+
+    def suffix_logprobs(self, state: Any, rows: torch.Tensor, suffix: torch.Tensor) -> torch.Tensor:
+        h, c = state
+        out, _ = self.module.lstm(self.module.embedding(suffix), (h[:, rows].contiguous(), c[:, rows].contiguous()))
+        gold = torch.cat([suffix[:, 1:], torch.full_like(suffix[:, :1], self.vocab.eos)], dim=1)
+        weight = self.module.out
+        return feature_scores(out, gold, weight.weight, weight.bias, need_margin=False, dtype=self._score_dtype)[0]
+
+    @property
+    def _score_dtype(self) -> torch.dtype:
+        return torch.float64 if self.module.out.weight.dtype == torch.float64 else torch.float32
 
     def sample(self, n: int, length: int, allowed: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         ids = torch.full((n, 1), self.vocab.bos, dtype=torch.long, device=allowed.device)
