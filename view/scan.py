@@ -307,9 +307,8 @@ class Source:
         wanted = np.asarray(numbers, np.int64)
         piece_of = np.searchsorted(np.asarray(self.starts, np.int64), wanted, side="right") - 1
         found: dict[int, dict[str, Any]] = {}
-        mine = {p: wanted[piece_of == p] for p in sorted(set(piece_of.tolist()))}
-        # a sorted page's rows lie in many parts: read them side by side (Arrow reads without the GIL)
-        for p, table in _read_ahead([lambda p=p: (p, self._conform(self.pieces[p].take(mine[p] - int(self.starts[p])),
-                                                                  self.column_names)) for p in mine]):
-            found.update(zip(mine[p].tolist(), table.to_pylist()))
+        for p in sorted(set(piece_of.tolist())):
+            mine = wanted[piece_of == p]
+            table = self._conform(self.pieces[p].take(mine - int(self.starts[p])), self.column_names)
+            found.update(zip(mine.tolist(), table.to_pylist()))
         return [found[int(n)] for n in wanted]
