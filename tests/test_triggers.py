@@ -12,12 +12,9 @@ import torch
 
 from redline.actors.triggers import hits as H
 from redline.actors.triggers import models as M
-from redline.actors.triggers.gibbs import (
-    GibbsEnum,
-    SearchOptions,
-    continuous_relaxation,
-)
+from redline.actors.triggers.gibbs import GibbsEnum, SearchOptions
 from redline.actors.triggers.pairs import PairCorpusConfig, dialogue_pairs, read_pairs
+from redline.actors.triggers.relaxation import continuous_relaxation
 from redline.actors.triggers.scorers import LSTMPrior, LSTMSeq2SeqTarget
 from redline.actors.triggers.targets import mal_list, random_list
 from redline.actors.triggers.training import TriggerModelTrainConfig, train

@@ -75,12 +75,8 @@ class TriggerWorker:
             self.models[m.name] = (target, prior, H.Thresholds(t_out, t_in))  # type: ignore[arg-type]
 
     def __call__(self, batch: dict[str, np.ndarray]) -> pa.Table:
-        from redline.actors.triggers.gibbs import (
-            GibbsEnum,
-            SearchOptions,
-            TriggerResult,
-            continuous_relaxation,
-        )
+        from redline.actors.triggers.gibbs import GibbsEnum, SearchOptions, TriggerResult
+        from redline.actors.triggers.relaxation import continuous_relaxation
 
         c = self.search
         out: list[dict[str, Any]] = []
