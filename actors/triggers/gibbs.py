@@ -188,9 +188,8 @@ class GibbsEnum:
         [N, L] with position `at` changed) that can beat the row's objective `floor` [N]; the others
         get -inf. A cheap upper bound (scorers.target_score_bounds, from what the current trigger
         ranks highest at each target position) rules most candidates out, and only the rest pay for
-        the full vocabulary. In an io search the LM term is bounded too before any candidate is scored
-        under the LM: the tokens before `at` keep the current trigger's log-probabilities, the rest are
-        at most 0. Decisions are those of scoring every candidate in full."""
+        the full vocabulary. In an io search the LM term is bounded too before the LM reads a whole
+        candidate (`_bound_lm`). Decisions are those of scoring every candidate in full."""
         weight, bias = self.model.output_layer  # type: ignore[misc]
         n, m = tgt.shape
         g = trial.shape[0] // n
