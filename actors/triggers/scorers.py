@@ -306,7 +306,7 @@ class LSTMPrior(PriorModel):
         if onehot is None and not torch.is_grad_enabled():  # scoring candidates: the fast path
             out = self.module.out
             return feature_scores(self.module.lstm(embeds)[0], gold, out.weight, out.bias, need_margin=False,
-                                  dtype=torch.float64 if out.weight.dtype == torch.float64 else torch.float32)[0]
+                                  dtype=self._score_dtype)[0]
         if at is not None and onehot is not None:
             embeds = embeds.clone()
             embeds[:, at + 1] = onehot @ self.embedding_weight
@@ -328,7 +328,7 @@ class LSTMPrior(PriorModel):
         return feature_scores(out, gold, weight.weight, weight.bias, need_margin=False, dtype=self._score_dtype)[0]
 
     @property
-    def _score_dtype(self) -> torch.dtype:
+    def _score_dtype(self) -> torch.dtype:  # scores in float64 only for a float64 model (the equivalence tests)
         return torch.float64 if self.module.out.weight.dtype == torch.float64 else torch.float32
 
     def sample(self, n: int, length: int, allowed: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
