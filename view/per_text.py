@@ -28,6 +28,18 @@ VERDICTS = ["id", "status", "toxic_score", "pred_toxic"]  # what a detector's pa
 SEARCHED = ["id", "text"]  # a text search looks here (label, fooled and own are filters of a few words)
 
 
+class _Key(tuple):
+    """A shard's key in _PIVOTS, hashed once: its version holds every file of the table."""
+
+    def __new__(cls, items: tuple[object, ...]) -> _Key:
+        key = super().__new__(cls, items)
+        key.hashed = tuple.__hash__(key)
+        return key
+
+    def __hash__(self) -> int:
+        return self.hashed
+
+
 class ShardPivot:
     """One input shard: its detectors' parts joined by id into one row per text. Described by an
     index (`num_rows` given), its parts are opened only when it is read. Columns the parts hold as they
@@ -44,7 +56,7 @@ class ShardPivot:
             name = detectors.get(pool, f"detector-{pool}")
             self.plain.update({f"score_{name}": (pool, "toxic_score"), f"pred_{name}": (pool, "pred_toxic")})
         # its pivot is kept under its table's version (the files' sizes and times): a part rewritten is read again
-        self.key = (version, root, *("/".join(files[pool]) for pool in sorted(files)))
+        self.key = _Key((version, root, *("/".join(files[pool]) for pool in sorted(files))))
 
     def parts(self) -> dict[int, FilePiece]:
         if self._parts is None:
@@ -80,7 +92,8 @@ class ShardPivot:
         for c in columns:
             pool, source = self.plain[c]
             wanted.setdefault(pool, []).append(source)
-        base = pa.concat_tables(list(parts[first].batches(["id", *wanted.get(first, [])])) or [pa.table({})])
+        aligned = ["id"] if set(wanted) - {first} else []  # the other detectors' rows are aligned by id
+        base = pa.concat_tables(list(parts[first].batches([*aligned, *wanted.get(first, [])])) or [pa.table({})])
         if not base.num_rows:
             return None
         out = {}
@@ -104,8 +117,14 @@ class ShardPivot:
             return kept.take(pa.array(local, pa.int64()))
         parts = self.parts()
         first = min(parts)
-        read = {pool: piece.take(local, READ) if pool == first else pa.concat_tables(
-            list(piece.batches(VERDICTS)) or [pa.table({})]) for pool, piece in parts.items()}
+        read = {first: parts[first].take(local, READ)}
+        ids = read[first].column("id")
+        for pool, piece in parts.items():
+            if pool != first:  # a shard's parts hold its ids in one order: the same rows, else joined by id
+                rows = piece.take(local, VERDICTS) if local.size and np.max(local) < piece.num_rows else None
+                if rows is None or not rows.column("id").equals(ids):
+                    rows = pa.concat_tables(list(piece.batches(VERDICTS)) or [pa.table({})])
+                read[pool] = rows
         return pivot({pool: rows.select([c for c in READ if c in rows.column_names]) for pool, rows in read.items()},
                      self.detectors)
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from redline.pipelines.plane.table_index import known_rows, sort_bound
-from redline.view.scan import BATCH_ROWS, Source
+from redline.view.scan import Source
 
 MERGE_ROWS = 16_384  # rows of a sort's parts masked and merged at once
 COUNT_ROWS = 250_000  # rows a request may read past its page only to count the matches
@@ -48,21 +48,17 @@ def _hits(mask: Mask, batch: pa.Table, at: int) -> np.ndarray:
 def _count_rest(source: Source, needed: list[str], mask: Mask, known: list[int | None], rest: list[int]
                 ) -> tuple[int, bool]:
     """The matches in parts `rest`: counted from the figures where they say, else read up to COUNT_ROWS
-    rows; (count, whether exact)."""
+    rows (each part masked on the thread that read it); (count, whether exact)."""
     total = sum(known[i] or 0 for i in rest)
     unknown = [i for i in rest if known[i] is None]
-    read, pending, exact = 0, list[pa.Table](), True
-    for done, (_, _, batch) in enumerate(source.scan_parts(unknown, needed), start=1):
-        pending.append(batch)
-        read += batch.num_rows
+    read = 0
+    counts = source.scan_parts(unknown, needed, then=lambda batch: (batch.num_rows, len(_hits(mask, batch, 0))))
+    for done, (_, _, (rows, hits)) in enumerate(counts, start=1):
+        read, total = read + rows, total + hits
         if read >= COUNT_ROWS and done < len(unknown):
-            exact = False
-        if not exact or done == len(unknown) or sum(b.num_rows for b in pending) >= BATCH_ROWS:
-            total += len(_hits(mask, pa.concat_tables(pending), 0))  # small parts masked together
-            pending.clear()
-        if not exact:
-            break
-    return total, exact
+            counts.close()
+            return total, False
+    return total, True
 
 
 def filtered_page(source: Source, needed: list[str], mask: Mask, filters: dict[str, str], search: str | None,
@@ -72,7 +68,8 @@ def filtered_page(source: Source, needed: list[str], mask: Mask, filters: dict[s
     parts, known = source.index.parts, _known(source, filters, ranges, search)
     start, want = (page - 1) * per_page, page * per_page
     candidates = [i for i, k in enumerate(known) if k != 0]
-    reads = source.scan_parts([i for i in candidates if known[i] != parts[i].rows], needed)
+    reads = source.scan_parts([i for i in candidates if known[i] != parts[i].rows], needed,
+                              then=lambda batch: _hits(mask, batch, 0))
     total, kept, upto = 0, deque[int](maxlen=per_page), 0
     for upto, i in enumerate(candidates, start=1):
         if known[i] == parts[i].rows:  # every row matches: its numbers are known
@@ -80,8 +77,8 @@ def filtered_page(source: Source, needed: list[str], mask: Mask, filters: dict[s
             hits = np.arange(first, first + min(parts[i].rows, max(0, want - total)))
             count = parts[i].rows
         else:
-            _, at, batch = next(reads)
-            hits = _hits(mask, batch, at)
+            _, at, hits = next(reads)
+            hits = hits + at
             count = len(hits)
         kept.extend(hits[:max(0, want - total)].tolist())
         total += count

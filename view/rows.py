@@ -110,6 +110,7 @@ class TableCache:
     def __init__(self, size: int = 8, pages: int = 64) -> None:
         self.size, self._items, self._lock = size, OrderedDict[TableRef, Source](), threading.Lock()
         self._facets: dict[TableRef, dict[str, list[str]]] = {}
+        self._known: dict[TableRef, dict[str, list[str]]] = {}
         self._pages: OrderedDict[tuple[Any, ...], Page] = OrderedDict()
         self._max_pages = pages
 
@@ -122,6 +123,17 @@ class TableCache:
                 self._facets = {k: v for k, v in self._facets.items() if k in self._items}
                 self._facets[ref] = found
         return self._facets[ref]
+
+    def known(self, ref: TableRef) -> dict[str, list[str]]:
+        """Every value of the columns whose values are all known: the index's counted columns, else the
+        filters; worked out once per version of the table's files, as its filters are."""
+        if ref not in self._known:
+            source = self.get(ref)
+            found = source.index.values() if source.index is not None else self.facets(ref)
+            with self._lock:
+                self._known = {k: v for k, v in self._known.items() if k in self._items}
+                self._known[ref] = found
+        return self._known[ref]
 
     def get(self, ref: TableRef) -> Source:
         with self._lock:
@@ -143,7 +155,7 @@ class TableCache:
             if key in self._pages:
                 self._pages.move_to_end(key)
                 return self._pages[key]
-        result = query(self.get(ref), filters, sort, page, per_page, search, ranges)
+        result = query(self.get(ref), filters, sort, page, per_page, search, ranges, self.known(ref) if search else None)
         with self._lock:
             self._pages[key] = result
             while len(self._pages) > self._max_pages:
@@ -239,10 +251,11 @@ class Page:
 Ranges = dict[str, tuple[float | None, float | None]]  # number column -> (least, greatest), either open
 
 
-def _mask(table: pa.Table, filters: dict[str, str], search: str | None, ranges: Ranges | None = None) -> pa.Array | None:
+def _mask(table: pa.Table, filters: dict[str, str], search: str | None, ranges: Ranges | None = None,
+          searched: list[str] | None = None) -> pa.Array | None:
     """Which rows of a batch hold every filter (a value of a list column: the list contains it), every
-    number range (ends included; a null is outside) and the text search (any text column contains
-    it, case-insensitive); None: every row."""
+    number range (ends included; a null is outside) and the text search (one of `searched`, else any
+    text column, contains it, case-insensitive); None: every row."""
     mask = None
     for name, (least, greatest) in (ranges or {}).items():
         column = table.column(name)
@@ -265,7 +278,7 @@ def _mask(table: pa.Table, filters: dict[str, str], search: str | None, ranges: 
         mask = cond if mask is None else pc.and_(mask, cond)
     if search:
         needle = None
-        for name in table.column_names:
+        for name in table.column_names if searched is None else searched:
             if is_text(table.column(name).type):
                 found = pc.fill_null(pc.match_substring(table.column(name), search, ignore_case=True), False)
                 needle = found if needle is None else pc.or_(needle, found)
@@ -289,12 +302,23 @@ def _check(source: Source, filters: dict[str, str], ranges: Ranges | None) -> No
             raise RedlineError(f"no number column '{name}' for a range (number columns: {', '.join(numbers) or 'none'})")
 
 
+def searched_columns(source: Source, search: str, known: dict[str, list[str]] | None = None) -> list[str]:
+    """The text columns a search looks in: the table's searchable ones, less those whose every value
+    is known (`known`) and none of which holds it."""
+    texts = source.searchable or [f.name for f in source.schema if is_text(f.type)]
+    return [c for c in texts if c not in (known or {}) or pc.any(
+        pc.match_substring(pa.array(known[c], pa.string()), search, ignore_case=True)).as_py()]
+
+
 def query(source: Source | pa.Table, filters: dict[str, str], sort: str | None, page: int, per_page: int,
-          search: str | None = None, ranges: Ranges | None = None) -> Page:
+          search: str | None = None, ranges: Ranges | None = None, known: dict[str, list[str]] | None = None
+          ) -> Page:
     """One page of the rows where every filter holds and the text search matches, sorted by `sort`
     ("col" or "-col"; ties keep the table's order, nulls last). Only the columns the filters, the
     search and the sort read are scanned, batch by batch; the sort keeps the best rows up to this
-    page, never the whole order; the page's rows are then read by position, every column."""
+    page, never the whole order; the page's rows are then read by position, every column. `known`:
+    the columns whose every value is known (`TableCache.known`), so a search skips a column none of
+    whose values holds it."""
     source = Source.of_table(source) if isinstance(source, pa.Table) else source
     _check(source, filters, ranges)
     key = sort.lstrip("-") if sort else None
@@ -302,13 +326,16 @@ def query(source: Source | pa.Table, filters: dict[str, str], sort: str | None, 
         raise RedlineError(f"no column '{key}' to sort by")
     if key is not None and not _sortable(source.schema.field(key).type):
         key = None
-    texts = (source.searchable or [f.name for f in source.schema if is_text(f.type)]) if search else []
+    texts = searched_columns(source, search, known) if search else []
+    if search and not texts:  # no column can hold it
+        return Page(source.column_names, [], 0, source.num_rows, 1, 1, pair_of(source),
+                    frozenset(f.name for f in source.schema if _sortable(f.type)), source.schema)
     needed = list(dict.fromkeys([*filters, *(ranges or {}), *([key] if key else []), *texts]))
     page = max(1, page)
     planned = None
     if source.index is not None and needed and (filters or ranges or key or texts):
         def mask(batch: pa.Table) -> pa.Array | None:
-            return _mask(batch, filters, search, ranges)
+            return _mask(batch, filters, search, ranges, texts)
         if key is None:
             planned = plan.filtered_page(source, needed, mask, filters, search, ranges or {}, page, per_page)
         elif key in number_columns(source):
@@ -323,10 +350,11 @@ def query(source: Source | pa.Table, filters: dict[str, str], sort: str | None, 
         page = min(page, max(1, math.ceil(total / per_page)))
         numbers = list(range((page - 1) * per_page, min(page * per_page, total)))
     elif key is None:
-        total, numbers = _filtered(source, needed, filters, search, ranges, page, per_page)
+        total, numbers = _filtered(source, needed, filters, search, ranges, page, per_page, texts)
         page = min(page, max(1, math.ceil(total / per_page)))
     else:
-        total, numbers = _sorted(source, needed, filters, search, ranges, key, sort.startswith("-"), page, per_page)
+        total, numbers = _sorted(source, needed, filters, search, ranges, key, sort.startswith("-"), page, per_page,
+                                 texts)
         page = min(page, max(1, math.ceil(total / per_page)))
     sortable = frozenset(f.name for f in source.schema if _sortable(f.type))
     return Page(source.column_names, source.rows(numbers), total, source.num_rows, page,
@@ -334,11 +362,11 @@ def query(source: Source | pa.Table, filters: dict[str, str], sort: str | None, 
 
 
 def _filtered(source: Source, needed: list[str], filters: dict[str, str], search: str | None, ranges: Ranges | None,
-              page: int, per_page: int) -> tuple[int, list[int]]:
+              page: int, per_page: int, searched: list[str]) -> tuple[int, list[int]]:
     """The number of matching rows and the row numbers of the page (the last page when past it)."""
     total, start, kept = 0, (page - 1) * per_page, deque[int](maxlen=per_page)
     for offset, batch in source.scan(needed):
-        mask = _mask(batch, filters, search, ranges)
+        mask = _mask(batch, filters, search, ranges, searched)
         hits = np.flatnonzero(np.asarray(mask)) + offset if mask is not None else np.arange(batch.num_rows) + offset
         if total < start + per_page:  # still before the page's end: keep the last `per_page` seen
             kept.extend(hits[:start + per_page - total].tolist())
@@ -349,7 +377,7 @@ def _filtered(source: Source, needed: list[str], filters: dict[str, str], search
 
 
 def _sorted(source: Source, needed: list[str], filters: dict[str, str], search: str | None, ranges: Ranges | None,
-            key: str, descending: bool, page: int, per_page: int) -> tuple[int, list[int]]:
+            key: str, descending: bool, page: int, per_page: int, searched: list[str]) -> tuple[int, list[int]]:
     """The number of matching rows and the row numbers of the page in the sort's order: each batch's
     best `page * per_page` rows are merged with the best so far (ties broken by row number)."""
     k = page * per_page
@@ -358,7 +386,7 @@ def _sorted(source: Source, needed: list[str], filters: dict[str, str], search: 
     total = 0
     for offset, batch in source.scan(needed):
         rows = pa.table({key: batch.column(key), "__row": pa.array(np.arange(batch.num_rows) + offset, pa.int64())})
-        mask = _mask(batch, filters, search, ranges)
+        mask = _mask(batch, filters, search, ranges, searched)
         if mask is not None:
             rows = rows.filter(mask)
         total += rows.num_rows

@@ -86,12 +86,6 @@ class FilePiece:
         rows are fetched from it, so opening a table of thousands of parts reads none of them."""
         return cls(root, parts, storage.join(root, *parts), num_rows, _names_only(tuple(names)))
 
-    def _groups(self) -> list[int]:
-        if self.metadata is None:  # described: its footer read now, not kept
-            with self._file() as f:
-                return _group_starts(f.metadata)
-        return self.group_starts
-
     @contextmanager
     def _file(self) -> Iterator[pq.ParquetFile]:
         handle = storage.open_below(self.root, self.parts)
@@ -122,10 +116,10 @@ class FilePiece:
 
     def take(self, local: np.ndarray, columns: list[str] | None = None) -> pa.Table:
         """These rows (numbers within the part), every column or only `columns` (those it has)."""
-        group_starts = self._groups()
-        group_of = [bisect.bisect_right(group_starts, int(i)) - 1 for i in local]
-        groups = sorted(set(group_of))
-        with self._file() as f:
+        with self._file() as f:  # a described part's footer is read by this one open, not kept
+            group_starts = self.group_starts if self.metadata is not None else _group_starts(f.metadata)
+            group_of = [bisect.bisect_right(group_starts, int(i)) - 1 for i in local]
+            groups = sorted(set(group_of))
             present = None if columns is None else [c for c in columns if c in f.schema_arrow.names]
             table = f.read_row_groups(groups, columns=present)
         offsets, start = {}, 0
@@ -232,12 +226,15 @@ class Source:
         pieces = [FilePiece.described(root, [*folder, p.part], p.rows, p.names) for p in index.parts]
         return cls(name, pieces, index.schema, key, index)
 
-    def scan_parts(self, numbers: Sequence[int], columns: list[str]) -> Iterator[tuple[int, int, pa.Table]]:
+    def scan_parts(self, numbers: Sequence[int], columns: list[str],
+                   then: Callable[[pa.Table], Any] | None = None) -> Iterator[tuple[int, int, Any]]:
         """(piece number, its first row number, its rows) of each of these pieces in the order given,
-        only `columns`, a few read at a time on threads."""
-        def read(piece: Piece) -> pa.Table:
+        only `columns`, a few read at a time on threads; with `then`, what it makes of the rows, worked
+        out on the reading thread too (Arrow's compute releases the GIL, as its decoding does)."""
+        def read(piece: Piece) -> Any:
             batches = [self._conform(b, columns) for b in piece.batches(columns)]
-            return pa.concat_tables(batches) if batches else self._conform(pa.table({}), columns)
+            table = pa.concat_tables(batches) if batches else self._conform(pa.table({}), columns)
+            return table if then is None else then(table)
 
         for i, table in zip(numbers, _read_ahead([lambda p=self.pieces[i]: read(p) for i in numbers])):
             yield i, int(self.starts[i]), table

@@ -228,12 +228,16 @@ class TableIndex:
     def num_rows(self) -> int:
         return sum(p.rows for p in self.parts)
 
-    def facets(self) -> dict[str, list[str]]:
+    def values(self) -> dict[str, list[str]]:
+        """Every value of each column counted in every part (a filter column, or one with a single value)."""
         values: dict[str, set[str]] = {c: set() for c in self.facet_columns}
         for p in self.parts:
             for name in values:
                 values[name].update(v for v, n in p.values.get(name, {}).items() if n)
-        chosen = chosen_facets(self.schema, values, self.num_rows)
+        return {name: sorted(found) for name, found in values.items()}
+
+    def facets(self) -> dict[str, list[str]]:
+        chosen = chosen_facets(self.schema, {k: set(v) for k, v in self.values().items()}, self.num_rows)
         return {name: chosen[name] for name in self.schema.names if name in chosen}
 
     def matches(self, parts: dict[str, int]) -> bool:
