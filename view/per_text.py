@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
+from typing import Self
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +32,7 @@ SEARCHED = ["id", "text"]  # a text search looks here (label, fooled and own are
 class _Key(tuple):
     """A shard's key in _PIVOTS, hashed once: its version holds every file of the table."""
 
-    def __new__(cls, items: tuple[object, ...]) -> _Key:
+    def __new__(cls, items: tuple[object, ...]) -> Self:
         key = super().__new__(cls, items)
         key.hashed = tuple.__hash__(key)
         return key
