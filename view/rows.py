@@ -61,6 +61,12 @@ class TableRef:
     files: tuple[tuple[str, int, float], ...]  # (path below the run, size, mtime): the cache key, so new shards show up
     index: tuple[str, int, float] | None = None  # the parts' index (pipelines/plane/table_index.py), when written
 
+    def __hash__(self) -> int:
+        """Worked out once: a 10M-row run's table holds 10,000 files, and each of its shards is kept by it."""
+        if "_hash" not in self.__dict__:
+            object.__setattr__(self, "_hash", hash((self.name, self.root, self.run_id, self.files, self.index)))
+        return self.__dict__["_hash"]
+
 
 def _listing(run_uri: str) -> list[tuple[str, int, float]]:
     """(path below the run, size, mtime) of every regular file in a run directory; locally symbolic
