@@ -49,8 +49,8 @@ class ShardPivot:
     def __init__(self, root: str, files: dict[int, list[str]], detectors: dict[int, str],
                  num_rows: int | None = None, version: object = None) -> None:
         self.root, self.files, self.detectors = root, files, detectors
-        self._parts: dict[int, FilePiece] | None = None
-        self.num_rows = num_rows if num_rows is not None else self.parts()[min(files)].num_rows
+        self._parts: dict[int, FilePiece] = {}
+        self.num_rows = num_rows if num_rows is not None else self.part(min(files)).num_rows
         first = min(files)  # the view's columns read as they are: (pool, its column)
         self.plain = {"id": (first, "id"), "text": (first, "text")}
         for pool in files:
@@ -59,10 +59,15 @@ class ShardPivot:
         # its pivot is kept under its table's version (the files' sizes and times): a part rewritten is read again
         self.key = _Key((version, root, *("/".join(files[pool]) for pool in sorted(files))))
 
+    def part(self, pool: int) -> FilePiece:
+        """A detector's part, its footer read the first time it is needed (a sort on the first detector's
+        score never opens the others')."""
+        if pool not in self._parts:
+            self._parts[pool] = FilePiece.open(self.root, self.files[pool])
+        return self._parts[pool]
+
     def parts(self) -> dict[int, FilePiece]:
-        if self._parts is None:
-            self._parts = {pool: FilePiece.open(self.root, parts) for pool, parts in self.files.items()}
-        return self._parts
+        return {pool: self.part(pool) for pool in self.files}
 
     def _pivot(self) -> pa.Table:
         with _LOCK:
@@ -87,20 +92,19 @@ class ShardPivot:
     def _light(self, columns: list[str]) -> pa.Table | None:
         """`columns` (the id, the text, detectors' scores and verdicts) without the pivot: read from
         the first part, each other detector's aligned to it by id; None when the first part is empty."""
-        parts = self.parts()
-        first = min(parts)
+        first = min(self.files)
         wanted: dict[int, list[str]] = {}
         for c in columns:
             pool, source = self.plain[c]
             wanted.setdefault(pool, []).append(source)
         aligned = ["id"] if set(wanted) - {first} else []  # the other detectors' rows are aligned by id
-        base = pa.concat_tables(list(parts[first].batches([*aligned, *wanted.get(first, [])])) or [pa.table({})])
+        base = pa.concat_tables(list(self.part(first).batches([*aligned, *wanted.get(first, [])])) or [pa.table({})])
         if not base.num_rows:
             return None
         out = {}
         for pool, sources in wanted.items():
             rows = base if pool == first else pa.concat_tables(
-                list(parts[pool].batches(["id", *sources])) or [pa.table({"id": pa.array([], pa.string())})])
+                list(self.part(pool).batches(["id", *sources])) or [pa.table({"id": pa.array([], pa.string())})])
             at = None if pool == first else pc.index_in(base.column("id"), value_set=rows.column("id"))
             for c in columns:
                 if self.plain[c][0] == pool:
