@@ -231,7 +231,7 @@ def test_the_session_cookie_is_signed_and_expires_never_the_key(view_root, monke
 
 
 def test_the_word_diff_is_bounded_and_escapes_every_word():
-    from redline.view.rows import MAX_DIFF_CELLS, word_diff
+    from redline.view.diff import MAX_DIFF_CELLS, word_diff
 
     before, after = word_diff("keep <script>alert(1)</script> this", "keep <b onmouseover=x>bold</b> this")
     assert "<script>" not in before + after and "&lt;script&gt;" in before and "&lt;b" in after

@@ -414,7 +414,7 @@ def test_a_folder_input_changes_with_any_file_in_it(tmp_path):
 
 
 def test_changed_words_are_escaped_in_the_word_diff():
-    from redline.view.rows import word_diff
+    from redline.view.diff import word_diff
 
     left, right = word_diff("you are a fool & more", "you are a <script>alert(1)</script> & more")
     assert right == "you are a <mark>&lt;script&gt;alert(1)&lt;/script&gt;</mark> &amp; more"

@@ -135,7 +135,7 @@ def test_list_columns_filter_by_membership():
 
 
 def test_attempts_are_shown_by_outcome(client):
-    from redline.view.rows import outcome_view
+    from redline.view.diff import outcome_view
 
     pair = ("seed_text", "perturbed_text")
     seed = {"seed_text": "you idiot <b>"}
@@ -157,7 +157,7 @@ def test_attempts_are_shown_by_outcome(client):
 
 
 def test_word_diff_marks_only_changed_words():
-    from redline.view.rows import word_diff
+    from redline.view.diff import word_diff
 
     before, after = word_diff("you are a worthless idiot <b>", "you are a worthless idifot <b>")
     assert before == "you are a worthless <del>idiot</del> &lt;b&gt;"

@@ -33,7 +33,8 @@ from redline.cluster import access, paths, storage
 from redline.errors import RedlineError, first_line
 from redline.pipelines.plane.schema import first_columns
 from redline.pipelines.registry import entries, entry
-from redline.view import catalog, charts, compare, report, row_page, rows, search
+from redline.pipelines.registry import pipeline as load_pipeline
+from redline.view import catalog, charts, compare, diff, report, row_page, rows, search
 
 HERE = Path(__file__).parent
 COOKIE = "redline_view_key"
@@ -321,13 +322,11 @@ def _warm_up() -> None:
     """At start, not on a page: pyarrow loads pandas the first time it computes anything (~0.4 s), the
     pipelines' modules give a compare page each run's report columns (~0.2 s), and the pages' templates
     compile (~0.1 s)."""
-    import importlib
-
     import pyarrow.compute as pc
 
     pc.take(pa.table({"x": [0]}), pa.array([0]))
     for e in entries():
-        importlib.import_module(e.module)
+        load_pipeline(e.name)
     for name in TEMPLATES.list_templates():
         TEMPLATES.get_template(name)
 
@@ -423,7 +422,7 @@ def _rows_context(cache: rows.TableCache, ref: rows.TableRef, params: Any) -> di
     picked = [c for c in params.getlist("col") if c in columns] if params.get("cols") else []
     shown = (picked or first_columns(ref.name, columns) or [c for c in columns if c not in rows.HIDDEN_AT_FIRST]
              or columns)
-    diffs = [rows.outcome_view(r, result.pair) for r in result.rows] if result.pair else []
+    diffs = [diff.outcome_view(r, result.pair) for r in result.rows] if result.pair else []
     base = list(params.multi_items())
 
     def link(changes: dict[str, Any], drop: tuple[str, ...] = ()) -> str:
@@ -481,8 +480,6 @@ def _compare_context(cache: rows.TableCache, root: str, infos: list[catalog.RunI
     headline figure), the settings their configs differ in, and each run's own summary table."""
     pipeline = infos[0].pipeline
     table = entry(pipeline).table
-    from redline.pipelines.registry import pipeline as load_pipeline
-
     spec = load_pipeline(pipeline)
     tables = [(i, catalog.summary_rows(i.manifest), spec.columns(i.manifest or {})) for i in infos]
     lines, cells = compare.grid(table, infos)

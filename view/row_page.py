@@ -9,6 +9,7 @@ from typing import Any
 from redline.errors import RedlineError
 from redline.view import rows, search
 from redline.view.catalog import RunInfo
+from redline.view.diff import outcome_view
 
 ELSEWHERE_S = 3.0  # the other runs searched for the same text: a share of the request's budget
 MAX_ROWS_PER_TABLE = 5
@@ -33,7 +34,7 @@ def row_context(cache: rows.TableCache, root: str, info: RunInfo, table: str, ro
     if not found.rows:
         raise LookupError(f"no row with id {row_id[:80]!r} in {info.id} {table}")
     row = found.rows[0]
-    diff = rows.outcome_view(row, found.pair) if found.pair else None
+    diff = outcome_view(row, found.pair) if found.pair else None
     related = []
     for other in refs:
         if other.name == table:
