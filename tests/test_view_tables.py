@@ -1033,3 +1033,13 @@ def test_a_table_switch_keeps_the_columns_chosen_and_long_choices_show_their_las
         assert f'<option value="{long}" title="{long}" >…/davidson/labeled_data.csv</option>' in page
         plain = client.get("/run", params={"id": "r", "table": "attempts"}).text
         assert "/run?id=r&amp;table=taebench#rows" in plain.split('<nav class="tables">')[1]
+
+
+def test_a_search_no_column_can_hold_finds_nothing_and_one_a_known_value_holds_is_read():
+    """A column whose every value is known is searched only when one of its values holds the words;
+    a search that no column can hold (or on a table without text) is an empty page, never every row."""
+    table = pa.table({"status": ["ok", "failed", "ok"], "score": [0.1, 0.5, 0.9]})
+    known = {"status": ["failed", "ok"]}
+    assert R.query(table, {}, None, 1, 10, "zzz", None, known).total == 0
+    assert [r["score"] for r in R.query(table, {}, "-score", 1, 10, "FAIL", None, known).rows] == [0.5]
+    assert R.query(pa.table({"score": [0.1, 0.2]}), {}, None, 1, 10, "0.1").total == 0

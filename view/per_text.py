@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import Self
 
 import numpy as np
 import pyarrow as pa
@@ -29,18 +28,6 @@ VERDICTS = ["id", "status", "toxic_score", "pred_toxic"]  # what a detector's pa
 SEARCHED = ["id", "text"]  # a text search looks here (label, fooled and own are filters of a few words)
 
 
-class _Key(tuple):
-    """A shard's key in _PIVOTS, hashed once: its version holds every file of the table."""
-
-    def __new__(cls, items: tuple[object, ...]) -> Self:
-        key = super().__new__(cls, items)
-        key.hashed = tuple.__hash__(key)
-        return key
-
-    def __hash__(self) -> int:
-        return self.hashed
-
-
 class ShardPivot:
     """One input shard: its detectors' parts joined by id into one row per text. Described by an
     index (`num_rows` given), its parts are opened only when it is read. Columns the parts hold as they
@@ -57,7 +44,7 @@ class ShardPivot:
             name = detectors.get(pool, f"detector-{pool}")
             self.plain.update({f"score_{name}": (pool, "toxic_score"), f"pred_{name}": (pool, "pred_toxic")})
         # its pivot is kept under its table's version (the files' sizes and times): a part rewritten is read again
-        self.key = _Key((version, root, *("/".join(files[pool]) for pool in sorted(files))))
+        self.key = (version, root, *("/".join(files[pool]) for pool in sorted(files)))
 
     def part(self, pool: int) -> FilePiece:
         """A detector's part, its footer read the first time it is needed (a sort on the first detector's

@@ -331,13 +331,10 @@ def query(source: Source | pa.Table, filters: dict[str, str], sort: str | None, 
     if key is not None and not _sortable(source.schema.field(key).type):
         key = None
     texts = searched_columns(source, search, known) if search else []
-    if search and not texts:  # no column can hold it
-        return Page(source.column_names, [], 0, source.num_rows, 1, 1, pair_of(source),
-                    frozenset(f.name for f in source.schema if _sortable(f.type)), source.schema)
     needed = list(dict.fromkeys([*filters, *(ranges or {}), *([key] if key else []), *texts]))
     page = max(1, page)
-    planned = None
-    if source.index is not None and needed and (filters or ranges or key or texts):
+    planned = plan.Planned(0, True, []) if search and not texts else None  # no column can hold it
+    if planned is None and source.index is not None and needed and (filters or ranges or key or texts):
         def mask(batch: pa.Table) -> pa.Array | None:
             return _mask(batch, filters, search, ranges, texts)
         if key is None:
