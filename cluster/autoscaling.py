@@ -67,10 +67,16 @@ def _status_v1() -> Status | None:
         return None
     report = data.get("autoscaler_report")
     at = float(data.get("time") or 0)
-    if not isinstance(report, dict) or time.time() - at > STALE_S:
+    if time.time() - at > STALE_S:
         return None
-    types = report.get("node_type_mapping") or {}
-    if not types or all(kind == f"node_{node}" for node, kind in types.items()):
+    # A monitor that has just started publishes its load metrics a few seconds before its autoscaler's
+    # first update (no report), which may come before it has seen a node (no node types yet).
+    if report is None or (isinstance(report, dict) and not report.get("node_type_mapping")):
+        raise Unreported
+    if not isinstance(report, dict):
+        return None
+    types = report["node_type_mapping"]
+    if all(kind == f"node_{node}" for node, kind in types.items()):
         return None
     return Status(update=at, launching=sum((report.get("pending_launches") or {}).values()),
                   pending=frozenset(str(n[0]) for n in report.get("pending_nodes") or []))

@@ -145,3 +145,38 @@ def test_the_second_autoscalers_state_is_read_from_the_control_service(monkeypat
     reply.autoscaling_state.autoscaler_state_version = 0  # none has reported yet: awaited, then none
     with pytest.raises(autoscaling.Unreported):
         autoscaling._status_v2()
+
+
+def test_a_monitor_that_has_just_started_is_awaited_never_taken_for_no_autoscaler(monkeypatch):
+    """Ray's first autoscaler: a monitor publishes its load metrics a few seconds before its first
+    update, and that update may name no node yet. A run that asked in that window was told the cluster
+    had no autoscaler (seen in a full suite run: the fake cluster's first run refused at once)."""
+    import ray.experimental.internal_kv as kv
+
+    from redline.cluster import autoscaling
+
+    now = time.time()
+    metrics_only = {"time": now, "load_metrics_report": {}, "monitor_pid": 1}
+    no_nodes = {**metrics_only, "autoscaler_report": {"node_type_mapping": {}, "pending_launches": {}}}
+    read_only = {**metrics_only, "autoscaler_report": {"node_type_mapping": {"abc": "node_abc"}}}
+    launching = {**metrics_only, "autoscaler_report": {"node_type_mapping": {"abc": "ray.head.default"},
+                                                       "pending_launches": {"cpu": 1}, "pending_nodes": []}}
+    published: list[dict | None] = [None]
+    monkeypatch.setattr(kv, "_internal_kv_get", lambda key: None if published[0] is None
+                        else json.dumps(published[0]).encode())
+    for early in (None, metrics_only, no_nodes):
+        published[0] = early
+        with pytest.raises(autoscaling.Unreported):
+            autoscaling._status_v1()
+    published[0] = read_only  # a plain `ray start` cluster's read-only autoscaler: none that launches nodes
+    assert autoscaling._status_v1() is None
+    published[0] = launching
+    assert autoscaling._status_v1() == autoscaling.Status(update=now, launching=1, pending=frozenset())
+    published[0] = {**launching, "time": now - autoscaling.STALE_S - 1}  # an autoscaler that stopped reporting
+    assert autoscaling._status_v1() is None
+
+    monkeypatch.setattr("ray.autoscaler.v2.utils.is_autoscaler_v2", lambda fetch_from_server=False: False)
+    answers = iter([metrics_only, no_nodes, launching])
+    monkeypatch.setattr(kv, "_internal_kv_get", lambda key: json.dumps(next(answers)).encode())
+    monkeypatch.setattr(autoscaling.time, "sleep", lambda s: None)
+    assert autoscaling.status(wait_s=60).launching == 1  # awaited through both early reports
