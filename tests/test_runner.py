@@ -140,11 +140,11 @@ def test_the_manifest_holds_the_bars_own_rate_and_time_left_while_the_step_runs(
     assert "progress" not in run.manifest and saved[-1] == {}
 
 
-def test_a_run_read_as_it_goes_gives_each_actor_one_of_its_few_shards(ray_session, tmp_path):
-    """Two shards, two actors, the second actor up 1.5 s after the first: the first takes one shard,
-    not both (Ray Data hands queued shards only to actors already up, so each holds one at a time when
-    the sources' guess says the run is small). The gate holds each actor's first call until the other
-    has signed in: one actor taking both shards fails here (after the gate's minute), on any machine."""
+def test_a_small_run_gives_each_of_its_few_shards_a_host_of_its_own(ray_session, tmp_path):
+    """Two shards, two actors' worth, the second host up 1.5 s after the first: the first takes one
+    shard, not both (the sources' guess says the run is small: the read runs first, then two tasks take
+    the two shards counted, at once). The gate holds each host's first call until the other has signed
+    in: one host taking both shards fails here (after the gate's minute), on any machine."""
     from redline.cluster import storage
     from redline.pipelines.plane import runner, shard_host, sharded
 
@@ -180,15 +180,62 @@ def test_a_pool_asking_for_a_gpu_is_a_plan_ray_data_accepts(ray_session, tmp_pat
     assert runner.plan([pool]) is not None
 
 
-def test_constructor_user_error_reaches_the_caller(ray_session, tmp_path):
+@pytest.mark.parametrize("rows", [2, 1], ids=["one shard: a task", "two shards: an actor"])
+def test_constructor_user_error_reaches_the_caller(ray_session, tmp_path, rows):
     from redline.pipelines.plane.steps import run_step
 
     run = _run(tmp_path, "refused")
-    n = _shards(run, pa.table({"id": ["a", "b"]}), 2)
+    n = _shards(run, pa.table({"id": ["a", "b"]}), rows)
     with pytest.raises(Exception) as err:
         run_step(run, _step(Refuses, {}), "input", "work/refused", n)
     user = unwrap_user_error(err.value)
     assert user is not None and "victim model 'nope' not found" in str(user)
+
+
+class _Made:
+    """Notes each time it is made (a model load) in `log`: its process and whether that is an actor's."""
+
+    input_columns = ["id"]
+    output_schema = pa.schema([("id", pa.string())])
+
+    def __init__(self, log: str) -> None:
+        import ray
+
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()} {'actor' if ray.get_runtime_context().get_actor_id() else 'task'}\n")
+
+    def __call__(self, batch):
+        return pa.table({"id": [str(i) for i in batch["id"]]}, schema=self.output_schema)
+
+
+def test_a_small_pool_on_cpus_is_hosted_by_tasks_that_load_its_worker_once_per_shard(ray_session, tmp_path):
+    """A pool on CPUs whose every actor would host one shard at most runs in Ray Data tasks (Ray keeps a
+    job's task processes and reuses them, where each actor is a new process importing its libraries
+    again); a task loads its worker only for a shard of its own, never for the rows a chain passes
+    through it. More shards than actors, or a GPU, and the pool keeps its actors."""
+    from redline.cluster.config import ActorPoolSize
+    from redline.pipelines.plane import runner, shard_host
+    from redline.pipelines.plane.steps import run_step, run_steps
+
+    work = shard_host.ShardWork("/nowhere", "out", 0, lambda s: s, lambda s, r: s, {}, 5)
+    pool = runner.Pool(work, _Made, {}, 2, 0.5, 0.0, [0, 1])
+    assert [runner.as_tasks(pool, n) for n in (0, 1, 2, 3, None)] == [False, True, True, False, False]
+    assert not runner.as_tasks(runner.Pool(work, _Made, {}, 2, 0.5, 1.0, [0]), 1)  # a GPU: actors
+    assert not runner.as_tasks(runner.Pool(work, None, {}, 2, 0.5, 0.0, [0]), 1)  # no worker: a task anyway
+
+    run = _run(tmp_path, "small")
+    n = _shards(run, pa.table({"id": ["a", "b", "c"]}), 3)
+    logs = [tmp_path / f"{k}.log" for k in range(3)]
+    run_steps(run, [(_step(_Made, {"log": str(logs[0])}), "work/first"),
+                    (_step(_Made, {"log": str(logs[1])}), "work/second"),
+                    (_step(_Made, {"log": str(logs[2])}), "work/third")], "input", n, label="three steps")
+    made = [log.read_text().split() for log in logs]
+    assert all(len(m) == 2 and m[1] == "task" for m in made), made  # once each, in a task: one shard each
+
+    more = tmp_path / "more.log"
+    n = _shards(run, pa.table({"id": ["a", "b", "c"]}), 1)
+    run_step(run, _step(_Made, {"log": str(more)}, size=ActorPoolSize(actors=1, max_actors=1)), "input", "work/more", n)
+    assert more.read_text().split()[1::2] == ["actor"]  # three shards, one actor: made once, in it
 
 
 class _CudnnLike:
@@ -214,7 +261,8 @@ def _step(worker, kwargs, **over):
     from redline.cluster.config import ActorPoolSize
     from redline.pipelines.plane.steps import Step
 
-    return Step(worker.__name__, worker, kwargs, ActorPoolSize(), worker.__name__, **{"num_cpus": 0.25, **over})
+    size = over.pop("size", ActorPoolSize())
+    return Step(worker.__name__, worker, kwargs, size, worker.__name__, **{"num_cpus": 0.25, **over})
 
 
 def _shards(run, table: pa.Table, size: int) -> int:
@@ -225,14 +273,15 @@ def _shards(run, table: pa.Table, size: int) -> int:
     return -(-table.num_rows // size)
 
 
-def test_a_failed_actor_is_recorded_by_its_cause_not_rays_wrapping(ray_session, tmp_path):
-    """The manifest's error is the cause in one line, never the actor's name in terminal colours."""
+@pytest.mark.parametrize("rows", [2, 1], ids=["one shard: a task", "two shards: an actor"])
+def test_a_failed_actor_is_recorded_by_its_cause_not_rays_wrapping(ray_session, tmp_path, rows):
+    """The manifest's error is the cause in one line, never the actor's (or task's) name in terminal colours."""
     from redline.cluster.runs import lifecycle
     from redline.errors import cause_line
     from redline.pipelines.plane.steps import run_step
 
     run = _run(tmp_path, "run")
-    n = _shards(run, pa.table({"id": ["a", "b"]}), 2)
+    n = _shards(run, pa.table({"id": ["a", "b"]}), rows)
     with pytest.raises(Exception) as info:
         run_step(run, _step(_CudnnLike, {}), "input", "work/cudnn", n)
     line = cause_line(info.value)

@@ -124,7 +124,8 @@ def run_pools(run: Run, pools: list[Pool], shard_rows: list[int] | None, *, labe
         chained = _beside_the_read(pools, shards)
         source = _read(run, inputs, firsts)
         _drive(run, source, chained, done, busy, label=label if chained else "reading the inputs", unit=unit,
-               note=note, total=total or 0, streaming=True, shards=shards, reads=len(firsts or [0, 0]) - 1)
+               note=note, total=total or 0, streaming=True, shards=shards, exact=firsts is not None,
+               reads=len(firsts or [0, 0]) - 1)
         if chained:
             return busy
         shard_rows = run.manifest["input_rows"]
@@ -178,7 +179,7 @@ def _recount_if_gone(run: Run, pools: list[Pool]) -> None:
 
 def _drive(run: Run, stream: Any, pools: list[Pool], done: dict[int, frozenset[int]], busy: dict[int, PoolUse], *,
            label: str, unit: str, note: Callable[[Run], str] | None, total: int, streaming: bool,
-           shards: int | None = None, read: bool = True, reads: int = 1) -> None:
+           shards: int | None = None, exact: bool = True, read: bool = True, reads: int = 1) -> None:
     """Run the plan `stream` (ending in `pools`, placement checked first; `streaming`: the pools chained
     behind it) and take its rows: each summary's partial sums into the manifest, each marker's shard
     into the bar's total (behind the input source, `read`: what each of its `reads` read tasks left in
@@ -187,7 +188,7 @@ def _drive(run: Run, stream: Any, pools: list[Pool], done: dict[int, frozenset[i
         check_placeable(p.what or (f"each {p.worker.__name__} actor" if p.worker else f"each task of {p.work.output_dir}"),
                         p.num_cpus, p.num_gpus)
     if streaming:
-        stream = chain(stream, pools, shards=shards, done=done)
+        stream = chain(stream, pools, shards=shards, done=done, exact=exact)
     figures = {p.id: p.work.figures for p in with_followers(pools)}
     part_pool = {p.id: p.work.pool for p in with_followers(pools)}  # the pool its parts are named and counted by
     saved = time.monotonic()
@@ -237,9 +238,13 @@ def _beside_the_read(pools: list[Pool], shards: int | None) -> list[Pool]:
     starts with fewer (at least one; it grows back to its size once the read is done: its
     `max_actors` is at least its `actors`). None of them fit, or a small run (`shards` foreseen, no
     more than two per actor) would need to shrink one: [] (the read runs first: a short read, and no
-    pool short of an actor for the whole short run, its shards taken before it could grow)."""
+    pool short of an actor for the whole short run, its shards taken before it could grow). [] too
+    where the guess says tasks host every pool (`as_tasks`): they are chosen on the shards counted
+    after the read, never on a guess (a guess too low would load a model once per shard of many)."""
     import ray
 
+    if all(as_tasks(p, shards) for p in pools):
+        return []
     have = ray.cluster_resources()
     if sum(p.actors * p.num_gpus for p in pools) > have.get("GPU", 0) + 1e-9:  # pools taking turns on GPUs
         return []
@@ -314,8 +319,22 @@ def in_flight(shards: int | None, actors: int) -> int:
     return 1 if shards is not None and shards <= 2 * max(actors, 1) else 2
 
 
+SMALL_POOLS_AS_TASKS = True  # False: every pool on actors (`bench/small_pools.py`'s baseline)
+
+
+def as_tasks(p: Pool, shards: int | None) -> bool:
+    """Whether pool `p` hosts its `shards` in Ray Data tasks rather than actors: a pool on CPUs whose
+    every actor would host one shard at most. An actor is a process of its own, started for it (its
+    libraries imported again: ~4-5 s for a torch model on 2 cores); a task runs in one of the job's
+    task processes, which Ray keeps and reuses, so after the first a small step pays only its model's
+    load, which an actor hosting one shard pays as well."""
+    return (SMALL_POOLS_AS_TASKS and p.worker is not None and not p.num_gpus and shards is not None
+            and 0 < shards <= p.actors)
+
+
 def _hosted(stream: Any, p: Pool, *, least: int, most: int | None, in_flight: int, batch_size: int | None,
-            done: frozenset[int] = frozenset(), then_done: dict[int, frozenset[int]] | None = None) -> Any:
+            done: frozenset[int] = frozenset(), then_done: dict[int, frozenset[int]] | None = None,
+            tasks: bool = False) -> Any:
     """`stream` through pool `p`'s actors: `map_batches(ShardHost)` on an autoscaling actor pool of
     `least` to `most` actors (None: as many as the cluster has room for), each holding `in_flight`
     calls; a pool without a worker: one Ray Data task per call."""
@@ -323,7 +342,7 @@ def _hosted(stream: Any, p: Pool, *, least: int, most: int | None, in_flight: in
 
     kwargs = {"work": p.work, "worker": p.worker, "worker_kwargs": p.worker_kwargs, "done": done, "tag": p.id,
               "takes": p.takes, "then": tuple((q.work, q.id, (then_done or {}).get(q.id, frozenset())) for q in p.then)}
-    if p.worker is None:
+    if p.worker is None or tasks:
         return stream.map_batches(host_once, fn_kwargs=kwargs, batch_size=batch_size, batch_format="numpy",
                                   num_cpus=p.num_cpus)
     return stream.map_batches(
@@ -332,12 +351,15 @@ def _hosted(stream: Any, p: Pool, *, least: int, most: int | None, in_flight: in
         batch_size=batch_size, batch_format="numpy", num_cpus=p.num_cpus, num_gpus=p.num_gpus or None)
 
 
-def chain(stream: Any, pools: list[Pool], *, shards: int | None, done: dict[int, frozenset[int]]) -> Any:
-    """The pools one behind the other after the read `stream`, each taking the shards it has not `done`.
-    One marker row per call (Ray Data also insists on a batch size where a pool asks for GPUs)."""
+def chain(stream: Any, pools: list[Pool], *, shards: int | None, done: dict[int, frozenset[int]],
+          exact: bool = True) -> Any:
+    """The pools one behind the other after the read `stream`, each taking the shards it has not `done`
+    (`shards`: how many, or with `exact` False the sources' guess). One marker row per call (Ray Data
+    also insists on a batch size where a pool asks for GPUs)."""
     for p in pools:
+        todo = shards - len(done.get(p.id, ())) if shards is not None and exact else None
         stream = _hosted(stream, p, least=p.actors, most=p.max_actors, in_flight=in_flight(shards, p.actors),
-                         batch_size=1, done=done.get(p.id, frozenset()), then_done=done)
+                         batch_size=1, done=done.get(p.id, frozenset()), then_done=done, tasks=as_tasks(p, todo))
     stream.context.target_max_block_size = 1  # a shard's marker reaches the pools as soon as it is written
     return stream
 
@@ -361,5 +383,5 @@ def plan(pools: list[Pool]) -> Any:
         least, most = p.sizes
         shards = blocks([{"shard": i} for i in p.pending or []])
         branches.append(_hosted(shards, p, least=least, most=most, in_flight=in_flight(len(p.pending or []), most),
-                                batch_size=1))
+                                batch_size=1, tasks=as_tasks(p, len(p.pending or []))))
     return branches[0] if len(branches) == 1 else branches[0].union(*branches[1:])

@@ -69,21 +69,30 @@ class ShardWork:
 class ShardHost:
     """An actor hosting one row worker, called with shard numbers. A constructor error is kept and
     raised by the first call, so it reaches the driver as itself (Ray reports a failed actor
-    constructor only as a message)."""
+    constructor only as a message). `lazy` (a host made for one task's call): the worker is made when
+    a shard needs it, so a call that only passes rows on loads no model."""
 
     def __init__(self, work: ShardWork, worker: type | None, worker_kwargs: dict[str, Any],
                  done: frozenset[int] = frozenset(), tag: int | None = None, takes: int = READ,
-                 then: tuple[tuple[ShardWork, int, frozenset[int]], ...] = ()) -> None:
+                 then: tuple[tuple[ShardWork, int, frozenset[int]], ...] = (), lazy: bool = False) -> None:
         self.empty = NO_ANSWERS if worker is None else worker.output_schema.empty_table()
         self.work, self.error, self.done, self.worker, self.then = work, None, done, None, then
         self.tag, self.takes = work.pool if tag is None else tag, takes
         self.host = f"{socket.gethostname()}:{os.getpid()}"
         self.trimmed_at, self.trim_s = float("-inf"), 0.0
+        self._make = None if worker is None else (worker, worker_kwargs)
         try:
             sharded.check_visible(work.run_uri)
-            self.worker = None if worker is None else worker(**worker_kwargs)
+            if not lazy:
+                self._made_worker()
         except Exception as err:  # noqa: BLE001 - re-raised on the first call
             self.error = err
+
+    def _made_worker(self) -> Any:
+        if self.worker is None and self._make is not None:
+            worker, kwargs = self._make
+            self.worker = worker(**kwargs)
+        return self.worker
 
     def __call__(self, batch: dict[str, np.ndarray]) -> pa.Table:
         """Shard numbers in, their summary rows out; or, behind the input source or another pool,
@@ -126,7 +135,7 @@ class ShardHost:
             summaries = [self._passed_on(index, self.tag)]
             out = self._written(w, index) if pending else None
         else:
-            out, summary = self._made(w, self.tag, self.worker, index, storage.read_parquet(w.input_part(index)))
+            out, summary = self._made(w, self.tag, self._made_worker(), index, storage.read_parquet(w.input_part(index)))
             summaries = [summary]
         for work, tag, done in self.then:
             if summaries[-1]["failed"]:
@@ -170,5 +179,6 @@ class ShardHost:
 
 
 def host_once(batch: dict[str, np.ndarray], **kwargs: Any) -> pa.Table:
-    """A worker-less pool's call: its host made for this call alone (it loads nothing)."""
-    return ShardHost(**kwargs)(batch)
+    """A call of a pool hosted by Ray Data tasks: its host made for this call alone (a worker-less
+    pool's loads nothing; a small pool's loads its worker only for a shard of its own)."""
+    return ShardHost(**kwargs, lazy=True)(batch)
