@@ -196,7 +196,7 @@ def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one():
     lines = [ln.strip() for ln in (REPO / "README.md").read_text().splitlines()]
     commands = [ln for ln in lines[:12] if ln.startswith("./")]
     assert commands[:2] == ["./setup.sh && .venv/bin/redline quickstart",
-                            "./setup.sh --test && .venv/bin/python -m pytest"]
+                            "./setup.sh --test && .venv/bin/python -m pytest -n 2"]
     assert commands[1] in (REPO / ".ci" / "run").read_text()
 
 

@@ -34,7 +34,7 @@ HOW: dict[str, tuple[str, str]] = {
     # (where it runs, why not here when it runs elsewhere)
     "./setup.sh && .venv/bin/redline quickstart": ("tests/test_cli.py::test_quickstart_main_job_is_the_taebench_chain",
                                                    "CI runs setup.sh itself"),
-    "./setup.sh --test && .venv/bin/python -m pytest": (".ci/run", "it is this test suite"),
+    "./setup.sh --test && .venv/bin/python -m pytest -n 2": (".ci/run", "it is this test suite"),
     "redline train tiny-classifier --corpus ../shared/data/offensive_tweet/labeled_data.csv --preset davidson "
     "--limit 8000 --out redline-runs/models/tiny-davidson": (RUN, ""),
     "redline run score --config examples/score_davidson.yaml": (RUN, ""),
