@@ -23,20 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-os.environ.setdefault("REDLINE_PROGRESS", "0")
+from small_runs import emit, machine_cpu_s  # bench/ is on the path of a script run from it
+
 os.environ.setdefault("REDLINE_DIASAFETY_DIR", str(Path(__file__).resolve().parents[2] / "shared" / "data" / "diasafety"))
-
-
-def emit(**fields) -> None:
-    print(json.dumps(fields), flush=True)
-
-
-def machine_cpu_s() -> float:
-    """CPU-seconds the whole machine has spent (user, nice, system, irq, softirq)."""
-    with open("/proc/stat") as f:
-        ticks = [int(x) for x in f.readline().split()[1:8]]
-    return (sum(ticks[:3]) + sum(ticks[5:7])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
