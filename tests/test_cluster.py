@@ -123,11 +123,17 @@ class Cluster:
         line = next((ln for ln in out.splitlines() if ln.strip().endswith(" CPU")), "0/0 CPU")
         return float(line.split("/")[1].split()[0])
 
-    def kill_worker(self) -> None:
-        """The worker node dies: every process of its user, at once."""
+    def kill_worker(self, until_gone: bool = True) -> None:
+        """The worker node dies: every process of its user, at once; `until_gone`: returns once the
+        cluster no longer counts its CPUs (a node started before that could not be told from the dead
+        one: a loaded machine's head took seconds to notice, and a job then found no CPU anywhere)."""
         subprocess.run(["pkill", "-9", "-u", WORKER_USER], check=False)
         if self.worker is not None:
             self.worker.wait(timeout=30)
+        deadline = time.time() + 180
+        while until_gone and self.cpus() > 0:
+            assert time.time() < deadline, "the head still counts the killed worker node's CPUs after 3 minutes"
+            time.sleep(1)
 
     def redline(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         return subprocess.run([str(VENV_BIN / "redline"), *args], env=self.env, cwd=self.root, capture_output=True,
@@ -145,7 +151,7 @@ class Cluster:
         return proc
 
     def stop(self) -> None:
-        self.kill_worker()
+        self.kill_worker(until_gone=False)
         if self.head is not None:
             os.killpg(self.head.pid, signal.SIGTERM)
             try:  # a graceful `ray start --block` takes longer than 15 s: 3 s, then the rest is killed
