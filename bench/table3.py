@@ -15,6 +15,7 @@ LM log-likelihood at least T_in) — and runs gibbs-enum
 rate of its hit type, seconds per target; for planted also the share of reachable targets found and
 how the misses split (a local optimum vs. an objective that ranks a miss first); for a list with few
 hits, which targets were hit and under which trigger; for random and mal, hits by the target's length.
+`--chunk N` prints each cell so far after every N targets (a long cell survives an interruption).
 `--model` (and `--lm` for the io rows) measures models trained by an earlier run again (other lengths, more
 targets) without training them anew.
 """
@@ -57,6 +58,10 @@ def main() -> None:
                                                       "gives the path): measure it again without training")
     parser.add_argument("--lm", default=None, help="the LM an earlier run trained (its `lm trained` line), for the io "
                                                    "rows; without it one is trained with the seq2seq's settings")
+    parser.add_argument("--chunk", type=int, default=0,
+                        help="search a cell's targets this many at a time, printing the cell so far after each chunk "
+                             "(a long cell's figures survive an interrupted run; each target's search is seeded by "
+                             "its own text, so chunks give the same results)")
     parser.add_argument("--only", nargs="*", default=None, metavar="LIST:SEARCH",
                         help="run only these (list, search) pairs, e.g. random:o-sample-min mal:io-sample-avg")
     args = parser.parse_args()
@@ -156,19 +161,7 @@ def main() -> None:
             emit(list=name, compared=f"cap {a} vs {b}", hit_only_with_first=only_a, hit_only_with_last=only_b)
         return
 
-    for name, kind in runs:
-        items = lists.get(name)
-        texts = (sample(name, items) if items is not None
-                 else random_list(trained.vocab.words, n=args.targets, seed=0))
-        gibbs = search(kind)
-        if name == "planted":  # only targets whose source itself reaches the hit: a trigger is known to exist
-            sources = {x.text: x.source for x in items}  # the first input (the planted one: of the trigger length)
-            checks = gibbs.check([sources[x] for x in texts], texts)
-            texts = [x for x, c in zip(texts, checks) if c is not None and c[0]]
-            source_obj = {x: c[1] for x, c in zip(texts, [c for c in checks if c is not None and c[0]])}
-        t = time.perf_counter()
-        found = [r for r in gibbs.run(texts) if not isinstance(r, str)]
-        seconds = time.perf_counter() - t
+    def cell(name: str, kind: str, texts: list[str], found: list, seconds: float) -> dict:
         hits = sum(r.reached for r in found)
         interval = wilson(hits, len(found))
         row = {"list": name, "hit_type": H.goal_hit(kind), "targets": len(texts), "searchable": len(found),
@@ -195,7 +188,26 @@ def main() -> None:
             misses = [r for r in found if not r.reached]
             row.update(local_optima=sum(source_obj[r.target] > r.objective for r in misses),
                        objective_defects=sum(source_obj[r.target] <= r.objective for r in misses))
-        emit(**row)
+        return row
+
+    for name, kind in runs:
+        items = lists.get(name)
+        texts = (sample(name, items) if items is not None
+                 else random_list(trained.vocab.words, n=args.targets, seed=0))
+        gibbs = search(kind)
+        if name == "planted":  # only targets whose source itself reaches the hit: a trigger is known to exist
+            sources = {x.text: x.source for x in items}  # the first input (the planted one: of the trigger length)
+            checks = gibbs.check([sources[x] for x in texts], texts)
+            texts = [x for x, c in zip(texts, checks) if c is not None and c[0]]
+            source_obj = {x: c[1] for x, c in zip(texts, [c for c in checks if c is not None and c[0]])}
+        t = time.perf_counter()
+        found = []
+        step = args.chunk or len(texts) or 1
+        for at in range(0, len(texts), step):
+            found += [r for r in gibbs.run(texts[at:at + step]) if not isinstance(r, str)]
+            if at + step < len(texts):
+                emit(**cell(name, kind, texts[:at + step], found, time.perf_counter() - t), partial=True)
+        emit(**cell(name, kind, texts, found, time.perf_counter() - t))
 
 
 if __name__ == "__main__":
